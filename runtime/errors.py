@@ -1,0 +1,98 @@
+"""Errors raised by the runtime package (actor kernel, settings, database, migrations)."""
+
+from __future__ import annotations
+
+
+class EngramError(Exception):
+    """Base class of every error engram raises on purpose."""
+
+
+# --- settings -------------------------------------------------------------------------------
+
+
+class SettingsError(EngramError):
+    """A configuration value is missing or invalid; start-up must stop (exit code 2)."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(f"{name}: {problem}")
+        self.name = name
+        self.problem = problem
+
+
+# --- actor kernel ---------------------------------------------------------------------------
+
+
+class ActorError(EngramError):
+    """Base class of actor-kernel errors."""
+
+
+class MailboxFull(ActorError):
+    """A message was refused because the target mailbox is full (overload policy: reject)."""
+
+
+class ActorStopped(ActorError):
+    """The target actor is stopped or stopping and accepts no more messages."""
+
+
+class RegistryFull(ActorError):
+    """The keyed registry is at its live-actor limit and no idle actor could be evicted."""
+
+
+class RequestTimeout(ActorError):
+    """A request/reply exchange got no reply in time."""
+
+
+class EscalationError(ActorError):
+    """A supervised child crashed more often than its restart budget allows."""
+
+    def __init__(self, name: str, restarts: int, window: float, last: BaseException | None) -> None:
+        super().__init__(
+            f"actor {name!r} crashed {restarts} times within {window:g}s; escalating"
+        )
+        self.actor_name = name
+        self.restarts = restarts
+        self.window = window
+        self.last = last
+
+
+# --- database -------------------------------------------------------------------------------
+
+
+class DatabaseError(EngramError):
+    """Base class of database errors; asyncpg's own classes never leave runtime/db.py."""
+
+    def __init__(self, message: str, *, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
+class DatabaseUnavailable(DatabaseError):
+    """The server cannot be reached, or the connection was lost."""
+
+
+class ExtensionMissing(DatabaseError):
+    """A required extension (pgvector) is not installed on the server."""
+
+
+class IntegrityViolation(DatabaseError):
+    """A constraint rejected the statement (unique, foreign key, check, not null)."""
+
+
+class UniqueViolation(IntegrityViolation):
+    """A unique constraint rejected the statement."""
+
+
+class SerializationFailure(DatabaseError):
+    """A concurrent transaction conflicted (serialization failure or deadlock); retry may work."""
+
+
+class QueryError(DatabaseError):
+    """The statement itself is wrong (syntax, unknown column, bad parameter type)."""
+
+
+class QueryCanceled(DatabaseError):
+    """The server cancelled the statement (statement timeout or explicit cancel)."""
+
+
+class MigrationError(DatabaseError):
+    """A migration could not be applied, or an applied migration file has changed."""
