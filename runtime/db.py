@@ -1,0 +1,268 @@
+"""PostgreSQL access for trio: an asyncpg pool driven through trio-asyncio.
+
+This is the only module that imports asyncpg and trio_asyncio. Everything above it sees
+:class:`Database` / :class:`Connection` with ``execute``/``fetch``/``fetchrow``/``fetchval``
+and the project's own error classes from :mod:`runtime.errors`.
+
+Every call crosses into asyncio once: pool methods acquire, run and release inside a single
+asyncio coroutine, so a plain query costs one bridge crossing. The pgvector codec is registered
+on every pooled connection (vectors in and out as numpy arrays).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, ParamSpec, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import trio
+import trio_asyncio
+from pgvector.asyncpg import register_vector
+
+from runtime import errors
+from runtime.logs import get_logger
+
+log = get_logger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+Row = Mapping[str, Any]
+EXTENSION_LOCK_KEY = 0x656E677265787401
+
+PGVECTOR_HELP = (
+    "the PostgreSQL server has no pgvector extension; install it "
+    "(Debian/Ubuntu: apt install postgresql-16-pgvector; macOS: brew install pgvector; "
+    "managed services: enable the 'vector' extension), or unset DATABASE_URL to use the "
+    "embedded server, which ships it"
+)
+
+
+def asyncio_loop() -> Any:
+    """The asyncio loop context every database user must run under (``async with``)."""
+    return trio_asyncio.open_loop()
+
+
+def redact_url(url: str) -> str:
+    """A database URL with any password replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable database url>"
+    if not parts.password:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+_SQLSTATE_CLASSES: dict[str, type[errors.DatabaseError]] = {
+    "23505": errors.UniqueViolation,
+    "40001": errors.SerializationFailure,
+    "40P01": errors.SerializationFailure,
+    "57014": errors.QueryCanceled,
+}
+_SQLSTATE_PREFIXES: dict[str, type[errors.DatabaseError]] = {
+    "23": errors.IntegrityViolation,
+    "42": errors.QueryError,
+    "22": errors.QueryError,
+    "08": errors.DatabaseUnavailable,
+    "57": errors.DatabaseUnavailable,
+    "53": errors.DatabaseUnavailable,
+}
+
+
+def map_error(exc: BaseException) -> errors.DatabaseError:
+    """Translate an asyncpg/OS error into the project's own error class."""
+    if isinstance(exc, errors.DatabaseError):
+        return exc
+    if isinstance(exc, asyncpg.PostgresError):
+        state = getattr(exc, "sqlstate", None) or ""
+        cls = _SQLSTATE_CLASSES.get(state) or _SQLSTATE_PREFIXES.get(state[:2], errors.DatabaseError)
+        message = str(exc)
+        if state == "42704" and "vector" in message:
+            return errors.ExtensionMissing(PGVECTOR_HELP, sqlstate=state)
+        return cls(f"{type(exc).__name__}: {message}", sqlstate=state or None)
+    if isinstance(exc, asyncpg.InterfaceError | asyncpg.exceptions.InternalClientError):
+        if "connection" in str(exc).lower() and "closed" in str(exc).lower():
+            return errors.DatabaseUnavailable(f"connection lost: {exc}")
+        return errors.QueryError(f"{type(exc).__name__}: {exc}")
+    if isinstance(exc, OSError | ConnectionError | TimeoutError | EOFError):
+        return errors.DatabaseUnavailable(f"{type(exc).__name__}: {exc}")
+    return errors.DatabaseError(f"{type(exc).__name__}: {exc}")
+
+
+_MAPPED = (
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.InternalClientError,
+    OSError,
+    TimeoutError,
+    EOFError,
+)
+
+
+async def _bridge(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run one asyncio coroutine function from trio, mapping errors."""
+    try:
+        return await trio_asyncio.aio_as_trio(fn)(*args, **kwargs)  # type: ignore[no-any-return]
+    except _MAPPED as exc:
+        raise map_error(exc) from exc
+
+
+class _Queries:
+    """Query methods shared by the pool handle and a single acquired connection."""
+
+    _target: Any  # asyncpg.Pool or asyncpg.Connection
+
+    async def execute(self, query: str, *args: Any, timeout: float | None = None) -> str:
+        return await _bridge(self._target.execute, query, *args, timeout=timeout)
+
+    async def executemany(
+        self, query: str, args: Sequence[Sequence[Any]], *, timeout: float | None = None
+    ) -> None:
+        await _bridge(self._target.executemany, query, args, timeout=timeout)
+
+    async def fetch(self, query: str, *args: Any, timeout: float | None = None) -> list[Row]:
+        return await _bridge(self._target.fetch, query, *args, timeout=timeout)
+
+    async def fetchrow(self, query: str, *args: Any, timeout: float | None = None) -> Row | None:
+        return await _bridge(self._target.fetchrow, query, *args, timeout=timeout)
+
+    async def fetchval(self, query: str, *args: Any, timeout: float | None = None) -> Any:
+        return await _bridge(self._target.fetchval, query, *args, timeout=timeout)
+
+    async def copy_records(
+        self, table: str, records: Sequence[Sequence[Any]], columns: Sequence[str]
+    ) -> None:
+        """Bulk load rows with COPY (fast path for imports and benchmarks)."""
+        await _bridge(
+            self._target.copy_records_to_table, table, records=records, columns=list(columns)
+        )
+
+
+class Connection(_Queries):
+    """One connection held by the caller (inside ``transaction()`` or ``connection()``)."""
+
+    def __init__(self, raw: Any) -> None:
+        self._target = raw
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Connection]:
+        """A transaction on this connection: committed on success, rolled back on any error."""
+        tx = self._target.transaction()
+        await _bridge(tx.start)
+        try:
+            yield self
+        except BaseException:
+            with trio.move_on_after(5, shield=True):
+                try:
+                    await _bridge(tx.rollback)
+                except errors.DatabaseError as exc:
+                    log.warning("db.rollback_failed", error=str(exc))
+            raise
+        else:
+            await _bridge(tx.commit)
+
+
+class Database(_Queries):
+    """The pool handle. Plain queries use any free connection."""
+
+    def __init__(self, pool: Any, url: str) -> None:
+        self._target = pool
+        self.url = url
+
+    @property
+    def safe_url(self) -> str:
+        return redact_url(self.url)
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Connection]:
+        """Hold one connection (e.g. for session-level advisory locks)."""
+        raw = await _bridge(self._target.acquire)
+        try:
+            yield Connection(raw)
+        finally:
+            with trio.move_on_after(5, shield=True):
+                await _bridge(self._target.release, raw)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Connection]:
+        """A transaction on one pooled connection: committed on success, rolled back on error."""
+        async with self.connection() as conn, conn.transaction():
+            yield conn
+
+
+async def _init_connection(conn: Any) -> None:
+    await register_vector(conn)
+
+
+async def _ensure_pgvector(url: str, timeout: float) -> None:
+    conn = await asyncpg.connect(url, timeout=timeout)
+    try:
+        available = await conn.fetchval(
+            "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'"
+        )
+        if not available:
+            raise errors.ExtensionMissing(PGVECTOR_HELP)
+        installed = await conn.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'vector'")
+        if not installed:
+            # serialize with other processes starting at the same moment
+            async with conn.transaction():
+                await conn.execute("SELECT pg_advisory_xact_lock($1)", EXTENSION_LOCK_KEY)
+                await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    finally:
+        await conn.close()
+
+
+async def _connect_with_retry(url: str, timeout: float) -> None:
+    """Wait until the server accepts connections (it may still be starting), up to ``timeout``."""
+    delay = 0.1
+    last: BaseException | None = None
+    with trio.move_on_after(timeout):
+        while True:
+            try:
+                await _bridge(_ensure_pgvector, url, max(0.5, min(5.0, timeout)))
+                return
+            except errors.DatabaseUnavailable as exc:
+                last = exc
+            await trio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+    reason = str(last) if last else "timed out"
+    raise errors.DatabaseUnavailable(
+        f"cannot reach the database at {redact_url(url)} within {timeout:g}s: {reason}"
+    )
+
+
+@asynccontextmanager
+async def open_database(
+    url: str, *, min_size: int = 1, max_size: int = 10, connect_timeout: float = 10.0
+) -> AsyncIterator[Database]:
+    """Open a pool to ``url`` (must run under :func:`asyncio_loop`) and close it on exit."""
+    if not re.match(r"^postgres(ql)?://", url):
+        raise errors.DatabaseUnavailable("DATABASE_URL must start with postgresql://")
+    await _connect_with_retry(url, connect_timeout)
+    try:
+        pool = await _bridge(
+            asyncpg.create_pool,
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            init=_init_connection,
+            timeout=connect_timeout,
+            command_timeout=None,
+        )
+    except errors.DatabaseUnavailable as exc:
+        raise errors.DatabaseUnavailable(
+            f"cannot reach the database at {redact_url(url)}: {exc}"
+        ) from None
+    log.info("db.open", url=redact_url(url), pool_max=max_size)
+    try:
+        yield Database(pool, url)
+    finally:
+        with trio.move_on_after(10, shield=True) as scope:
+            await _bridge(pool.close)
+        if scope.cancelled_caught:
+            pool.terminate()
+        log.info("db.closed")

@@ -1,0 +1,335 @@
+"""One settings object, read from environment variables and an optional ``.env`` file.
+
+Every variable is declared once in ``FIELDS`` (name, default, parser, meaning); the README's
+configuration table lists the same names. A missing or invalid value raises
+:class:`~runtime.errors.SettingsError` naming the variable, and the CLI turns that into one line
+on stderr and exit code 2. Secret values are wrapped in :class:`Secret` so they never show up in
+a repr, a log line or an error message.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zoneinfo
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import attrs
+import platformdirs
+
+from runtime.errors import SettingsError
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@attrs.frozen(repr=False)
+class Secret:
+    """A secret string; shows as ``Secret('***')`` everywhere except ``.reveal()``."""
+
+    _value: str
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __repr__(self) -> str:
+        return "Secret('***')" if self._value else "Secret('')"
+
+    __str__ = __repr__
+
+
+# --- parsers: each takes the raw string and returns the value or raises ValueError ----------
+
+
+def _str(raw: str) -> str:
+    return raw.strip()
+
+
+def _secret(raw: str) -> Secret:
+    return Secret(raw.strip())
+
+
+def _int_range(lo: int, hi: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ValueError(f"expected an integer, got {raw.strip()!r}") from None
+        if not lo <= value <= hi:
+            raise ValueError(f"must be between {lo} and {hi}, got {value}")
+        return value
+
+    return parse
+
+
+def _float_range(lo: float, hi: float) -> Callable[[str], float]:
+    def parse(raw: str) -> float:
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise ValueError(f"expected a number, got {raw.strip()!r}") from None
+        if not lo <= value <= hi:
+            raise ValueError(f"must be between {lo:g} and {hi:g}, got {value:g}")
+        return value
+
+    return parse
+
+
+def _choice(*options: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = raw.strip().lower()
+        if value not in options:
+            raise ValueError(f"must be one of {', '.join(options)}, got {raw.strip()!r}")
+        return value
+
+    return parse
+
+
+def _log_level(raw: str) -> str:
+    value = raw.strip().upper()
+    if value not in LOG_LEVELS:
+        raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}, got {raw.strip()!r}")
+    return value
+
+
+def _timezone(raw: str) -> str:
+    name = raw.strip()
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown IANA time zone {name!r}") from None
+    return name
+
+
+def _database_url(raw: str) -> str:
+    value = raw.strip()
+    if value and not re.match(r"^postgres(ql)?://", value):
+        raise ValueError("must start with postgresql:// or postgres://")
+    return value
+
+
+def _http_url(raw: str) -> str:
+    value = raw.strip().rstrip("/")
+    if value and not re.match(r"^https?://[^\s/]+", value):
+        raise ValueError(f"must be an http(s) URL, got {value!r}")
+    return value
+
+
+def _chat_ids(raw: str) -> frozenset[int]:
+    ids: set[int] = set()
+    for part in raw.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            ids.add(int(part))
+        except ValueError:
+            raise ValueError(f"expected comma-separated integer chat ids, got {part!r}") from None
+    return frozenset(ids)
+
+
+def _secret_token(raw: str) -> Secret:
+    value = raw.strip()
+    if value and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", value):
+        raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and -")
+    return Secret(value)
+
+
+def _path(raw: str) -> Path:
+    return Path(raw.strip()).expanduser()
+
+
+def default_home() -> str:
+    """The platform's user data directory for engram."""
+    return platformdirs.user_data_dir("engram", appauthor=False)
+
+
+@attrs.frozen
+class Field:
+    """One environment variable: its name, default (raw string), parser and meaning."""
+
+    env: str
+    attr: str
+    default: str | Callable[[], str]
+    parse: Callable[[str], Any]
+    doc: str
+    secret: bool = False
+
+
+FIELDS: tuple[Field, ...] = (
+    Field("DATABASE_URL", "database_url", "", _database_url,
+          "PostgreSQL server (with pgvector). Empty: an embedded server in ENGRAM_HOME."),
+    Field("ENGRAM_HOME", "home", default_home, _path,
+          "Data directory (embedded database, state)."),
+    Field("ENGRAM_HOST", "host", "127.0.0.1", _str, "Address the HTTP server binds to."),
+    Field("ENGRAM_PORT", "port", "8080", _int_range(0, 65535), "Port of the HTTP server."),
+    Field("LOG_LEVEL", "log_level", "INFO", _log_level, "DEBUG, INFO, WARNING or ERROR."),
+    Field("LOG_FORMAT", "log_format", "auto", _choice("auto", "json", "console"),
+          "auto: JSON lines when stderr is not a TTY, coloured console otherwise."),
+    Field("TIMEZONE", "timezone", "Europe/Madrid", _timezone,
+          "IANA zone for dates the bot shows and infers."),
+    Field("DB_POOL_MIN", "db_pool_min", "1", _int_range(0, 100), "Minimum pool connections."),
+    Field("DB_POOL_MAX", "db_pool_max", "10", _int_range(1, 200), "Maximum pool connections."),
+    Field("DB_CONNECT_TIMEOUT", "db_connect_timeout", "10", _float_range(0.1, 300),
+          "Seconds to wait for the database at start-up before giving up."),
+    Field("SHUTDOWN_DEADLINE", "shutdown_deadline", "10", _float_range(0, 600),
+          "Seconds actors get to drain on SIGINT/SIGTERM before being cancelled."),
+    Field("ACTOR_IDLE_TIMEOUT", "actor_idle_timeout", "600", _float_range(0.01, 86400),
+          "Seconds without messages before a chat actor stops."),
+    Field("ACTOR_MAX_LIVE", "actor_max_live", "1000", _int_range(1, 1_000_000),
+          "Live chat actors at most; when full the least recently used idle one is stopped."),
+    Field("MAILBOX_SIZE", "mailbox_size", "64", _int_range(1, 100_000),
+          "Capacity of each actor mailbox."),
+    Field("RESTART_BACKOFF_BASE", "restart_backoff_base", "0.5", _float_range(0, 60),
+          "First restart delay of a crashed actor, doubled per restart."),
+    Field("RESTART_BACKOFF_CAP", "restart_backoff_cap", "30", _float_range(0, 3600),
+          "Largest restart delay."),
+    Field("RESTART_MAX", "restart_max", "5", _int_range(1, 1000),
+          "Crashes within RESTART_WINDOW after which the failure escalates (exit 1)."),
+    Field("RESTART_WINDOW", "restart_window", "60", _float_range(1, 86400),
+          "Window in seconds for RESTART_MAX."),
+    Field("TELEGRAM_BOT_TOKEN", "telegram_bot_token", "", _secret,
+          "Bot token from BotFather (required by serve).", secret=True),
+    Field("TELEGRAM_SECRET_TOKEN", "telegram_secret_token", "", _secret_token,
+          "Webhook secret header value (required in webhook mode).", secret=True),
+    Field("TELEGRAM_ALLOWED_CHAT_IDS", "telegram_allowed_chat_ids", "", _chat_ids,
+          "Comma-separated chat ids allowed to talk to the bot (empty: nobody)."),
+    Field("TELEGRAM_API_BASE_URL", "telegram_api_base_url", "https://api.telegram.org",
+          _http_url, "Bot API server (a local Bot API server or a test server)."),
+    Field("LLM_PROVIDER", "llm_provider", "anthropic", _choice("anthropic", "openai"),
+          "anthropic, or openai for any OpenAI-compatible chat endpoint."),
+    Field("ANTHROPIC_API_KEY", "anthropic_api_key", "", _secret, "Anthropic API key.",
+          secret=True),
+    Field("ANTHROPIC_MODEL", "anthropic_model", "claude-sonnet-4-5", _str,
+          "Claude model for turns and compaction."),
+    Field("ANTHROPIC_BASE_URL", "anthropic_base_url", "", _http_url,
+          "Anthropic API base URL (empty: the SDK default)."),
+    Field("OPENAI_API_KEY", "openai_api_key", "", _secret,
+          "OpenAI key: embeddings, Whisper, and the openai LLM provider.", secret=True),
+    Field("OPENAI_BASE_URL", "openai_base_url", "", _http_url,
+          "OpenAI-compatible base URL (empty: the SDK default)."),
+    Field("OPENAI_MODEL", "openai_model", "gpt-4o-mini", _str,
+          "Chat model when LLM_PROVIDER=openai."),
+    Field("EMBEDDING_PROVIDER", "embedding_provider", "auto", _choice("auto", "openai", "local"),
+          "auto: openai when OPENAI_API_KEY is set, else the local wordllama model."),
+    Field("CONTEXT_TOKEN_BUDGET", "context_token_budget", "24000", _int_range(1000, 1_000_000),
+          "Estimated context tokens above which the chat is compacted."),
+    Field("MESSAGE_RETENTION_DAYS", "message_retention_days", "7", _int_range(0, 36500),
+          "Days compacted messages are kept before hard delete (0: forever)."),
+)
+
+_BY_ENV = {f.env: f for f in FIELDS}
+_ALIASES = {"TELEGRAM_ALLOWED_CHAT_ID": "TELEGRAM_ALLOWED_CHAT_IDS"}
+
+
+@attrs.frozen
+class Settings:
+    """Validated configuration. Build it with :func:`load_settings`."""
+
+    database_url: str
+    home: Path
+    host: str
+    port: int
+    log_level: str
+    log_format: str
+    timezone: str
+    db_pool_min: int
+    db_pool_max: int
+    db_connect_timeout: float
+    shutdown_deadline: float
+    actor_idle_timeout: float
+    actor_max_live: int
+    mailbox_size: int
+    restart_backoff_base: float
+    restart_backoff_cap: float
+    restart_max: int
+    restart_window: float
+    telegram_bot_token: Secret
+    telegram_secret_token: Secret
+    telegram_allowed_chat_ids: frozenset[int]
+    telegram_api_base_url: str
+    llm_provider: str
+    anthropic_api_key: Secret
+    anthropic_model: str
+    anthropic_base_url: str
+    openai_api_key: Secret
+    openai_base_url: str
+    openai_model: str
+    embedding_provider: str
+    context_token_budget: int
+    message_retention_days: int
+
+    def secrets(self) -> list[str]:
+        """Every non-empty secret value, for log scrubbing."""
+        out = []
+        for f in FIELDS:
+            if f.secret:
+                value = getattr(self, f.attr)
+                if value:
+                    out.append(value.reveal())
+        return out
+
+    def replace(self, **changes: Any) -> Settings:
+        return attrs.evolve(self, **changes)
+
+
+def read_dotenv(path: Path) -> dict[str, str]:
+    """Parse a ``.env`` file: ``NAME=value`` lines, ``#`` comments, optional quotes."""
+    values: dict[str, str] = {}
+    if not path.is_file():
+        return values
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):]
+        name, sep, value = line.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name.strip()):
+            raise SettingsError(str(path), f"line {lineno} is not NAME=value")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[name.strip()] = value
+    return values
+
+
+def load_settings(
+    environ: Mapping[str, str] | None = None, *, dotenv: Path | None = Path(".env")
+) -> Settings:
+    """Build :class:`Settings` from ``environ`` (default ``os.environ``) over ``.env``.
+
+    The process environment wins over the file. Raises SettingsError naming the first bad
+    variable.
+    """
+    env: dict[str, str] = read_dotenv(dotenv) if dotenv is not None else {}
+    env.update(os.environ if environ is None else environ)
+    for alias, name in _ALIASES.items():
+        if alias in env and not env.get(name):
+            env[name] = env[alias]
+    values: dict[str, Any] = {}
+    for f in FIELDS:
+        raw = env.get(f.env)
+        if raw is None or (raw.strip() == "" and not f.secret):
+            raw = f.default() if callable(f.default) else f.default
+        try:
+            values[f.attr] = f.parse(raw)
+        except ValueError as exc:
+            # never echo a secret's value back
+            problem = "invalid value" if f.secret and f.parse is not _secret_token else str(exc)
+            raise SettingsError(f.env, problem) from None
+    settings = Settings(**values)
+    if settings.db_pool_min > settings.db_pool_max:
+        raise SettingsError("DB_POOL_MIN", "must not exceed DB_POOL_MAX")
+    if settings.restart_backoff_base > settings.restart_backoff_cap:
+        raise SettingsError("RESTART_BACKOFF_BASE", "must not exceed RESTART_BACKOFF_CAP")
+    return settings
+
+
+def field_for(env_name: str) -> Field:
+    """The declaration of one variable (used by the README table test)."""
+    return _BY_ENV[env_name]
