@@ -92,3 +92,16 @@ async def test_unreachable_server_fails_fast_with_redacted_url() -> None:
 def test_redact_url() -> None:
     assert dbmod.redact_url("postgresql://u:pw@h:5/d") == "postgresql://u:***@h:5/d"
     assert dbmod.redact_url("postgresql://u@h/d") == "postgresql://u@h/d"
+
+
+async def test_server_without_pgvector_says_how_to_install(pg_server: object) -> None:
+    from pg_without_vector import postgres_without_pgvector
+
+    with postgres_without_pgvector() as url:
+        async with dbmod.asyncio_loop():
+            with pytest.raises(errors.ExtensionMissing) as info:
+                async with dbmod.open_database(url, connect_timeout=5):
+                    pass
+    message = str(info.value)
+    assert "pgvector" in message
+    assert "install" in message

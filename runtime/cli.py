@@ -1,0 +1,142 @@
+"""Command-line plumbing: settings, logging, exit codes, and the core commands.
+
+Exit codes: 0 success (including a clean shutdown), 1 runtime failure (database unreachable,
+an actor escalated past its restart budget), 2 bad configuration or usage. Errors print one
+line on stderr; secrets never appear in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
+
+import trio
+
+from runtime import db as dbmod
+from runtime.embedded_pg import embedded_postgres
+from runtime.errors import DatabaseError, EngramError, EscalationError, SettingsError
+from runtime.logs import SecretScrubber, configure_logging
+from runtime.migrate import apply_migrations
+from runtime.settings import FIELDS, Settings, load_settings
+
+Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
+
+
+def database_url_context(settings: Settings) -> AbstractAsyncContextManager[str]:
+    """The configured DATABASE_URL, or the embedded server's URL for its lifetime."""
+    if settings.database_url:
+
+        @asynccontextmanager
+        async def given() -> Any:
+            yield settings.database_url
+
+        return given()
+    return embedded_postgres(settings.home)
+
+
+@asynccontextmanager
+async def open_settings_database(settings: Settings) -> Any:
+    """asyncio loop + (embedded server) + pool, for commands that need the database."""
+    async with (
+        dbmod.asyncio_loop(),
+        database_url_context(settings) as url,
+        dbmod.open_database(
+            url,
+            min_size=settings.db_pool_min,
+            max_size=settings.db_pool_max,
+            connect_timeout=settings.db_connect_timeout,
+        ) as database,
+    ):
+        yield database
+
+
+async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+    async with open_settings_database(settings) as database:
+        applied = await apply_migrations(database)
+    print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
+    return 0
+
+
+async def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
+    """Print the effective configuration with secrets masked."""
+    for f in FIELDS:
+        value = getattr(settings, f.attr)
+        if f.secret:
+            shown = "(set)" if value else "(not set)"
+        elif isinstance(value, frozenset):
+            shown = ",".join(str(v) for v in sorted(value))
+        else:
+            shown = str(value)
+        print(f"{f.env}={shown}")
+    return 0
+
+
+def base_parser() -> tuple[argparse.ArgumentParser, Any]:
+    """The parser with the core commands; packages add theirs to the returned subparsers."""
+    parser = argparse.ArgumentParser(
+        prog="engram", description="A Telegram companion bot with long-term memory."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    p = sub.add_parser("migrate", help="apply pending database migrations")
+    p.set_defaults(handler=cmd_migrate)
+    p = sub.add_parser("config", help="print the effective configuration (secrets masked)")
+    p.set_defaults(handler=cmd_config)
+    return parser, sub
+
+
+def fail(message: str, code: int, secrets: Sequence[str] = ()) -> int:
+    line = SecretScrubber(secrets).scrub(" ".join(message.split()))
+    print(f"engram: {line}", file=sys.stderr)
+    return code
+
+
+def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
+    """Parse, load settings, configure logging and run the chosen handler under trio."""
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        return fail(f"configuration error: {exc}", 2)
+    configure_logging(settings.log_level, settings.log_format, settings.secrets())
+    handler: Handler = args.handler
+    try:
+        return trio.run(handler, settings, args)
+    except (Exception, KeyboardInterrupt, BaseExceptionGroup) as exc:  # noqa: BLE001
+        return exit_code_for(exc, settings.secrets())
+
+
+def leaf_exceptions(exc: BaseException) -> list[BaseException]:
+    """The non-group exceptions inside ``exc`` (itself if it is not a group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in leaf_exceptions(sub)]
+    return [exc]
+
+
+def exit_code_for(exc: BaseException, secrets: Sequence[str] = ()) -> int:
+    """Print the one-line reason for a failed command and return its exit code."""
+    leaves = leaf_exceptions(exc)
+    for kind, prefix, code in (
+        (SettingsError, "configuration error", 2),
+        (EscalationError, "fatal", 1),
+        (DatabaseError, "database", 1),
+        (EngramError, "error", 1),
+    ):
+        for leaf in leaves:
+            if isinstance(leaf, kind):
+                return fail(f"{prefix}: {leaf}", code, secrets)
+    if all(isinstance(leaf, KeyboardInterrupt) for leaf in leaves):
+        return 130
+    raise exc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser, _ = base_parser()
+    return run_cli(parser, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""The HTTP application (quart-trio) and its hypercorn configuration.
+
+The app owns no tasks: ``main`` starts the actor system and hands the app what it needs
+(a readiness probe, and blueprints such as the Telegram webhook). ``GET /healthz`` says the
+process is alive; ``GET /readyz`` says the database answers and every migration is applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+import trio
+from hypercorn.config import Config
+from quart import Blueprint, Response, jsonify
+from quart_trio import QuartTrio
+
+from runtime.db import Database
+from runtime.errors import DatabaseError
+from runtime.migrate import migrations_current
+
+ReadinessCheck = Callable[[], Awaitable[tuple[bool, str]]]
+
+
+def database_readiness(db: Database, timeout: float = 2.0) -> ReadinessCheck:
+    """A readiness check: the database answers within ``timeout`` and migrations are current."""
+
+    async def check() -> tuple[bool, str]:
+        with trio.move_on_after(timeout):
+            try:
+                if not await migrations_current(db):
+                    return False, "migrations not applied"
+            except DatabaseError as exc:
+                return False, f"database error: {type(exc).__name__}"
+            return True, "ok"
+        return False, "database timeout"
+
+    return check
+
+
+def create_app(
+    readiness: Iterable[tuple[str, ReadinessCheck]] = (),
+    blueprints: Iterable[Blueprint] = (),
+    *,
+    max_body_bytes: int = 1024 * 1024,
+) -> QuartTrio:
+    """Build the app. ``readiness`` is a list of named checks run by ``/readyz``."""
+    app = QuartTrio("engram")
+    app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
+    app.config["BODY_TIMEOUT"] = 30
+    app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
+    checks = list(readiness)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return jsonify({"status": "ok"})
+
+    @app.get("/readyz")
+    async def readyz() -> tuple[Response, int]:
+        results: dict[str, str] = {}
+        ready = True
+        for name, check in checks:
+            ok, detail = await check()
+            results[name] = detail
+            ready = ready and ok
+        body = {"status": "ready" if ready else "not ready", "checks": results}
+        return jsonify(body), (200 if ready else 503)
+
+    for bp in blueprints:
+        app.register_blueprint(bp)
+    return app
+
+
+def hypercorn_config(host: str, port: int, **overrides: Any) -> Config:
+    """Hypercorn settings for engram: one bind, no access log, short graceful timeout."""
+    config = Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.errorlog = None
+    config.graceful_timeout = 5.0
+    config.keep_alive_timeout = 75.0
+    config.h11_max_incomplete_size = 16 * 1024
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return config
