@@ -1,0 +1,139 @@
+"""API cost math (seed 000, "API cost tracking"): rates are config, cost is computed per call.
+
+Token models are priced in USD per 1M input/output tokens; audio models (``whisper-1``) in USD
+per minute. Lookup is exact first, then without a trailing ``-YYYYMMDD`` snapshot date (the
+APIs echo dated names such as ``claude-haiku-4-5-20251001``). Local models — names starting
+with ``local:``/``local/`` or ``wordllama`` — cost 0. Any other unknown model costs 0 with
+``known=False`` so the caller can log a warning.
+
+Override syntax (a settings string)::
+
+    "claude-sonnet-4-5=3/15, my-model=0.5/2, whisper-1=0.006/min"
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+
+import attrs
+
+
+@attrs.frozen
+class Rate:
+    """USD per 1M input tokens, per 1M output tokens, and per audio minute."""
+
+    input_per_mtok: float = 0.0
+    output_per_mtok: float = 0.0
+    per_minute: float = 0.0
+
+
+@attrs.frozen
+class Cost:
+    """A computed cost; ``known`` is False when the model had no rate (cost then 0)."""
+
+    usd: float
+    known: bool = True
+
+
+RateTable = Mapping[str, Rate]
+
+_SONNET = Rate(3.0, 15.0)
+_HAIKU = Rate(1.0, 5.0)
+
+DEFAULT_RATES: RateTable = MappingProxyType(
+    {
+        "claude-sonnet-4-5": _SONNET,
+        "claude-sonnet-4-5-20250514": _SONNET,
+        "claude-haiku-4-5": _HAIKU,
+        "text-embedding-3-small": Rate(0.02, 0.0),
+        "whisper-1": Rate(per_minute=0.006),
+    }
+)
+
+LOCAL_PREFIXES = ("local:", "local/", "wordllama")
+
+_DATE_SUFFIX = re.compile(r"-\d{8}$")
+_NUMBER = r"\s*(\d+(?:\.\d*)?|\.\d+)\s*"
+_TOKEN_RATE = re.compile(rf"{_NUMBER}/{_NUMBER}")
+_MINUTE_RATE = re.compile(rf"{_NUMBER}/\s*min\s*")
+
+
+def is_local(model: str) -> bool:
+    """True for models that run in-process and cost nothing."""
+    return model.startswith(LOCAL_PREFIXES)
+
+
+def lookup(rates: RateTable, model: str) -> Rate | None:
+    """The rate of ``model`` (exact, then without a date suffix); zero for local models."""
+    if model in rates:
+        return rates[model]
+    base = _DATE_SUFFIX.sub("", model)
+    if base in rates:
+        return rates[base]
+    if is_local(model):
+        return Rate()
+    return None
+
+
+def _check_count(name: str, value: float) -> None:
+    if value < 0 or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+
+
+def token_cost(rates: RateTable, model: str, input_tokens: int, output_tokens: int) -> Cost:
+    """Cost of one token-billed call."""
+    _check_count("input_tokens", input_tokens)
+    _check_count("output_tokens", output_tokens)
+    rate = lookup(rates, model)
+    if rate is None:
+        return Cost(0.0, known=False)
+    usd = (input_tokens * rate.input_per_mtok + output_tokens * rate.output_per_mtok) / 1e6
+    return Cost(usd)
+
+
+def duration_cost(rates: RateTable, model: str, seconds: float) -> Cost:
+    """Cost of one duration-billed call (transcription), pro rata per second."""
+    _check_count("seconds", seconds)
+    rate = lookup(rates, model)
+    if rate is None:
+        return Cost(0.0, known=False)
+    return Cost(seconds / 60.0 * rate.per_minute)
+
+
+def parse_rates(spec: str) -> dict[str, Rate]:
+    """Parse ``"model=in/out,model2=usd/min"``; an empty string gives ``{}``.
+
+    Raises ValueError naming the bad entry.
+    """
+    out: dict[str, Rate] = {}
+    for raw in spec.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        model, sep, value = entry.partition("=")
+        model = model.strip()
+        if not sep or not model:
+            raise ValueError(
+                f"rate override {entry!r}: expected model=input/output (USD per 1M tokens) "
+                "or model=usd/min"
+            )
+        if model in out:
+            raise ValueError(f"rate override {entry!r}: model {model!r} given twice")
+        if m := _MINUTE_RATE.fullmatch(value):
+            out[model] = Rate(per_minute=float(m.group(1)))
+        elif m := _TOKEN_RATE.fullmatch(value):
+            out[model] = Rate(float(m.group(1)), float(m.group(2)))
+        else:
+            raise ValueError(
+                f"rate override {entry!r}: value {value.strip()!r} is not input/output "
+                "(two non-negative numbers, USD per 1M tokens) or usd/min"
+            )
+    return out
+
+
+def with_overrides(base: RateTable, spec: str) -> RateTable:
+    """``base`` updated by the parsed override ``spec`` (a new read-only table)."""
+    return MappingProxyType({**base, **parse_rates(spec)})

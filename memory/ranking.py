@@ -1,0 +1,221 @@
+"""Pattern retrieval math (seed 000, "Pattern retrieval with typed decay + floor").
+
+The store computes :func:`score` in SQL; this module is the Python reference for tests and the
+place where MMR reranking, the injected-pattern budget and RRF fusion run::
+
+    recency  = floor + (1 - floor) * exp(-ln2 * days / half_life)      # per kind
+    memory   = 1 + 0.25 * min(ln(1 + strength), 2.0)
+    score    = sim * recency * memory * confidence * validity
+
+``validity`` is 1.0 for active patterns, 0.0 for superseded/deprecated/merged ones and
+``DISPUTED_VALIDITY`` (0.5) for disputed ones: a disputed pattern is a live but contested
+hypothesis, so it still surfaces on a strong match, at half weight.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from types import MappingProxyType
+from typing import Protocol, TypeVar
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+Vector = Sequence[float] | npt.NDArray[np.floating]
+
+MIN_SIMILARITY = 0.4
+MMR_LAMBDA = 0.7
+PATTERN_BUDGET_TOKENS = 2000
+CHARS_PER_TOKEN = 4
+RRF_K = 60
+DISPUTED_VALIDITY = 0.5
+MEMORY_WEIGHT = 0.25
+MEMORY_LOG_CAP = 2.0
+
+
+@attrs.frozen
+class Decay:
+    """Typed decay of one pattern kind: half-life in days and the recency floor."""
+
+    half_life_days: float
+    floor: float
+
+
+DECAY_BY_KIND: Mapping[str, Decay] = MappingProxyType(
+    {
+        "behavior": Decay(90.0, 0.45),
+        "belief": Decay(90.0, 0.45),
+        "goal": Decay(60.0, 0.35),
+        "preference": Decay(90.0, 0.45),
+        "emotion": Decay(14.0, 0.15),
+        "temporal": Decay(365.0, 0.60),
+        "causal": Decay(90.0, 0.45),
+    }
+)
+
+VALIDITY_BY_STATUS: Mapping[str, float] = MappingProxyType(
+    {
+        "active": 1.0,
+        "disputed": DISPUTED_VALIDITY,
+        "superseded": 0.0,
+        "deprecated": 0.0,
+        "merged": 0.0,
+    }
+)
+
+
+def recency(kind: str, days: float) -> float:
+    """Typed decay with floor; ``days`` since last seen (negative, i.e. clock skew, counts as 0)."""
+    try:
+        decay = DECAY_BY_KIND[kind]
+    except KeyError:
+        raise ValueError(f"unknown pattern kind {kind!r}") from None
+    days = max(days, 0.0)
+    return decay.floor + (1.0 - decay.floor) * math.exp(-math.log(2) * days / decay.half_life_days)
+
+
+def memory_factor(strength: float) -> float:
+    """``1 + 0.25 * min(ln(1 + strength), 2)``, in [1.0, 1.5]; negative strength counts as 0."""
+    return 1.0 + MEMORY_WEIGHT * min(math.log1p(max(strength, 0.0)), MEMORY_LOG_CAP)
+
+
+def validity(status: str) -> float:
+    """1.0 active, 0.5 disputed, 0.0 superseded/deprecated/merged."""
+    try:
+        return VALIDITY_BY_STATUS[status]
+    except KeyError:
+        raise ValueError(f"unknown pattern status {status!r}") from None
+
+
+def score(
+    sim: float, kind: str, days: float, strength: float, confidence: float, status: str
+) -> float:
+    """The retrieval score of one pattern (callers filter ``sim < MIN_SIMILARITY`` first)."""
+    return sim * recency(kind, days) * memory_factor(strength) * confidence * validity(status)
+
+
+# --- MMR ------------------------------------------------------------------------------------
+
+
+class Scored(Protocol):
+    """Anything with a retrieval score."""
+
+    @property
+    def score(self) -> float: ...
+
+
+class Embedded(Scored, Protocol):
+    """A scored item with an embedding vector."""
+
+    @property
+    def vector(self) -> Vector: ...
+
+
+class Sized(Scored, Protocol):
+    """A scored item with the text that would be injected."""
+
+    @property
+    def text(self) -> str: ...
+
+
+@attrs.frozen
+class Candidate:
+    """A ready-made retrieval candidate satisfying :class:`Embedded` and :class:`Sized`."""
+
+    id: int
+    score: float
+    vector: Vector = attrs.field(eq=False, repr=False)
+    text: str = ""
+
+
+E = TypeVar("E", bound=Embedded)
+S = TypeVar("S", bound=Sized)
+H = TypeVar("H", bound=Hashable)
+
+
+def _unit_rows(vectors: Sequence[Vector]) -> npt.NDArray[np.float64]:
+    mat = np.asarray([np.asarray(v, dtype=np.float64).ravel() for v in vectors], dtype=np.float64)
+    norms = np.linalg.norm(mat, axis=1, keepdims=True)
+    norms[norms == 0.0] = 1.0
+    unit: npt.NDArray[np.float64] = mat / norms
+    return unit
+
+
+def mmr(candidates: Sequence[E], k: int | None = None, lam: float = MMR_LAMBDA) -> list[E]:
+    """Maximal Marginal Relevance: pick up to ``k`` items, trading score against redundancy.
+
+    The first pick is the highest score; each next one maximises
+    ``lam * score - (1 - lam) * max cosine similarity to the already selected``.
+    Ties go to the earlier candidate. Vectors are normalised here, so they need not be unit.
+    """
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lam must be in [0, 1], got {lam}")
+    n = len(candidates)
+    k = n if k is None else min(k, n)
+    if k <= 0:
+        return []
+    vecs = _unit_rows([c.vector for c in candidates])
+    sims = vecs @ vecs.T
+    scores = np.asarray([c.score for c in candidates], dtype=np.float64)
+    first = int(np.argmax(scores))
+    selected = [first]
+    remaining = np.ones(n, dtype=bool)
+    remaining[first] = False
+    max_sim = sims[first].copy()
+    while len(selected) < k:
+        mmr_scores = lam * scores - (1.0 - lam) * max_sim
+        mmr_scores[~remaining] = -np.inf
+        pick = int(np.argmax(mmr_scores))
+        selected.append(pick)
+        remaining[pick] = False
+        np.maximum(max_sim, sims[pick], out=max_sim)
+    return [candidates[i] for i in selected]
+
+
+# --- budget ---------------------------------------------------------------------------------
+
+
+def estimate_tokens(text: str) -> int:
+    """Rough token count: ``ceil(len(text) / 4)``."""
+    return -(-len(text) // CHARS_PER_TOKEN)
+
+
+def apply_budget(items: Sequence[S], max_tokens: int = PATTERN_BUDGET_TOKENS) -> list[S]:
+    """Drop the lowest-scored items until the total estimated tokens fit ``max_tokens``.
+
+    Order is otherwise kept (items arrive in rank/MMR order). Among equal scores the later item
+    goes first. An item larger than the whole budget is always dropped eventually.
+    """
+    tokens = [estimate_tokens(it.text) for it in items]
+    total = sum(tokens)
+    keep = [True] * len(items)
+    drop_order = sorted(range(len(items)), key=lambda i: (items[i].score, -i))
+    for i in drop_order:
+        if total <= max_tokens:
+            break
+        keep[i] = False
+        total -= tokens[i]
+    return [it for it, kept in zip(items, keep, strict=True) if kept]
+
+
+# --- RRF ------------------------------------------------------------------------------------
+
+
+def rrf(rankings: Sequence[Sequence[H]], k: int = RRF_K) -> list[tuple[H, float]]:
+    """Reciprocal Rank Fusion: ``sum 1 / (k + rank)`` over lists (rank from 1), best first.
+
+    A repeated id within one list counts at its best rank only. Ties keep first-seen order.
+    """
+    if k < 0:
+        raise ValueError(f"k must be >= 0, got {k}")
+    fused: dict[H, float] = {}
+    for ranking in rankings:
+        seen: set[H] = set()
+        for rank, item in enumerate(ranking, start=1):
+            if item in seen:
+                continue
+            seen.add(item)
+            fused[item] = fused.get(item, 0.0) + 1.0 / (k + rank)
+    return sorted(fused.items(), key=lambda kv: -kv[1])
