@@ -105,7 +105,7 @@ def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) 
     handler: Handler = args.handler
     try:
         return trio.run(handler, settings, args)
-    except (Exception, KeyboardInterrupt, BaseExceptionGroup) as exc:  # noqa: BLE001
+    except (Exception, KeyboardInterrupt, BaseExceptionGroup) as exc:
         return exit_code_for(exc, settings.secrets())
 
 

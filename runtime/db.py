@@ -79,7 +79,9 @@ def map_error(exc: BaseException) -> errors.DatabaseError:
         return exc
     if isinstance(exc, asyncpg.PostgresError):
         state = getattr(exc, "sqlstate", None) or ""
-        cls = _SQLSTATE_CLASSES.get(state) or _SQLSTATE_PREFIXES.get(state[:2], errors.DatabaseError)
+        cls = _SQLSTATE_CLASSES.get(state) or _SQLSTATE_PREFIXES.get(
+            state[:2], errors.DatabaseError
+        )
         message = str(exc)
         if state == "42704" and "vector" in message:
             return errors.ExtensionMissing(PGVECTOR_HELP, sqlstate=state)
@@ -116,22 +118,20 @@ class _Queries:
 
     _target: Any  # asyncpg.Pool or asyncpg.Connection
 
-    async def execute(self, query: str, *args: Any, timeout: float | None = None) -> str:
-        return await _bridge(self._target.execute, query, *args, timeout=timeout)
+    async def execute(self, query: str, *args: Any) -> str:
+        return await _bridge(self._target.execute, query, *args)
 
-    async def executemany(
-        self, query: str, args: Sequence[Sequence[Any]], *, timeout: float | None = None
-    ) -> None:
-        await _bridge(self._target.executemany, query, args, timeout=timeout)
+    async def executemany(self, query: str, args: Sequence[Sequence[Any]]) -> None:
+        await _bridge(self._target.executemany, query, args)
 
-    async def fetch(self, query: str, *args: Any, timeout: float | None = None) -> list[Row]:
-        return await _bridge(self._target.fetch, query, *args, timeout=timeout)
+    async def fetch(self, query: str, *args: Any) -> list[Row]:
+        return await _bridge(self._target.fetch, query, *args)
 
-    async def fetchrow(self, query: str, *args: Any, timeout: float | None = None) -> Row | None:
-        return await _bridge(self._target.fetchrow, query, *args, timeout=timeout)
+    async def fetchrow(self, query: str, *args: Any) -> Row | None:
+        return await _bridge(self._target.fetchrow, query, *args)
 
-    async def fetchval(self, query: str, *args: Any, timeout: float | None = None) -> Any:
-        return await _bridge(self._target.fetchval, query, *args, timeout=timeout)
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        return await _bridge(self._target.fetchval, query, *args)
 
     async def copy_records(
         self, table: str, records: Sequence[Sequence[Any]], columns: Sequence[str]
@@ -198,15 +198,17 @@ async def _init_connection(conn: Any) -> None:
     await register_vector(conn)
 
 
-async def _ensure_pgvector(url: str, timeout: float) -> None:
-    conn = await asyncpg.connect(url, timeout=timeout)
+async def _ensure_pgvector(url: str, connect_timeout: float) -> None:
+    conn = await asyncpg.connect(url)
     try:
         available = await conn.fetchval(
             "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'"
         )
         if not available:
             raise errors.ExtensionMissing(PGVECTOR_HELP)
-        installed = await conn.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'vector'")
+        installed = await conn.fetchval(
+            "SELECT count(*) FROM pg_extension WHERE extname = 'vector'"
+        )
         if not installed:
             # serialize with other processes starting at the same moment
             async with conn.transaction():
@@ -216,8 +218,9 @@ async def _ensure_pgvector(url: str, timeout: float) -> None:
         await conn.close()
 
 
-async def _connect_with_retry(url: str, timeout: float) -> None:
-    """Wait until the server accepts connections (it may still be starting), up to ``timeout``."""
+async def _connect_with_retry(url: str, connect_timeout: float) -> None:
+    """Wait until the server accepts connections (it may be starting), up to ``connect_timeout``."""
+    timeout = connect_timeout
     delay = 0.1
     last: BaseException | None = None
     with trio.move_on_after(timeout):

@@ -7,12 +7,13 @@ and the last one to exit stops it; the next run starts it again on the same data
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import subprocess
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
-from collections.abc import AsyncIterator
 
 import trio
 
@@ -30,7 +31,7 @@ def _start(pgdata: Path, database: str) -> tuple[Any, str]:
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     pgdata.mkdir(parents=True, exist_ok=True)
     try:
-        server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        server = pgserver.get_server(pgdata, cleanup_mode="stop")  # type: ignore[attr-defined]
     except (subprocess.CalledProcessError, OSError, RuntimeError) as exc:
         raise DatabaseUnavailable(
             f"could not start the embedded PostgreSQL in {pgdata}: {exc} "
@@ -38,11 +39,9 @@ def _start(pgdata: Path, database: str) -> tuple[Any, str]:
         ) from None
     exists = server.psql(f"SELECT 1 FROM pg_database WHERE datname = '{database}';")
     if "(1 row)" not in exists:
-        try:
+        # another process may create it at the same moment
+        with contextlib.suppress(subprocess.CalledProcessError):
             server.psql(f'CREATE DATABASE "{database}";')
-        except subprocess.CalledProcessError:
-            # another process created it at the same moment
-            pass
     return server, server.get_uri(database)
 
 

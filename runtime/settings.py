@@ -200,26 +200,6 @@ FIELDS: tuple[Field, ...] = (
           "Comma-separated chat ids allowed to talk to the bot (empty: nobody)."),
     Field("TELEGRAM_API_BASE_URL", "telegram_api_base_url", "https://api.telegram.org",
           _http_url, "Bot API server (a local Bot API server or a test server)."),
-    Field("LLM_PROVIDER", "llm_provider", "anthropic", _choice("anthropic", "openai"),
-          "anthropic, or openai for any OpenAI-compatible chat endpoint."),
-    Field("ANTHROPIC_API_KEY", "anthropic_api_key", "", _secret, "Anthropic API key.",
-          secret=True),
-    Field("ANTHROPIC_MODEL", "anthropic_model", "claude-sonnet-4-5", _str,
-          "Claude model for turns and compaction."),
-    Field("ANTHROPIC_BASE_URL", "anthropic_base_url", "", _http_url,
-          "Anthropic API base URL (empty: the SDK default)."),
-    Field("OPENAI_API_KEY", "openai_api_key", "", _secret,
-          "OpenAI key: embeddings, Whisper, and the openai LLM provider.", secret=True),
-    Field("OPENAI_BASE_URL", "openai_base_url", "", _http_url,
-          "OpenAI-compatible base URL (empty: the SDK default)."),
-    Field("OPENAI_MODEL", "openai_model", "gpt-4o-mini", _str,
-          "Chat model when LLM_PROVIDER=openai."),
-    Field("EMBEDDING_PROVIDER", "embedding_provider", "auto", _choice("auto", "openai", "local"),
-          "auto: openai when OPENAI_API_KEY is set, else the local wordllama model."),
-    Field("CONTEXT_TOKEN_BUDGET", "context_token_budget", "24000", _int_range(1000, 1_000_000),
-          "Estimated context tokens above which the chat is compacted."),
-    Field("MESSAGE_RETENTION_DAYS", "message_retention_days", "7", _int_range(0, 36500),
-          "Days compacted messages are kept before hard delete (0: forever)."),
 )
 
 _BY_ENV = {f.env: f for f in FIELDS}
@@ -252,16 +232,6 @@ class Settings:
     telegram_secret_token: Secret
     telegram_allowed_chat_ids: frozenset[int]
     telegram_api_base_url: str
-    llm_provider: str
-    anthropic_api_key: Secret
-    anthropic_model: str
-    anthropic_base_url: str
-    openai_api_key: Secret
-    openai_base_url: str
-    openai_model: str
-    embedding_provider: str
-    context_token_budget: int
-    message_retention_days: int
 
     def secrets(self) -> list[str]:
         """Every non-empty secret value, for log scrubbing."""

@@ -5,6 +5,7 @@ Used to check the error a user gets when DATABASE_URL points at a server that la
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -42,7 +43,8 @@ def postgres_without_pgvector() -> Iterator[str]:
         shutil.chown(pgdata, user)
     bin_dir = install / "bin"
     try:
-        _run([str(bin_dir / "initdb"), "-D", str(pgdata), "-U", "postgres", "--auth=trust"], user, libs)
+        initdb = str(bin_dir / "initdb")
+        _run([initdb, "-D", str(pgdata), "-U", "postgres", "--auth=trust"], user, libs)
         _run(
             [str(bin_dir / "pg_ctl"), "-D", str(pgdata), "-w", "-l", str(sock / "server.log"),
              "-o", f"-k {sock} -c listen_addresses=''", "start"],
@@ -51,8 +53,7 @@ def postgres_without_pgvector() -> Iterator[str]:
         )
         yield f"postgresql://postgres@/postgres?host={sock}"
     finally:
-        try:
-            _run([str(bin_dir / "pg_ctl"), "-D", str(pgdata), "-m", "immediate", "stop"], user, libs)
-        except subprocess.SubprocessError:
-            pass
+        with contextlib.suppress(subprocess.SubprocessError):
+            pg_ctl = str(bin_dir / "pg_ctl")
+            _run([pg_ctl, "-D", str(pgdata), "-m", "immediate", "stop"], user, libs)
         shutil.rmtree(root, ignore_errors=True)

@@ -51,7 +51,9 @@ async def test_unique_violation_is_mapped(db: dbmod.Database) -> None:
 
 async def test_check_and_syntax_errors_are_mapped(db: dbmod.Database) -> None:
     with pytest.raises(errors.IntegrityViolation):
-        await db.execute("INSERT INTO daily_metrics (chat_id, date, weight_kg) VALUES (1, now(), -3)")
+        await db.execute(
+            "INSERT INTO daily_metrics (chat_id, date, weight_kg) VALUES (1, now(), -3)"
+        )
     with pytest.raises(errors.QueryError):
         await db.fetch("SELEC nonsense")
     with pytest.raises(errors.QueryError):

@@ -83,7 +83,7 @@ async def test_unknown_applied_migration_is_refused(raw_db: dbmod.Database) -> N
 
 async def test_failed_migration_rolls_back(raw_db: dbmod.Database) -> None:
     bad = [*load_migrations(), Migration(902, "broken", "CREATE TABLE half (n int); SELEC 1;")]
-    with pytest.raises(errors.MigrationError, match="902_broken.sql failed"):
+    with pytest.raises(errors.MigrationError, match=r"902_broken\.sql failed"):
         await apply_migrations(raw_db, bad)
     assert await raw_db.fetchval("SELECT to_regclass('half')") is None
     assert await raw_db.fetchval("SELECT max(version) FROM schema_migrations") == 1
