@@ -163,32 +163,27 @@ class Registry(Generic[K, M]):
     async def _deliver(
         self, key: K, msg: M, deadline: float, reply: Reply[Any] | None = None
     ) -> Mailbox[M]:
-        while True:
-            slot: _Slot[K, M] | None = None
-            with trio.move_on_at(deadline):
-                slot = await self._slot_for(key)
-            if slot is None:
-                log.warning("registry.full", registry=self.name, max_actors=self.max_actors)
-                raise RegistryFull(f"registry {self.name!r} stayed full ({self.max_actors})")
-            mailbox = slot.mailbox
-            if reply is not None:
-                mailbox.track(msg, reply)
-            try:
-                try:  # no await between finding the slot and this send: it cannot idle-stop
-                    mailbox.send_nowait(msg)
-                except MailboxFull:  # a non-empty mailbox is never idle-stopped nor evicted
-                    await mailbox.send(msg, deadline=deadline)
-                else:
-                    await trio.lowlevel.cancel_shielded_checkpoint()
-            except ActorStopped:
+        slot: _Slot[K, M] | None = None
+        with trio.move_on_at(deadline):
+            slot = await self._slot_for(key)
+        if slot is None:
+            log.warning("registry.full", registry=self.name, max_actors=self.max_actors)
+            raise RegistryFull(f"registry {self.name!r} stayed full ({self.max_actors})")
+        mailbox = slot.mailbox
+        if reply is not None:
+            mailbox.track(msg, reply)
+        delivered = False
+        try:
+            try:  # no await between finding the slot and this send, so it cannot idle-stop
+                mailbox.send_nowait(msg)
+            except MailboxFull:  # a non-empty mailbox is never idle-stopped nor evicted
+                await mailbox.send(msg, deadline=deadline)
+            delivered = True
+        finally:
+            if not delivered:
                 mailbox.untrack(msg)
-                if self._closing.is_set():
-                    raise
-                continue  # stopped under us (should not happen): try a fresh actor
-            except BaseException:
-                mailbox.untrack(msg)
-                raise
-            return mailbox
+        await trio.lowlevel.cancel_shielded_checkpoint()  # the fast path still checkpoints
+        return mailbox
 
     async def _slot_for(self, key: K) -> _Slot[K, M]:
         """The key's slot, spawned if needed. Returns with no await after the lookup."""
@@ -282,6 +277,8 @@ class Registry(Generic[K, M]):
         """Next message, or STOP when closed and drained or idle for ``idle_timeout``."""
         inbox = slot.mailbox.inbox
         slot.waiting = True
+        if self._live >= self.max_actors:
+            self._wake()  # an idle actor can now be evicted for a waiting sender
         try:
             with trio.move_on_after(self.idle_timeout):
                 try:
