@@ -17,7 +17,13 @@ import trio
 
 from runtime import db as dbmod
 from runtime.embedded_pg import embedded_postgres
-from runtime.errors import DatabaseError, EngramError, EscalationError, SettingsError
+from runtime.errors import (
+    DatabaseError,
+    EngramError,
+    EscalationError,
+    SettingsError,
+    leaf_exceptions,
+)
 from runtime.logs import SecretScrubber, configure_logging
 from runtime.migrate import apply_migrations
 from runtime.settings import FIELDS, Settings, load_settings
@@ -107,13 +113,6 @@ def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) 
         return trio.run(handler, settings, args)
     except (Exception, KeyboardInterrupt, BaseExceptionGroup) as exc:
         return exit_code_for(exc, settings.secrets())
-
-
-def leaf_exceptions(exc: BaseException) -> list[BaseException]:
-    """The non-group exceptions inside ``exc`` (itself if it is not a group)."""
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for sub in exc.exceptions for leaf in leaf_exceptions(sub)]
-    return [exc]
 
 
 def exit_code_for(exc: BaseException, secrets: Sequence[str] = ()) -> int:

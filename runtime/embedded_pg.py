@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import subprocess
+import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -26,7 +27,9 @@ DATABASE_NAME = "engram"
 
 
 def _start(pgdata: Path, database: str) -> tuple[Any, str]:
-    import pgserver  # heavy import, only when the embedded server is used
+    with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR on servers
+        warnings.simplefilter("ignore")
+        import pgserver  # heavy import, only when the embedded server is used
 
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     pgdata.mkdir(parents=True, exist_ok=True)

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 
+def leaf_exceptions(exc: BaseException) -> list[BaseException]:
+    """The non-group exceptions inside ``exc`` (``[exc]`` when it is not a group)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in leaf_exceptions(sub)]
+    return [exc]
+
+
 class EngramError(Exception):
     """Base class of every error engram raises on purpose."""
 

@@ -1,0 +1,98 @@
+"""``engram serve``: compose every lifetime of the process.
+
+    trio.run -> asyncio loop -> database (embedded or DATABASE_URL) -> migrations
+      -> root nursery: shutdown coordinator (signals), actor system, hypercorn
+
+The actor system is whatever the caller builds (the ``actors`` package composes the bot's); it
+is started with ``nursery.start`` and hands back a :class:`SystemHandle` with the HTTP routes,
+readiness checks and drain callbacks the rest of the process needs. The web app only receives
+that handle; it starts no tasks of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+from typing import Any, Protocol
+
+import attrs
+import hypercorn.trio
+import trio
+from quart import Blueprint
+
+from runtime.db import Database
+from runtime.errors import EngramError, leaf_exceptions
+from runtime.http import ReadinessCheck, create_app, database_readiness, hypercorn_config
+from runtime.logs import get_logger
+from runtime.migrate import apply_migrations
+from runtime.settings import Settings
+from runtime.shutdown import Shutdown
+
+log = get_logger(__name__)
+
+
+@attrs.frozen
+class SystemHandle:
+    """What a started actor system offers the process."""
+
+    blueprints: Sequence[Blueprint] = ()
+    readiness: Sequence[tuple[str, ReadinessCheck]] = ()
+    drains: Sequence[tuple[str, Callable[[], Awaitable[object]]]] = ()
+
+
+class ActorSystem(Protocol):
+    async def run(self, *, task_status: trio.TaskStatus[SystemHandle]) -> None: ...
+
+
+SystemBuilder = Callable[[Settings, Database, Shutdown], ActorSystem]
+
+
+class EmptySystem:
+    """A system with no actors (``engram serve`` of the bare runtime, and tests)."""
+
+    async def run(self, *, task_status: trio.TaskStatus[SystemHandle]) -> None:
+        task_status.started(SystemHandle())
+        await trio.sleep_forever()
+
+
+async def serve(
+    settings: Settings,
+    database: Database,
+    build_system: SystemBuilder,
+    *,
+    on_listening: Callable[[list[str]], None] | None = None,
+    shutdown: Shutdown | None = None,
+) -> int:
+    """Run until SIGINT/SIGTERM (or ``shutdown.request_stop()``); returns the exit code."""
+    applied = await apply_migrations(database)
+    if applied:
+        log.info("serve.migrated", applied=applied)
+    shutdown = shutdown or Shutdown(deadline=settings.shutdown_deadline)
+    async with trio.open_nursery() as root:
+        await root.start(shutdown.run, root.cancel_scope)
+        handle: SystemHandle = await root.start(build_system(settings, database, shutdown).run)
+        for name, drain in handle.drains:
+            shutdown.add_drain(name, drain)
+        app = create_app(
+            [("database", database_readiness(database)), *handle.readiness], handle.blueprints
+        )
+        config = hypercorn_config(settings.host, settings.port)
+        try:
+            binds: Any = await root.start(
+                partial(
+                    hypercorn.trio.serve,
+                    app,
+                    config,
+                    shutdown_trigger=shutdown.intake_stopped.wait,
+                )
+            )
+        except* OSError as group:
+            exc = leaf_exceptions(group)[0]
+            reason = getattr(exc, "strerror", None) or str(exc)
+            where = f"{settings.host}:{settings.port}"
+            raise EngramError(f"cannot listen on {where}: {reason}") from None
+        log.info("serve.listening", binds=list(binds or []))
+        if on_listening is not None:
+            on_listening(list(binds or []))
+    log.info("serve.stopped", exit_code=shutdown.exit_code)
+    return shutdown.exit_code

@@ -1,0 +1,145 @@
+"""``engram serve`` composition: health/readiness, clean shutdown, start-up failures."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from runtime import db as dbmod
+from runtime.http import create_app, database_readiness, hypercorn_config
+from runtime.serve import EmptySystem, serve
+from runtime.settings import load_settings
+from runtime.shutdown import Shutdown
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_serve_health_ready_and_clean_stop(raw_db: dbmod.Database) -> None:
+    settings = load_settings({"ENGRAM_PORT": "0", "SHUTDOWN_DEADLINE": "5"}, dotenv=None)
+    shutdown = Shutdown(deadline=5, signals=())
+    binds: list[str] = []
+    codes: list[int] = []
+
+    async def run() -> None:
+        codes.append(
+            await serve(
+                settings, raw_db, lambda s, d, sh: EmptySystem(),
+                on_listening=binds.extend, shutdown=shutdown,
+            )
+        )
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run)
+        with trio.fail_after(10):
+            while not binds:
+                await trio.sleep(0.01)
+        async with httpx.AsyncClient(base_url=binds[0]) as client:
+            health = await client.get("/healthz")
+            ready = await client.get("/readyz")
+        assert health.status_code == 200
+        assert ready.status_code == 200
+        assert ready.json()["checks"] == {"database": "ok"}
+        shutdown.request_stop("test")
+    assert codes == [0]
+    # serve applied the migrations before listening
+    assert await raw_db.fetchval("SELECT count(*) FROM schema_migrations") >= 1
+
+
+async def test_readyz_is_503_without_migrations(raw_db: dbmod.Database) -> None:
+    import hypercorn.trio
+
+    app = create_app([("database", database_readiness(raw_db))])
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        from functools import partial
+
+        binds = await nursery.start(
+            partial(hypercorn.trio.serve, app, hypercorn_config("127.0.0.1", 0),
+                    shutdown_trigger=stop.wait)
+        )
+        async with httpx.AsyncClient(base_url=binds[0]) as client:
+            ready = await client.get("/readyz")
+        stop.set()
+    assert ready.status_code == 503
+    assert ready.json()["checks"]["database"] == "migrations not applied"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items()
+        if not k.startswith(("ENGRAM_", "TELEGRAM_", "DATABASE_URL"))
+    }
+    env["LOG_FORMAT"] = "json"
+    env.update(extra)
+    return env
+
+
+def test_unreachable_database_url_fails_fast_with_one_line(tmp_path: Path) -> None:
+    url = f"postgresql://engram:topsecretpw@127.0.0.1:{_free_port()}/engram"
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "serve"],
+        env=_env(DATABASE_URL=url, DB_CONNECT_TIMEOUT="3", ENGRAM_HOME=str(tmp_path)),
+        cwd=tmp_path, capture_output=True, text=True, timeout=30,
+    )
+    assert time.monotonic() - start < 15
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("engram:")]
+    assert len(errors) == 1
+    assert "cannot reach the database" in errors[0]
+    assert "topsecretpw" not in proc.stderr + proc.stdout
+
+
+def test_sigterm_drains_and_exits_zero(tmp_path: Path, database_url: str) -> None:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "actors.cli", "serve"],
+        env=_env(DATABASE_URL=database_url, ENGRAM_PORT=str(port), ENGRAM_HOME=str(tmp_path)),
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "server did not become ready"
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _, err = proc.communicate()
+    assert code == 0, err
+    assert "shutdown.requested" in err
+
+
+@pytest.mark.parametrize("bad", ["ENGRAM_PORT=-5", "TIMEZONE=Nowhere/Else"])
+def test_bad_setting_exit_2(tmp_path: Path, bad: str) -> None:
+    name, value = bad.split("=")
+    proc = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "serve"],
+        env=_env(**{name: value}), cwd=tmp_path, capture_output=True, text=True, timeout=30,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0
+    assert name in proc.stderr
