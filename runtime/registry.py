@@ -38,7 +38,7 @@ from runtime.actor import DEFAULT_CAPACITY, DEFAULT_SEND_TIMEOUT, Mailbox, Reply
 from runtime.errors import ActorStopped, MailboxFull, RegistryFull, RequestTimeout
 from runtime.supervisor import CrashBudget, RestartPolicy
 
-__all__ = ["Handler", "Registry"]
+__all__ = ["Handler", "Registry", "TimedHandler"]
 
 K = TypeVar("K", bound=Hashable)
 M = TypeVar("M")
@@ -54,8 +54,22 @@ class Handler(Protocol[M_contra]):
     async def handle(self, msg: M_contra) -> None: ...
 
 
+class TimedHandler(Handler[M_contra], Protocol):
+    """A handler with its own timer (e.g. a fragment buffer waiting 1.5 s for the next part).
+
+    While ``deadline()`` returns a time, the actor is not idle: it wakes at that time (trio
+    clock) and calls ``on_deadline()``; when its mailbox closes (shutdown, eviction) it calls
+    ``on_deadline()`` once more before stopping, so nothing buffered is dropped.
+    """
+
+    def deadline(self) -> float | None: ...
+
+    async def on_deadline(self) -> None: ...
+
+
 class _Stop(enum.Enum):
     STOP = enum.auto()
+    TIMER = enum.auto()
 
 
 @attrs.define(eq=False)
@@ -254,10 +268,17 @@ class Registry(Generic[K, M]):
 
     async def _serve(self, slot: _Slot[K, M], handler: Handler[M]) -> None:
         inbox = slot.mailbox.inbox
+        timed = _deadline_of(handler)
         while True:
-            msg = await self._next(slot)
-            if msg is _Stop.STOP:
-                return
+            msg = await self._next(slot, timed)
+            if msg is _Stop.STOP or msg is _Stop.TIMER:
+                if timed is not None and timed() is not None:
+                    with structlog.contextvars.bound_contextvars(**{self.key_name: slot.key}):
+                        await handler.on_deadline()  # type: ignore[attr-defined]
+                    slot.last_used = trio.current_time()
+                if msg is _Stop.STOP:
+                    return
+                continue
             try:
                 with structlog.contextvars.bound_contextvars(**{self.key_name: slot.key}):
                     await handler.handle(msg)
@@ -273,9 +294,20 @@ class Registry(Generic[K, M]):
             finally:
                 slot.last_used = trio.current_time()
 
-    async def _next(self, slot: _Slot[K, M]) -> M | _Stop:
-        """Next message, or STOP when closed and drained or idle for ``idle_timeout``."""
+    async def _next(
+        self, slot: _Slot[K, M], timed: Callable[[], float | None] | None = None
+    ) -> M | _Stop:
+        """Next message; TIMER at the handler's deadline; STOP when closed or idle."""
         inbox = slot.mailbox.inbox
+        due = timed() if timed is not None else None
+        if due is not None:
+            slot.waiting = False  # holding buffered state: not idle, not evictable
+            with trio.move_on_at(due):
+                try:
+                    return await inbox.receive()
+                except trio.EndOfChannel:
+                    return _Stop.STOP
+            return _Stop.TIMER
         slot.waiting = True
         if self._live >= self.max_actors:
             self._wake()  # an idle actor can now be evicted for a waiting sender
@@ -295,3 +327,11 @@ class Registry(Generic[K, M]):
                 return _Stop.STOP
         finally:
             slot.waiting = False
+
+
+def _deadline_of(handler: object) -> Callable[[], float | None] | None:
+    """The handler's ``deadline`` method when it is a :class:`TimedHandler`, else None."""
+    deadline = getattr(handler, "deadline", None)
+    if callable(deadline) and callable(getattr(handler, "on_deadline", None)):
+        return deadline  # type: ignore[no-any-return]
+    return None

@@ -253,3 +253,52 @@ async def test_aclose_finishes_in_hand_and_drains_buffer(autojump_clock: trio.ab
         with pytest.raises(ActorStopped):
             await registry.send(4, Note("late"))
     assert _texts(world, 4) == ["slow", "a", "b"]
+
+
+@attrs.define
+class Buffering:
+    """A TimedHandler: buffers notes and flushes them 1.5 s after the last one."""
+
+    flushed: list[tuple[list[str], float]]
+    pending: list[str] = attrs.field(factory=list)
+    due: float | None = None
+
+    async def handle(self, msg: Msg) -> None:
+        self.pending.append(msg.text)
+        self.due = trio.current_time() + 1.5
+
+    def deadline(self) -> float | None:
+        return self.due
+
+    async def on_deadline(self) -> None:
+        self.flushed.append((self.pending, trio.current_time()))
+        self.pending, self.due = [], None
+
+
+async def test_timed_handler_fires_at_deadline_and_is_not_idle_while_pending(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    flushed: list[tuple[list[str], float]] = []
+    reg = Registry("t", lambda key: Buffering(flushed), idle_timeout=1.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(reg.run)
+        t0 = trio.current_time()
+        await reg.send(1, Note("a"))
+        await trio.sleep(1.0)
+        await reg.send(1, Note("b"))  # resets the 1.5 s timer; idle_timeout (1 s) must not stop it
+        await trio.sleep(5.0)
+        assert flushed == [(["a", "b"], pytest.approx(t0 + 2.5))]
+        assert reg.live_keys() == []  # idle after the flush, stopped 1 s later
+        await reg.aclose()
+
+
+async def test_timed_handler_flushes_on_close(autojump_clock: trio.testing.MockClock) -> None:
+    flushed: list[tuple[list[str], float]] = []
+    reg = Registry("t", lambda key: Buffering(flushed), idle_timeout=100.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(reg.run)
+        await reg.send(1, Note("x"))
+        await trio.sleep(0.1)
+        t_close = trio.current_time()
+        await reg.aclose()
+    assert flushed == [(["x"], pytest.approx(t_close))]
