@@ -143,3 +143,35 @@ def test_bad_setting_exit_2(tmp_path: Path, bad: str) -> None:
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert name in proc.stderr
+
+
+def test_escalation_inside_groups_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    from runtime.cli import exit_code_for
+    from runtime.errors import EscalationError
+
+    exc = ExceptionGroup("outer", [ExceptionGroup("inner", [
+        EscalationError("chats", 6, 60.0, RuntimeError("boom"))
+    ])])
+    assert exit_code_for(exc, ["boom-secret"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("engram: fatal: actor 'chats' crashed 6 times")
+    assert err.count("\n") == 1
+
+
+def test_escalated_supervisor_exits_process_nonzero() -> None:
+    from runtime.cli import exit_code_for
+    from runtime.supervisor import RestartPolicy, supervise
+
+    async def crashing(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await trio.sleep(0.01)
+        raise RuntimeError("always")
+
+    async def main() -> None:
+        policy = RestartPolicy(backoff_base=0.001, backoff_cap=0.001, max_restarts=2, window=60)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervise, "crasher", crashing, policy)
+
+    with pytest.raises(BaseException) as info:
+        trio.run(main)
+    assert exit_code_for(info.value) == 1
