@@ -11,11 +11,12 @@ chaining the httpx exception (which carries the request URL), messages are scrub
 
 from __future__ import annotations
 
+import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 import attrs
 import httpx
@@ -41,8 +42,8 @@ from actors.telegram_types import (
 )
 
 DEFAULT_BASE_URL = "https://api.telegram.org"
-_TOKEN_RE = re.compile(r"^[0-9]{1,20}:[A-Za-z0-9_-]{1,200}$")
-_FILE_PATH_RE = re.compile(r"^[A-Za-z0-9_.\-/]{1,512}$")
+_TOKEN_RE = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{1,200}")
+_FILE_PATH_RE = re.compile(r"[A-Za-z0-9_.\-/]{1,512}")
 REDACTED = "<redacted>"
 
 
@@ -59,7 +60,7 @@ class UpdateBatch:
 class _RedactToken(logging.Filter):
     """Rewrites httpx's "HTTP Request: POST https://.../bot<token>/..." log lines."""
 
-    def __init__(self, scrub: Any) -> None:
+    def __init__(self, scrub: Callable[[str], str]) -> None:
         super().__init__()
         self._scrub = scrub
 
@@ -112,7 +113,7 @@ class BotApiClient:
         connect_timeout: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        if not _TOKEN_RE.match(token):
+        if not _TOKEN_RE.fullmatch(token):
             raise ValueError("bot token has an invalid format (expected <digits>:<secret>)")
         self._token = token
         self._secret = token.split(":", 1)[1]
@@ -202,10 +203,15 @@ class BotApiClient:
             timeout = httpx.Timeout(
                 self._timeout_s, connect=self._connect_timeout, read=read_timeout
             )
+        # ASCII-escaped JSON: a stray lone surrogate in a reply cannot break the encoding
+        content = json.dumps(dict(params or {}), separators=(",", ":"), ensure_ascii=True)
         error: Exception
         try:
             response = await self._http.post(
-                f"{self._base}/bot{self._token}/{method}", json=dict(params or {}), timeout=timeout
+                f"{self._base}/bot{self._token}/{method}",
+                content=content.encode("ascii"),
+                headers={"content-type": "application/json"},
+                timeout=timeout,
             )
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
             error = self._network_error(method, exc)
@@ -309,7 +315,7 @@ class BotApiClient:
         Refuses on a too large Content-Length before reading the body, and stops reading
         as soon as a body without (or with a lying) Content-Length passes the limit.
         """
-        if not _FILE_PATH_RE.match(file_path) or ".." in file_path or file_path.startswith("/"):
+        if not _FILE_PATH_RE.fullmatch(file_path) or ".." in file_path or file_path.startswith("/"):
             raise ValueError(f"refusing suspicious file path {file_path!r}")
         url = f"{self._base}/file/bot{self._token}/{file_path}"
         method = "downloadFile"

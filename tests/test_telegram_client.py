@@ -137,10 +137,12 @@ async def test_get_updates_offsets_and_kinds(bot: BotApiClient, fake: FakeBotApi
     fake.push_message(42, "one")
     fake.push_update({"channel_post": {"message_id": 1, "chat": {"id": -5, "type": "channel"}}})
     fake.push_update({"message": {"message_id": "not an int"}})
+    fake.push_update({"update_id": "broken", "message": {}})
+    fake.push_update({"poll": {"id": "p"}})  # not in allowed_updates: never delivered
     batch = await bot.get_updates(allowed_updates=["message", "channel_post"])
     assert [u.kind for u in batch.updates] == ["message", "unknown"]
     assert batch.updates[1].unknown_kind == "channel_post"
-    assert len(batch.malformed) == 1 and batch.malformed[0].update_id == 3
+    assert [m.update_id for m in batch.malformed] == [3, None]
     assert batch.next_offset == 4
     again = await bot.get_updates(offset=batch.next_offset)
     assert again.updates == () and again.next_offset is None
@@ -269,6 +271,16 @@ async def test_blocked_chat_is_forbidden(bot: BotApiClient, fake: FakeBotApi) ->
     fake.block_chat(9)
     with pytest.raises(Forbidden, match="blocked by the user"):
         await bot.send_message(9, "hello?")
+    fake.known_chats_only = True
+    with pytest.raises(BadRequest, match="chat not found"):
+        await bot.send_message(10, "who?")
+    fake.push_message(10, "hi")
+    fake.fail_next("sendMessage", Failure.bad_request("message thread not found"), times=2)
+    for _ in range(2):
+        with pytest.raises(BadRequest, match="thread") as info:
+            await bot.send_message(10, "x")
+        assert not info.value.is_parse_error and not is_transient(info.value)
+    assert await bot.send_message(10, "finally") == 2
 
 
 @pytest.mark.parametrize("kind", ["reset", "close"])
@@ -474,3 +486,10 @@ def test_parse_update_fuzz_raises_only_malformed(value: object) -> None:
         assert isinstance(update.update_id, int) and not isinstance(update.update_id, bool)
         assert dedupe_keys(update)[0] == f"update:{update.update_id}"
         json.dumps(str(update))
+
+
+async def test_lone_surrogate_and_unicode_reach_the_server(
+    bot: BotApiClient, fake: FakeBotApi
+) -> None:
+    await bot.send_message(3, "naïve 😀 你好 \ud800 end")
+    assert fake.sent_texts(3) == ["naïve 😀 你好 \ud800 end"]

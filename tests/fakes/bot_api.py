@@ -328,6 +328,12 @@ def message_object(chat_id: int | str, message_id: int, **fields: Any) -> dict[s
     return msg
 
 
+def _update_id(update: Mapping[str, Any]) -> int:
+    """The update's id; a raw pushed update with a broken id counts as 0 (confirmed first)."""
+    value = update.get("update_id")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 @attrs.define
 class _Drop:
     reset: bool
@@ -496,7 +502,7 @@ class FakeBotApi:
         if offset < 0:
             while len(self._queue) > -offset:
                 self._queue.popleft()
-        while offset > 0 and self._queue and self._queue[0].get("update_id", 0) < offset:
+        while offset > 0 and self._queue and _update_id(self._queue[0]) < offset:
             self._queue.popleft()
         self._poll_generation += 1
         generation = self._poll_generation
