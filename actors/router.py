@@ -1,0 +1,135 @@
+"""Router: from "an update is in the inbox" to the chat's actor.
+
+Ingress (webhook or poller) stores an update in the inbox, then calls :meth:`Router.accepted`
+(never blocks). The router, in its own task:
+
+* answers callback queries at once (``answerCallbackQuery``: Telegram shows a spinner until
+  then), in the background so a slow Bot API never holds up dispatch;
+* cancels the chat's running turn on ``/stop`` (the command itself is then answered in order
+  by the chat actor);
+* wakes the chat's actor through the registry (coalesced: one pending wake per chat).
+
+On start it wakes every chat with open inbox rows (crash recovery), and a sweep repeats that
+every ``sweep_interval`` seconds, so a row whose wake was lost (mailbox full, actor crash) is
+picked up without a new message.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import attrs
+import trio
+
+from actors import inbox
+from actors.chat import RunningTurns, Wake
+from actors.telegram_types import Update
+from runtime.actor import Mailbox, serve
+from runtime.db import Database
+from runtime.errors import ActorError, DatabaseError, MailboxFull
+from runtime.logs import get_logger
+
+log = get_logger(__name__)
+
+
+def is_stop_command(update: Update) -> bool:
+    """``/stop`` or ``/stop@botname`` as a message's first word."""
+    msg = update.message
+    if msg is None or not msg.text or not msg.text.strip():
+        return False
+    first = msg.text.split(maxsplit=1)[0].lower()
+    return first == "/stop" or first.startswith("/stop@")
+
+
+@attrs.frozen
+class Accepted:
+    inbox_id: int
+    update: Update
+
+
+class CallbackAnswerer(Protocol):
+    async def answer_callback_query(
+        self, callback_query_id: str, text: str | None = None
+    ) -> None: ...
+
+
+class ChatRegistry(Protocol):
+    async def send(self, key: int, msg: Wake) -> None: ...
+
+
+@attrs.define(eq=False)
+class Router:
+    db: Database
+    registry: ChatRegistry
+    bot: CallbackAnswerer
+    running: RunningTurns
+    sweep_interval: float = 30.0
+    mailbox: Mailbox[Accepted | int] = attrs.field(factory=lambda: Mailbox("router", 1024))
+    _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
+
+    def accepted(self, inbox_id: int, update: Update) -> None:
+        """Called by ingress after the inbox insert; never blocks, never raises."""
+        chat_id = update.chat_id
+        if chat_id is not None and is_stop_command(update) and self.running.cancel(chat_id):
+            log.info("router.turn_cancelled", chat_id=chat_id)
+        try:
+            self.mailbox.address.send_nowait(Accepted(inbox_id, update))
+        except (MailboxFull, ActorError):
+            log.warning("router.mailbox_full", inbox_id=inbox_id, chat_id=chat_id)
+
+    def wake(self, chat_id: int) -> None:
+        """Wake one chat's actor (used by recovery and by tests)."""
+        try:
+            self.mailbox.address.send_nowait(chat_id)
+        except (MailboxFull, ActorError):
+            log.warning("router.mailbox_full", chat_id=chat_id)
+
+    async def run(self, *, task_status: trio.TaskStatus[Router] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            with self.mailbox.inbox as box:
+                await self._recover()
+                nursery.start_soon(self._sweep)
+                task_status.started(self)
+                await serve(box, self._dispatch)
+            nursery.cancel_scope.cancel()
+
+    async def aclose(self) -> None:
+        """Stop taking new updates (they stay in the inbox for the next start)."""
+        self.mailbox.address.close()
+
+    async def _dispatch(self, item: Accepted | int) -> None:
+        if isinstance(item, int):
+            chat_id: int | None = item
+        else:
+            chat_id = item.update.chat_id
+            cq = item.update.callback_query
+            if cq is not None and self._nursery is not None:
+                self._nursery.start_soon(self._answer_callback, cq.id)
+        if chat_id is None:
+            return
+        try:
+            await self.registry.send(chat_id, Wake())
+        except ActorError as exc:  # full or stopping: the sweep will retry from the inbox
+            log.warning("router.wake_failed", chat_id=chat_id, error=type(exc).__name__)
+
+    async def _answer_callback(self, callback_id: str) -> None:
+        try:
+            await self.bot.answer_callback_query(callback_id)
+        except Exception as exc:  # best effort: the update is processed regardless
+            log.warning("router.callback_ack_failed", error=str(exc))
+
+    async def _recover(self) -> None:
+        chats = await inbox.open_chats(self.db)
+        if chats:
+            log.info("router.recovering", chats=len(chats))
+        for chat_id in chats:
+            self.wake(chat_id)
+
+    async def _sweep(self) -> None:
+        while True:
+            await trio.sleep(self.sweep_interval)
+            try:
+                await self._recover()
+            except DatabaseError as exc:
+                log.warning("router.sweep_failed", error=str(exc))

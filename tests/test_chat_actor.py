@@ -1,0 +1,303 @@
+"""ChatActor timing and behaviour under MockClock, through in-memory fakes (no database)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from actors.chat import (
+    GAVE_UP,
+    NOTHING_TO_STOP,
+    SORRY,
+    STOPPED,
+    ChatActor,
+    ChatDeps,
+    RunningTurns,
+    UserFacingError,
+    Wake,
+)
+from actors.inbox import InboxRow
+from actors.telegram_types import Voice
+from actors.turn import TurnInput, TurnReply
+from runtime.registry import Registry
+
+CHAT = 42
+
+
+@attrs.define
+class MemoryStore:
+    """In-memory ChatStore: rows by id, plus every commit in order."""
+
+    rows: dict[int, InboxRow] = attrs.field(factory=dict)
+    commits: list[tuple[str, tuple[int, ...], str | None, float]] = attrs.field(factory=list)
+    next_id: int = 1
+
+    def add(self, payload: dict[str, Any], attempts: int = 0) -> int:
+        row_id = self.next_id
+        self.next_id += 1
+        self.rows[row_id] = InboxRow(
+            id=row_id,
+            update_key=f"update:{payload['update_id']}",
+            update_id=payload["update_id"],
+            chat_id=CHAT,
+            kind="message",
+            payload=payload,
+            status="pending",
+            attempts=attempts,
+            last_error=None,
+            received_at=datetime.now(UTC),
+            processed_at=None,
+        )
+        return row_id
+
+    def _set(self, ids: Sequence[int], **changes: Any) -> None:
+        for i in ids:
+            self.rows[i] = attrs.evolve(self.rows[i], **changes)
+
+    async def open_rows(self, chat_id: int) -> list[InboxRow]:
+        return [r for r in self.rows.values() if r.status in ("pending", "processing", "failed")]
+
+    async def mark_processing(self, ids: Sequence[int]) -> None:
+        for i in ids:
+            self._set([i], status="processing", attempts=self.rows[i].attempts + 1)
+
+    async def mark_skipped(self, ids: Sequence[int], reason: str) -> None:
+        self._set(ids, status="skipped", last_error=reason)
+
+    async def commit(
+        self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
+    ) -> None:
+        self._set(inbox_ids, status="skipped" if skipped else "done")
+        self.commits.append((reply.text, tuple(inbox_ids), skipped, trio.current_time()))
+
+
+@attrs.define
+class Agent:
+    """A turn handler that records turns; 'slow' takes 100 s, 'boom' raises."""
+
+    turns: list[tuple[TurnInput, float]] = attrs.field(factory=list)
+
+    async def run_turn(self, turn: TurnInput) -> TurnReply:
+        self.turns.append((turn, trio.current_time()))
+        if turn.text == "slow":
+            await trio.sleep(100)
+        if turn.text == "boom":
+            raise RuntimeError("model exploded")
+        return TurnReply(f"echo:{turn.text[:20]}")
+
+
+@attrs.define
+class Bot:
+    actions: list[float] = attrs.field(factory=list)
+    fail: bool = False
+
+    async def send_chat_action(self, chat_id: int | str, action: str = "typing") -> None:
+        self.actions.append(trio.current_time())
+        if self.fail:
+            raise OSError("network down")
+
+
+def msg(update_id: int, message_id: int, text: str | None = None, **extra: Any) -> dict[str, Any]:
+    m: dict[str, Any] = {
+        "message_id": message_id,
+        "date": 0,
+        "chat": {"id": CHAT, "type": "private"},
+        "from": {"id": 7, "is_bot": False, "first_name": "A"},
+    }
+    if text is not None:
+        m["text"] = text
+    m.update(extra)
+    return {"update_id": update_id, "message": m}
+
+
+@attrs.define
+class Harness:
+    store: MemoryStore
+    agent: Agent
+    bot: Bot
+    deps: ChatDeps
+    registry: Registry[int, Wake]
+    notified: list[int]
+
+    async def deliver(self, payload: dict[str, Any], attempts: int = 0) -> int:
+        row_id = self.store.add(payload, attempts)
+        await self.registry.send(CHAT, Wake())
+        return row_id
+
+
+@pytest.fixture
+async def harness(nursery: trio.Nursery) -> Harness:
+    store, agent, bot, notified = MemoryStore(), Agent(), Bot(), []
+    deps = ChatDeps(store=store, turns=agent, bot=bot, outbox_ready=notified.append)
+
+    async def transcribe(chat_id: int, voice: Voice) -> str:
+        if voice.file_size and voice.file_size > 20 * 1024 * 1024:
+            raise UserFacingError("too large")
+        return "transcribed words"
+
+    deps.transcribe = transcribe
+    registry: Registry[int, Wake] = Registry(
+        "chats", lambda chat_id: ChatActor(chat_id, deps), idle_timeout=600, key_name="chat_id"
+    )
+    await nursery.start(registry.run)
+    return Harness(store, agent, bot, deps, registry, notified)
+
+
+async def test_consecutive_fragments_join_after_1_5_s(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    t0 = trio.current_time()
+    await harness.deliver(msg(1, 10, "a" * 4000))
+    await trio.sleep(1.0)
+    await harness.deliver(msg(2, 11, "b" * 300))
+    await trio.sleep(10)
+    assert len(harness.agent.turns) == 1
+    turn, at = harness.agent.turns[0]
+    assert turn.text == "a" * 4000 + "b" * 300
+    assert turn.inbox_ids == (1, 2)
+    assert turn.external_ids == ("update:1", "update:2")
+    assert at == pytest.approx(t0 + 2.5)
+    assert [c[1] for c in harness.store.commits] == [(1, 2)]
+    assert {r.status for r in harness.store.rows.values()} == {"done"}
+
+
+async def test_fragment_timeout_and_non_consecutive_id(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    await harness.deliver(msg(1, 10, "a" * 4000))
+    await trio.sleep(2.0)  # past 1.5 s: the buffer flushed alone
+    await harness.deliver(msg(2, 11, "late"))
+    await harness.deliver(msg(3, 20, "c" * 4000))
+    await harness.deliver(msg(4, 22, "gap"))  # not 21: flushes the buffer first
+    await trio.sleep(5)
+    texts = [t.text for t, _ in harness.agent.turns]
+    assert texts == ["a" * 4000, "late", "c" * 4000, "gap"]
+
+
+async def test_fragments_capped_at_50k(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    for i in range(13):  # 13 x 4000 = 52,000 > 50,000
+        await harness.deliver(msg(i + 1, 100 + i, "x" * 4000))
+        await trio.sleep(0.1)
+    await trio.sleep(5)
+    lengths = [len(t.text) for t, _ in harness.agent.turns]
+    assert sum(lengths) == 52_000
+    assert max(lengths) <= 50_000
+    assert len(lengths) == 2
+
+
+async def test_media_group_combines_captions_after_500_ms(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    t0 = trio.current_time()
+    await harness.deliver(msg(1, 10, None, caption="first", media_group_id="g", photo=[{}]))
+    await harness.deliver(msg(2, 11, None, media_group_id="g", photo=[{}]))
+    await harness.deliver(msg(3, 12, None, caption="third", media_group_id="g", photo=[{}]))
+    await trio.sleep(3)
+    assert len(harness.agent.turns) == 1
+    turn, at = harness.agent.turns[0]
+    assert turn.text == "first\nthird"
+    assert turn.kind == "media_group"
+    assert at == pytest.approx(t0 + 0.5)
+
+
+async def test_stop_cancels_running_turn_without_queueing(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    running = harness.deps.running
+    slow = await harness.deliver(msg(1, 10, "slow"))
+    await trio.sleep(1)
+    stop = harness.store.add(msg(2, 11, "/stop"))
+    # what the router does on /stop, before the message reaches the actor's queue
+    assert running.cancel(CHAT) is True
+    await harness.registry.send(CHAT, Wake())
+    await trio.sleep(1)
+    assert harness.store.rows[slow].status == "skipped"
+    assert harness.store.rows[stop].status == "done"
+    assert [c[0] for c in harness.store.commits] == [STOPPED]
+    assert trio.current_time() < 5  # did not wait for the 100 s turn
+    assert running.cancel(CHAT) is False
+
+
+async def test_stop_with_nothing_running(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    await harness.deliver(msg(1, 10, "/stop"))
+    await trio.sleep(1)
+    assert [c[0] for c in harness.store.commits] == [NOTHING_TO_STOP]
+
+
+async def test_failing_turn_replies_sorry_and_keeps_going(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    await harness.deliver(msg(1, 10, "boom"))
+    await harness.deliver(msg(2, 11, "fine"))
+    await trio.sleep(1)
+    assert [c[0] for c in harness.store.commits] == [SORRY, "echo:fine"]
+    assert harness.notified == [CHAT, CHAT]
+
+
+async def test_poison_row_is_skipped_after_max_attempts(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    row = await harness.deliver(msg(1, 10, "hello"), attempts=3)
+    await trio.sleep(1)
+    assert harness.agent.turns == []
+    assert harness.store.rows[row].status == "skipped"
+    assert harness.store.commits[0][0] == GAVE_UP
+
+
+async def test_typing_refreshed_every_5_s_during_turn(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    t0 = trio.current_time()
+    await harness.deliver(msg(1, 10, "slow"))
+    await trio.sleep(200)
+    offsets = [round(t - t0, 3) for t in harness.bot.actions]
+    assert offsets[:20] == [i * 5.0 for i in range(20)]  # 0, 5, ..., 95
+    assert len(offsets) <= 21  # and it stops with the turn (at most one tick at t=100)
+
+
+async def test_failing_chat_action_does_not_affect_turn(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    harness.bot.fail = True
+    await harness.deliver(msg(1, 10, "hi"))
+    await trio.sleep(1)
+    assert [c[0] for c in harness.store.commits] == ["echo:hi"]
+
+
+async def test_voice_is_transcribed_and_too_large_is_refused(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    voice = {"file_id": "f", "file_unique_id": "u", "duration": 3}
+    await harness.deliver(msg(1, 10, None, voice=voice))
+    big = dict(voice, file_size=21 * 1024 * 1024)
+    await harness.deliver(msg(2, 11, None, voice=big))
+    await trio.sleep(1)
+    assert [(t.text, t.kind) for t, _ in harness.agent.turns] == [("transcribed words", "voice")]
+    assert [c[0] for c in harness.store.commits] == ["echo:transcribed words", "too large"]
+
+
+async def test_unsupported_message_is_answered_and_skipped(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    row = await harness.deliver(msg(1, 10, None, sticker={"file_id": "s"}))
+    await trio.sleep(1)
+    assert harness.store.rows[row].status == "skipped"
+    assert harness.agent.turns == []
+
+
+async def test_running_turns_bookkeeping() -> None:
+    running = RunningTurns()
+    scope = trio.CancelScope()
+    running.register(1, scope)
+    assert running.cancel(1) and scope.cancel_called
+    assert running.consume_stopped(1) and not running.consume_stopped(1)
