@@ -1,0 +1,254 @@
+"""The inbox and outbox stores against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from actors import inbox, outbox
+from runtime import db as dbmod
+from runtime import errors
+
+
+def _msg(update_id: int, chat_id: int, text: str = "hi") -> dict[str, object]:
+    return {
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id,
+            "date": 1,
+            "chat": {"id": chat_id, "type": "private"},
+            "text": text,
+        },
+    }
+
+
+async def _insert(db: dbmod.Database, update_id: int, chat_id: int) -> int:
+    row_id = await inbox.insert_update(
+        db, f"update:{update_id}", update_id, chat_id, "message", _msg(update_id, chat_id)
+    )
+    assert row_id is not None
+    return row_id
+
+
+# --- inbox -------------------------------------------------------------------------------------
+
+
+async def test_insert_roundtrip_and_duplicate_key(db: dbmod.Database) -> None:
+    payload = _msg(1, 42, "héllo 👋")
+    row_id = await inbox.insert_update(db, "update:1", 1, 42, "message", payload)
+    assert isinstance(row_id, int)
+    assert await inbox.insert_update(db, "update:1", 1, 42, "message", payload) is None
+    assert await db.fetchval("SELECT count(*) FROM inbox") == 1
+    row = await inbox.get(db, row_id)
+    assert row is not None
+    assert row == await inbox.get_by_key(db, "update:1")
+    assert (row.update_key, row.update_id, row.chat_id, row.kind) == ("update:1", 1, 42, "message")
+    assert row.payload == payload
+    assert (row.status, row.attempts, row.last_error, row.processed_at) == (
+        "pending",
+        0,
+        None,
+        None,
+    )
+
+
+async def test_payload_jsonb_hostile_strings_are_made_storable(db: dbmod.Database) -> None:
+    payload = {"update_id": 2, "a\x00b": ["nul\x00here", "lone \ud800 surrogate"], "n": 1.5}
+    row_id = await inbox.insert_update(db, "update:2", 2, 1, "message", payload)
+    assert row_id is not None
+    row = await inbox.get(db, row_id)
+    assert row is not None
+    assert row.payload == {
+        "update_id": 2,
+        "a\ufffdb": ["nul\ufffdhere", "lone \ufffd surrogate"],
+        "n": 1.5,
+    }
+
+
+@pytest.mark.parametrize(
+    ("update_id", "chat_id", "payload"),
+    [
+        (2**63, 1, {}),
+        (1, -(2**63) - 1, {}),
+        (1, 1, {"x": float("nan")}),
+        (1, 1, {"x": float("inf")}),
+        (1, 1, {"x": object()}),
+    ],
+)
+async def test_unstorable_values_raise_value_error_without_io(
+    db: dbmod.Database, update_id: int, chat_id: int, payload: dict[str, object]
+) -> None:
+    with pytest.raises(ValueError):
+        await inbox.insert_update(db, "update:x", update_id, chat_id, "message", payload)
+    assert await db.fetchval("SELECT count(*) FROM inbox") == 0
+
+
+async def test_too_deep_payload_is_rejected(db: dbmod.Database) -> None:
+    deep: object = 1
+    for _ in range(inbox.MAX_PAYLOAD_DEPTH + 5):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nested"):
+        await inbox.insert_update(db, "update:x", 1, 1, "message", {"x": deep})
+
+
+async def test_pending_for_chat_in_order_and_open_chats(db: dbmod.Database) -> None:
+    a1 = await _insert(db, 10, 100)
+    b1 = await _insert(db, 11, 200)
+    a2 = await _insert(db, 12, 100)
+    a3 = await _insert(db, 13, 100)
+    await inbox.insert_update(db, "update:14", 14, None, "message", {"update_id": 14})
+    assert [r.id for r in await inbox.pending_for_chat(db, 100)] == [a1, a2, a3]
+    assert [r.id for r in await inbox.pending_for_chat(db, 100, limit=2)] == [a1, a2]
+    assert await inbox.open_chats(db) == [100, 200]
+
+    await inbox.mark_processing(db, [a1])
+    await inbox.mark_done(db, [a1])
+    await inbox.mark_skipped(db, [a2], "edited away")
+    await inbox.mark_processing(db, [a3])
+    assert await inbox.mark_failed(db, a3, "boom") == 1
+    # failed rows stay open (retried); done/skipped rows are gone from the queue
+    assert [r.id for r in await inbox.pending_for_chat(db, 100)] == [a3]
+    await inbox.mark_done(db, [b1])
+    assert await inbox.open_chats(db) == [100]
+    await inbox.mark_done(db, [a3])
+    assert await inbox.open_chats(db) == []
+    assert await inbox.pending_for_chat(db, 100) == []
+
+
+async def test_status_transitions_and_attempts(db: dbmod.Database) -> None:
+    row_id = await _insert(db, 20, 1)
+    assert await inbox.mark_processing(db, [row_id, row_id]) == 1
+    assert await inbox.mark_failed(db, row_id, "first") == 1
+    # a restart re-claims a row left in 'processing': every start counts
+    assert await inbox.mark_processing(db, [row_id]) == 1
+    assert await inbox.mark_processing(db, [row_id]) == 1
+    assert await inbox.mark_failed(db, row_id, "x" * 5000) == 3
+    row = await inbox.get(db, row_id)
+    assert row is not None
+    assert (row.status, row.attempts) == ("failed", 3)
+    assert row.last_error is not None and len(row.last_error) == inbox.MAX_ERROR_CHARS
+
+    assert await inbox.mark_done(db, [row_id]) == 1
+    row = await inbox.get(db, row_id)
+    assert row is not None
+    assert (row.status, row.last_error) == ("done", None)
+    assert row.processed_at is not None
+    # final rows are not resurrected or re-labelled
+    assert await inbox.mark_processing(db, [row_id]) == 0
+    assert await inbox.mark_failed(db, row_id, "late") is None
+    assert await inbox.mark_skipped(db, [row_id], "late") == 0
+    assert await inbox.mark_done(db, [row_id]) == 0
+    row = await inbox.get(db, row_id)
+    assert row is not None and row.status == "done"
+
+
+async def test_mark_skipped_keeps_reason(db: dbmod.Database) -> None:
+    row_id = await _insert(db, 30, 1)
+    assert await inbox.mark_skipped(db, [row_id], "poison: 5 attempts") == 1
+    row = await inbox.get(db, row_id)
+    assert row is not None
+    assert (row.status, row.last_error) == ("skipped", "poison: 5 attempts")
+    assert row.processed_at is not None
+
+
+async def test_mark_done_inside_a_transaction_rolls_back(db: dbmod.Database) -> None:
+    row_id = await _insert(db, 40, 1)
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as conn:
+            await inbox.mark_done(conn, [row_id])
+            raise RuntimeError("crash before commit")
+    row = await inbox.get(db, row_id)
+    assert row is not None and row.status == "pending"
+
+
+# --- outbox ------------------------------------------------------------------------------------
+
+
+async def test_enqueue_and_next_pending_in_order(db: dbmod.Database) -> None:
+    o1 = await outbox.enqueue_reply(db, 1, "first", "HTML", 5, [11, 12])
+    o2 = await outbox.enqueue_reply(db, 2, "other chat")
+    o3 = await outbox.enqueue_reply(db, 1, "second")
+    rows = await outbox.next_pending(db, 1)
+    assert [r.id for r in rows] == [o1, o3]
+    first = rows[0]
+    assert (first.text, first.parse_mode, first.reply_to_message_id) == ("first", "HTML", 5)
+    assert first.inbox_ids == (11, 12)
+    assert (first.status, first.attempts, first.chunks_sent) == ("pending", 0, 0)
+    assert first.telegram_message_ids == ()
+    assert [r.id for r in await outbox.next_pending(db)] == [o1, o2, o3]
+    assert [r.id for r in await outbox.next_pending(db, limit=1)] == [o1]
+    assert await outbox.chats_with_pending(db) == [1, 2]
+
+
+async def test_parse_mode_is_checked_by_the_schema(db: dbmod.Database) -> None:
+    with pytest.raises(errors.IntegrityViolation):
+        await outbox.enqueue_reply(db, 1, "x", "Markdown")  # type: ignore[arg-type]
+
+
+async def test_chunks_resume_point_and_sent(db: dbmod.Database) -> None:
+    row_id = await outbox.enqueue_reply(db, 1, "long reply")
+    assert await outbox.mark_sending(db, row_id) == 1
+    assert await outbox.record_chunk_sent(db, row_id, 1001) == 1
+    assert await outbox.record_chunk_sent(db, row_id, 1002) == 2
+    # crash here: the row is still open and says where to resume
+    (row,) = await outbox.next_pending(db, 1)
+    assert (row.status, row.chunks_sent, row.telegram_message_ids) == ("sending", 2, (1001, 1002))
+    assert await outbox.mark_sending(db, row_id) == 2
+    assert await outbox.record_chunk_sent(db, row_id, 1003) == 3
+    assert await outbox.mark_sent(db, row_id) is True
+    row2 = await outbox.get(db, row_id)
+    assert row2 is not None
+    assert (row2.status, row2.attempts, row2.chunks_sent) == ("sent", 2, 3)
+    assert row2.telegram_message_ids == (1001, 1002, 1003)
+    assert row2.sent_at is not None
+    assert await outbox.next_pending(db) == []
+    assert await outbox.chats_with_pending(db) == []
+    # final rows stay final
+    assert await outbox.mark_sending(db, row_id) is None
+    assert await outbox.record_chunk_sent(db, row_id, 9) is None
+    assert await outbox.mark_failed(db, row_id, "late") is False
+
+
+async def test_failed_and_uncertain_are_final_and_not_resent(db: dbmod.Database) -> None:
+    failed = await outbox.enqueue_reply(db, 1, "a")
+    uncertain = await outbox.enqueue_reply(db, 1, "b")
+    await outbox.mark_sending(db, failed)
+    assert await outbox.mark_failed(db, failed, "403 Forbidden: bot was blocked") is True
+    await outbox.mark_sending(db, uncertain)
+    assert await outbox.mark_uncertain(db, uncertain, "read timeout after send") is True
+    assert await outbox.next_pending(db, 1) == []
+    rows = {r["id"]: r for r in await db.fetch("SELECT id, status, last_error FROM outbox")}
+    assert rows[failed]["status"] == "failed"
+    assert rows[uncertain]["status"] == "uncertain"
+    assert rows[uncertain]["last_error"] == "read timeout after send"
+    assert await outbox.mark_sent(db, uncertain) is False
+
+
+async def test_commit_turn_is_atomic(db: dbmod.Database) -> None:
+    a = await _insert(db, 50, 7)
+    b = await _insert(db, 51, 7)
+    out_id = await outbox.commit_turn(db, chat_id=7, text="reply", inbox_ids=[a, b])
+    row = await outbox.get(db, out_id)
+    assert row is not None and row.inbox_ids == (a, b)
+    assert await inbox.pending_for_chat(db, 7) == []
+
+    c = await _insert(db, 52, 7)
+    with pytest.raises(errors.IntegrityViolation):
+        await outbox.commit_turn(
+            db,
+            chat_id=7,
+            text="bad",
+            inbox_ids=[c],
+            parse_mode="nope",  # type: ignore[arg-type]
+        )
+    # the reply was not stored, so the inbox row is still open
+    assert [r.id for r in await inbox.pending_for_chat(db, 7)] == [c]
+    assert await db.fetchval("SELECT count(*) FROM outbox") == 1
+
+
+async def test_enqueue_and_mark_done_in_a_caller_transaction(db: dbmod.Database) -> None:
+    a = await _insert(db, 60, 8)
+    async with db.transaction() as conn:
+        await outbox.enqueue_reply(conn, 8, "r", inbox_ids=[a])
+        await inbox.mark_done(conn, [a])
+    assert await inbox.pending_for_chat(db, 8) == []
+    assert len(await outbox.next_pending(db, 8)) == 1
