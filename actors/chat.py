@@ -30,6 +30,7 @@ from actors.telegram_errors import MalformedUpdate
 from actors.telegram_types import Message, Voice, parse_update
 from actors.turn import TurnHandler, TurnInput, TurnReply
 from actors.typing_indicator import typing_while
+from actors.voice import VoiceError
 from runtime.db import Database
 from runtime.errors import DatabaseError
 from runtime.logs import get_logger
@@ -51,10 +52,6 @@ HELP = (
 @attrs.frozen
 class Wake:
     """New inbox rows may exist for this chat."""
-
-
-class UserFacingError(Exception):
-    """An error whose message is meant for the person (e.g. a voice note that is too large)."""
 
 
 Transcriber = Callable[[int, Voice], Awaitable[str]]
@@ -268,7 +265,7 @@ class ChatActor:
         try:
             async with typing_while(self.deps.bot, self.chat_id, self.deps.typing_interval):
                 text = await self.deps.transcribe(self.chat_id, voice)
-        except UserFacingError as exc:
+        except VoiceError as exc:  # too large / failed: str(exc) is meant for the person
             await self._commit(TurnReply(str(exc)), [inbox_id])
             return
         self.sources[inbox_id] = (ext, "voice")
@@ -360,4 +357,4 @@ def chat_factory(deps: ChatDeps) -> Callable[[int], ChatActor]:
     return build
 
 
-__all__: Any = ["ChatActor", "ChatDeps", "RunningTurns", "UserFacingError", "Wake", "chat_factory"]
+__all__: Any = ["ChatActor", "ChatDeps", "RunningTurns", "Wake", "chat_factory"]

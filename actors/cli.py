@@ -1,28 +1,100 @@
 """The ``engram`` command: the runtime's core commands plus the bot's.
 
-``engram serve`` composes the process (see :mod:`runtime.serve`) with the bot's actor system.
+``engram serve [--polling]`` composes the process (see :mod:`runtime.serve`) with the bot's
+actor system (:mod:`actors.system`).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 
+from actors import telegram_commands
+from actors.chat import Transcriber
+from actors.system import BotSystem
+from actors.telegram_client import BotApiClient
+from actors.telegram_types import Voice
 from runtime.cli import base_parser, open_settings_database, run_cli
-from runtime.serve import EmptySystem, serve
+from runtime.db import Database
+from runtime.errors import SettingsError
+from runtime.serve import serve
 from runtime.settings import Settings
+from runtime.shutdown import Shutdown
+
+
+def check_serve_settings(settings: Settings, *, polling: bool) -> None:
+    """What ``serve`` needs before it starts anything (one SettingsError naming the variable)."""
+    if not settings.telegram_bot_token:
+        raise SettingsError("TELEGRAM_BOT_TOKEN", "is required (the token from BotFather)")
+    if not polling and not settings.telegram_secret_token:
+        raise SettingsError(
+            "TELEGRAM_SECRET_TOKEN",
+            "is required in webhook mode (or run `engram serve --polling`)",
+        )
+
+
+@asynccontextmanager
+async def voice_transcriber(settings: Settings, db: Database) -> AsyncIterator[Transcriber | None]:
+    """An OpenAI-backed transcriber when OPENAI_API_KEY is set; the SDK client is closed after."""
+    if not settings.openai_api_key:
+        yield None
+        return
+    from openai import AsyncOpenAI
+
+    from actors.voice import transcribe_voice
+
+    client = AsyncOpenAI(
+        api_key=settings.openai_api_key.reveal(),
+        base_url=settings.openai_base_url or None,
+        max_retries=0,
+    )
+    bot = BotApiClient(
+        settings.telegram_bot_token.reveal(), base_url=settings.telegram_api_base_url
+    )
+    try:
+
+        async def transcribe(chat_id: int, voice: Voice) -> str:
+            result = await transcribe_voice(
+                bot=bot,
+                openai=client,
+                db=db,
+                chat_id=chat_id,
+                voice=voice,
+                model=settings.transcription_model,
+            )
+            return result.text
+
+        yield transcribe
+    finally:
+        await bot.aclose()
+        await client.close()
 
 
 async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
-    async with open_settings_database(settings) as database:
-        return await serve(settings, database, lambda s, d, sh: EmptySystem())
+    check_serve_settings(settings, polling=args.polling)
+    async with (
+        open_settings_database(settings) as database,
+        voice_transcriber(settings, database) as transcribe,
+    ):
+
+        def build(s: Settings, db: Database, shutdown: Shutdown) -> BotSystem:
+            return BotSystem(s, db, shutdown, polling=args.polling, transcribe=transcribe)
+
+        return await serve(settings, database, build)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser, sub = base_parser()
     p = sub.add_parser("serve", help="run the bot (HTTP server, actors)")
+    p.add_argument(
+        "--polling",
+        action="store_true",
+        help="get updates by long polling instead of a webhook (no public HTTPS needed)",
+    )
     p.set_defaults(handler=cmd_serve)
+    telegram_commands.register(sub)
     return parser
 
 

@@ -25,7 +25,7 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runtime import db as dbmod  # noqa: E402
+from runtime import db as dbmod
 
 SELECT_1 = "SELECT 1"
 FETCH_10 = "SELECT g AS id, md5(g::text) AS label FROM generate_series(1, 10) AS g"
@@ -95,7 +95,8 @@ def run(url: str, n: int, rounds: int) -> None:
         print(f"{k}: ours {o:.1f} us/query, native {t:.1f} us/query, ratio {o / t:.2f}")
     ours_us = summary["select1"][0] + summary["fetch10"][0]
     native_us = summary["select1"][1] + summary["fetch10"][1]
-    print(f"db_bridge ratio={ours_us / native_us:.2f} ours_us={ours_us:.1f} native_us={native_us:.1f}")
+    ratio = ours_us / native_us
+    print(f"db_bridge ratio={ratio:.2f} ours_us={ours_us:.1f} native_us={native_us:.1f}")
 
 
 def main() -> None:

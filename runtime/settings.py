@@ -200,6 +200,13 @@ FIELDS: tuple[Field, ...] = (
           "Comma-separated chat ids allowed to talk to the bot (empty: nobody)."),
     Field("TELEGRAM_API_BASE_URL", "telegram_api_base_url", "https://api.telegram.org",
           _http_url, "Bot API server (a local Bot API server or a test server)."),
+    Field("OPENAI_API_KEY", "openai_api_key", "", _secret,
+          "OpenAI key (voice transcription; empty: voice notes are answered with a notice).",
+          secret=True),
+    Field("OPENAI_BASE_URL", "openai_base_url", "", _http_url,
+          "OpenAI-compatible base URL (empty: the SDK default)."),
+    Field("TRANSCRIPTION_MODEL", "transcription_model", "whisper-1", _str,
+          "Speech-to-text model for voice notes."),
 )
 
 _BY_ENV = {f.env: f for f in FIELDS}
@@ -232,6 +239,9 @@ class Settings:
     telegram_secret_token: Secret
     telegram_allowed_chat_ids: frozenset[int]
     telegram_api_base_url: str
+    openai_api_key: Secret
+    openai_base_url: str
+    transcription_model: str
 
     def secrets(self) -> list[str]:
         """Every non-empty secret value, for log scrubbing."""

@@ -19,12 +19,12 @@ from actors.chat import (
     ChatActor,
     ChatDeps,
     RunningTurns,
-    UserFacingError,
     Wake,
 )
 from actors.inbox import InboxRow
 from actors.telegram_types import Voice
 from actors.turn import TurnInput, TurnReply
+from actors.voice import VoiceTooLarge
 from runtime.registry import Registry
 
 CHAT = 42
@@ -138,7 +138,7 @@ async def harness(nursery: trio.Nursery) -> Harness:
 
     async def transcribe(chat_id: int, voice: Voice) -> str:
         if voice.file_size and voice.file_size > 20 * 1024 * 1024:
-            raise UserFacingError("too large")
+            raise VoiceTooLarge(voice.file_size, 20 * 1024 * 1024)
         return "transcribed words"
 
     deps.transcribe = transcribe
@@ -283,7 +283,10 @@ async def test_voice_is_transcribed_and_too_large_is_refused(
     await harness.deliver(msg(2, 11, None, voice=big))
     await trio.sleep(1)
     assert [(t.text, t.kind) for t, _ in harness.agent.turns] == [("transcribed words", "voice")]
-    assert [c[0] for c in harness.store.commits] == ["echo:transcribed words", "too large"]
+    assert [c[0] for c in harness.store.commits] == [
+        "echo:transcribed words",
+        "That voice message is too large for me to transcribe (over 20 MB).",
+    ]
 
 
 async def test_unsupported_message_is_answered_and_skipped(

@@ -34,20 +34,27 @@ async def test_serve_health_ready_and_clean_stop(raw_db: dbmod.Database) -> None
     shutdown = Shutdown(deadline=5, signals=())
     binds: list[str] = []
     codes: list[int] = []
+    listening = trio.Event()
+
+    def on_listening(urls: list[str]) -> None:
+        binds.extend(urls)
+        listening.set()
 
     async def run() -> None:
         codes.append(
             await serve(
-                settings, raw_db, lambda s, d, sh: EmptySystem(),
-                on_listening=binds.extend, shutdown=shutdown,
+                settings,
+                raw_db,
+                lambda s, d, sh: EmptySystem(),
+                on_listening=on_listening,
+                shutdown=shutdown,
             )
         )
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(run)
         with trio.fail_after(10):
-            while not binds:
-                await trio.sleep(0.01)
+            await listening.wait()
         async with httpx.AsyncClient(base_url=binds[0]) as client:
             health = await client.get("/healthz")
             ready = await client.get("/readyz")
@@ -69,8 +76,12 @@ async def test_readyz_is_503_without_migrations(raw_db: dbmod.Database) -> None:
         from functools import partial
 
         binds = await nursery.start(
-            partial(hypercorn.trio.serve, app, hypercorn_config("127.0.0.1", 0),
-                    shutdown_trigger=stop.wait)
+            partial(
+                hypercorn.trio.serve,
+                app,
+                hypercorn_config("127.0.0.1", 0),
+                shutdown_trigger=stop.wait,
+            )
         )
         async with httpx.AsyncClient(base_url=binds[0]) as client:
             ready = await client.get("/readyz")
@@ -81,10 +92,14 @@ async def test_readyz_is_503_without_migrations(raw_db: dbmod.Database) -> None:
 
 def _env(**extra: str) -> dict[str, str]:
     env = {
-        k: v for k, v in os.environ.items()
+        k: v
+        for k, v in os.environ.items()
         if not k.startswith(("ENGRAM_", "TELEGRAM_", "DATABASE_URL"))
     }
     env["LOG_FORMAT"] = "json"
+    env["TELEGRAM_BOT_TOKEN"] = "123456:TESTTOKENtesttoken"
+    env["TELEGRAM_SECRET_TOKEN"] = "webhook-secret"
+    env["TELEGRAM_API_BASE_URL"] = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
     env.update(extra)
     return env
 
@@ -95,7 +110,10 @@ def test_unreachable_database_url_fails_fast_with_one_line(tmp_path: Path) -> No
     proc = subprocess.run(
         [sys.executable, "-m", "actors.cli", "serve"],
         env=_env(DATABASE_URL=url, DB_CONNECT_TIMEOUT="3", ENGRAM_HOME=str(tmp_path)),
-        cwd=tmp_path, capture_output=True, text=True, timeout=30,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert time.monotonic() - start < 15
     assert proc.returncode == 1
@@ -110,7 +128,10 @@ def test_sigterm_drains_and_exits_zero(tmp_path: Path, database_url: str) -> Non
     proc = subprocess.Popen(
         [sys.executable, "-m", "actors.cli", "serve"],
         env=_env(DATABASE_URL=database_url, ENGRAM_PORT=str(port), ENGRAM_HOME=str(tmp_path)),
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 30
@@ -131,6 +152,8 @@ def test_sigterm_drains_and_exits_zero(tmp_path: Path, database_url: str) -> Non
     _, err = proc.communicate()
     assert code == 0, err
     assert "shutdown.requested" in err
+    assert "system.get_me_failed" in err  # webhook mode starts without reaching Telegram
+    assert "TESTTOKENtesttoken" not in err
 
 
 @pytest.mark.parametrize("bad", ["ENGRAM_PORT=-5", "TIMEZONE=Nowhere/Else"])
@@ -138,7 +161,11 @@ def test_bad_setting_exit_2(tmp_path: Path, bad: str) -> None:
     name, value = bad.split("=")
     proc = subprocess.run(
         [sys.executable, "-m", "actors.cli", "serve"],
-        env=_env(**{name: value}), cwd=tmp_path, capture_output=True, text=True, timeout=30,
+        env=_env(**{name: value}),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
@@ -149,9 +176,10 @@ def test_escalation_inside_groups_exits_1(capsys: pytest.CaptureFixture[str]) ->
     from runtime.cli import exit_code_for
     from runtime.errors import EscalationError
 
-    exc = ExceptionGroup("outer", [ExceptionGroup("inner", [
-        EscalationError("chats", 6, 60.0, RuntimeError("boom"))
-    ])])
+    exc = ExceptionGroup(
+        "outer",
+        [ExceptionGroup("inner", [EscalationError("chats", 6, 60.0, RuntimeError("boom"))])],
+    )
     assert exit_code_for(exc, ["boom-secret"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("engram: fatal: actor 'chats' crashed 6 times")
@@ -175,3 +203,26 @@ def test_escalated_supervisor_exits_process_nonzero() -> None:
     with pytest.raises(BaseException) as info:
         trio.run(main)
     assert exit_code_for(info.value) == 1
+
+
+@pytest.mark.parametrize(
+    ("missing", "extra"),
+    [
+        ("TELEGRAM_BOT_TOKEN", {"TELEGRAM_BOT_TOKEN": ""}),
+        ("TELEGRAM_SECRET_TOKEN", {"TELEGRAM_SECRET_TOKEN": ""}),
+    ],
+)
+def test_serve_requires_telegram_settings(
+    tmp_path: Path, missing: str, extra: dict[str, str]
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "serve"],
+        env=_env(**extra),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and missing in lines[0]

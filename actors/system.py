@@ -1,0 +1,185 @@
+"""The bot's actor system: what ``engram serve`` starts inside the root nursery.
+
+    BotSystem (nursery)
+    ├─ SenderActor          (supervised singleton) outbox -> Telegram
+    ├─ Registry[chat_id] -> ChatActor   (on demand, idle stop, restart on crash)
+    ├─ Router               inbox notifications -> chat actors; recovery sweep
+    └─ Poller               (only with --polling) getUpdates -> inbox
+
+It hands back a :class:`~runtime.serve.SystemHandle`: the webhook blueprint (webhook mode),
+and the drains run at shutdown in order: stop the poller and router (no new work), close the
+chat mailboxes (each actor finishes the message in hand and drains its buffer), then stop the
+sender after the row in hand. Whatever is left waits in the inbox/outbox for the next start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import attrs
+import trio
+
+from actors.chat import ChatDeps, RunningTurns, SqlChatStore, Transcriber, chat_factory
+from actors.dedupe import DedupeCache
+from actors.router import Router
+from actors.sender import OutboxReady, SenderActor
+from actors.telegram_client import BotApiClient
+from actors.telegram_errors import TelegramError
+from actors.turn import NoAgent, TurnHandler
+from actors.webhook import webhook_blueprint
+from runtime.actor import Address
+from runtime.db import Database
+from runtime.errors import ActorError
+from runtime.logs import get_logger
+from runtime.registry import Registry
+from runtime.serve import SystemHandle
+from runtime.settings import Settings
+from runtime.shutdown import Shutdown
+from runtime.supervisor import RestartPolicy, supervise
+
+log = get_logger(__name__)
+
+
+def restart_policy(settings: Settings) -> RestartPolicy:
+    return RestartPolicy(
+        backoff_base=settings.restart_backoff_base,
+        backoff_cap=settings.restart_backoff_cap,
+        max_restarts=settings.restart_max,
+        window=settings.restart_window,
+    )
+
+
+@attrs.define(eq=False)
+class BotSystem:
+    """Composes the bot's actors around one Bot API client."""
+
+    settings: Settings
+    db: Database
+    shutdown: Shutdown
+    polling: bool = False
+    turns: TurnHandler = attrs.field(factory=NoAgent)
+    transcribe: Transcriber | None = None
+    bot_factory: Callable[[], BotApiClient] | None = None
+    poller_factory: Callable[..., Any] | None = None
+
+    def _bot(self) -> BotApiClient:
+        if self.bot_factory is not None:
+            return self.bot_factory()
+        return BotApiClient(
+            self.settings.telegram_bot_token.reveal(),
+            base_url=self.settings.telegram_api_base_url,
+        )
+
+    async def run(self, *, task_status: trio.TaskStatus[SystemHandle]) -> None:
+        settings, policy = self.settings, restart_policy(self.settings)
+        async with self._bot() as bot, trio.open_nursery() as nursery:
+            await _check_bot(bot)
+            sender_done = trio.Event()
+
+            async def run_sender(*, task_status: trio.TaskStatus[Address[OutboxReady]]) -> None:
+                try:
+                    await SenderActor(self.db, bot).run(task_status=task_status)
+                finally:
+                    sender_done.set()
+
+            sender: Address[OutboxReady] = await nursery.start(
+                supervise, "sender", run_sender, policy
+            )
+
+            def outbox_ready(chat_id: int) -> None:
+                try:
+                    sender.send_nowait(OutboxReady(chat_id))
+                except ActorError:  # the sender's sweep finds the row anyway
+                    log.warning("system.outbox_notify_failed", chat_id=chat_id)
+
+            running = RunningTurns()
+            deps = ChatDeps(
+                store=SqlChatStore(self.db),
+                turns=self.turns,
+                bot=bot,
+                outbox_ready=outbox_ready,
+                running=running,
+                transcribe=self.transcribe,
+            )
+            registry: Registry[int, Any] = await nursery.start(
+                Registry(
+                    "chats",
+                    chat_factory(deps),
+                    capacity=settings.mailbox_size,
+                    idle_timeout=settings.actor_idle_timeout,
+                    max_actors=settings.actor_max_live,
+                    policy=policy,
+                    key_name="chat_id",
+                ).run
+            )
+            router: Router = await nursery.start(Router(self.db, registry, bot, running).run)
+            dedupe = DedupeCache()
+            blueprints = []
+            drains: list[tuple[str, Callable[[], Awaitable[object]]]] = []
+            if self.polling:
+                poller_factory = self.poller_factory or _default_poller()
+                poller_stop = trio.Event()
+                poller = poller_factory(
+                    self.db,
+                    bot,
+                    allowed_chat_ids=settings.telegram_allowed_chat_ids,
+                    dedupe=dedupe,
+                    notify=router.accepted,
+                    stop=poller_stop,
+                )
+                poller_done = trio.Event()
+
+                async def run_poller(*, task_status: trio.TaskStatus[None]) -> None:
+                    try:
+                        await poller.run(task_status=task_status)
+                    finally:
+                        poller_done.set()
+
+                await nursery.start(run_poller)
+
+                async def stop_poller() -> None:
+                    poller_stop.set()
+                    await poller_done.wait()
+
+                drains.append(("poller", stop_poller))
+            else:
+                blueprints.append(
+                    webhook_blueprint(
+                        secret_token=settings.telegram_secret_token.reveal(),
+                        allowed_chat_ids=settings.telegram_allowed_chat_ids,
+                        db=self.db,
+                        notify=router.accepted,
+                        dedupe=dedupe,
+                    )
+                )
+
+            async def stop_sender() -> None:
+                sender.close()
+                await sender_done.wait()
+
+            drains += [
+                ("router", router.aclose),
+                ("chats", registry.aclose),
+                ("sender", stop_sender),
+            ]
+            task_status.started(SystemHandle(blueprints=blueprints, drains=drains))
+
+
+async def _check_bot(bot: BotApiClient) -> None:
+    """getMe at start-up: a failure is a warning (webhook mode must not depend on Telegram)."""
+    with trio.move_on_after(10):
+        try:
+            me = await bot.get_me()
+            log.info("system.bot", username=me.username, bot_id=me.id)
+            return
+        except TelegramError as exc:
+            log.warning("system.get_me_failed", error=str(exc))
+            return
+    log.warning("system.get_me_timeout")
+
+
+def _default_poller() -> Callable[..., Any]:
+    from actors.poller import Poller
+
+    return Poller
