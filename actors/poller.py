@@ -43,7 +43,7 @@ from actors.telegram_errors import (
     TelegramError,
     UnexpectedResponse,
 )
-from actors.telegram_types import ALLOWED_UPDATES, Update, parse_update
+from actors.telegram_types import ALLOWED_UPDATES, Update, UpdateBatch, parse_update_batch
 from runtime.errors import DatabaseError, EngramError
 from runtime.logs import get_logger
 
@@ -119,23 +119,13 @@ IngestOne = Callable[[Update, Mapping[str, Any]], Awaitable[object]]
 
 def parse_batch(result: object) -> PollBatch:
     """A getUpdates ``result`` (a JSON list) as a :class:`PollBatch`."""
-    if not isinstance(result, list):
-        raise UnexpectedResponse("getUpdates: result is not a list")
-    updates: list[PolledUpdate] = []
-    malformed: list[MalformedUpdate] = []
-    highest: int | None = None
-    for item in result:
-        try:
-            update = parse_update(item)
-        except MalformedUpdate as exc:
-            malformed.append(exc)
-            seen = exc.update_id
-        else:
-            updates.append(PolledUpdate(update, item))
-            seen = update.update_id
-        if seen is not None and (highest is None or seen > highest):
-            highest = seen
-    return PollBatch(tuple(updates), tuple(malformed), None if highest is None else highest + 1)
+    return from_update_batch(parse_update_batch(result))
+
+
+def from_update_batch(batch: UpdateBatch) -> PollBatch:
+    """Pair each parsed update with its raw JSON."""
+    pairs = tuple(PolledUpdate(u, p) for u, p in zip(batch.updates, batch.payloads, strict=True))
+    return PollBatch(pairs, batch.malformed, batch.next_offset)
 
 
 @attrs.frozen
@@ -151,15 +141,8 @@ class BotApiUpdates:
         allowed_updates: Sequence[str],
         limit: int,
     ) -> PollBatch:
-        params: dict[str, object] = {
-            "timeout": timeout,
-            "limit": limit,
-            "allowed_updates": list(allowed_updates),
-        }
-        if offset is not None:
-            params["offset"] = offset
-        result = await self.client.call("getUpdates", params, read_timeout=timeout + 10.0)
-        return parse_batch(result)
+        batch = await self.client.get_updates(offset, timeout, allowed_updates, limit=limit)
+        return from_update_batch(batch)
 
 
 @attrs.frozen

@@ -18,12 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Self
 
-import attrs
 import httpx
 
 from actors.telegram_errors import (
     FileTooLarge,
-    MalformedUpdate,
     NetworkError,
     UnexpectedResponse,
     api_error_class,
@@ -32,12 +30,12 @@ from actors.telegram_errors import (
 from actors.telegram_types import (
     BotUser,
     FileInfo,
-    Update,
+    UpdateBatch,
     WebhookInfo,
     parse_bot_user,
     parse_file_info,
     parse_sent_message_id,
-    parse_update,
+    parse_update_batch,
     parse_webhook_info,
 )
 
@@ -45,16 +43,6 @@ DEFAULT_BASE_URL = "https://api.telegram.org"
 _TOKEN_RE = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{1,200}")
 _FILE_PATH_RE = re.compile(r"[A-Za-z0-9_.\-/]{1,512}")
 REDACTED = "<redacted>"
-
-
-@attrs.frozen
-class UpdateBatch:
-    """One getUpdates answer: parsed updates, unreadable ones, and the offset to confirm them."""
-
-    updates: tuple[Update, ...]
-    malformed: tuple[MalformedUpdate, ...]
-    #: 1 + the highest update_id seen (also of malformed entries); None when nothing came
-    next_offset: int | None
 
 
 class _RedactToken(logging.Filter):
@@ -247,25 +235,7 @@ class BotApiClient:
             allowed_updates=None if allowed_updates is None else list(allowed_updates),
         )
         result = await self.call("getUpdates", params, read_timeout=timeout + 10.0)
-        if not isinstance(result, list):
-            raise UnexpectedResponse("getUpdates: result is not a list")
-        updates: list[Update] = []
-        malformed: list[MalformedUpdate] = []
-        highest: int | None = None
-        for item in result:
-            try:
-                update = parse_update(item)
-            except MalformedUpdate as exc:
-                malformed.append(exc)
-                seen = exc.update_id
-            else:
-                updates.append(update)
-                seen = update.update_id
-            if seen is not None and (highest is None or seen > highest):
-                highest = seen
-        return UpdateBatch(
-            tuple(updates), tuple(malformed), None if highest is None else highest + 1
-        )
+        return parse_update_batch(result)
 
     async def send_message(
         self,
