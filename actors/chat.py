@@ -216,7 +216,7 @@ class ChatActor:
     async def _message(self, inbox_id: int, ext: str, msg: Message) -> None:
         text = msg.text
         if text is not None and text.startswith("/"):
-            await self._command(inbox_id, text, msg)
+            await self._command(inbox_id, ext, text, msg)
             return
         if msg.voice is not None:
             await self._voice(inbox_id, ext, msg, msg.voice)
@@ -237,7 +237,7 @@ class ChatActor:
         )
         await self._run_flushed(fragments.offer(self.state, item, trio.current_time()))
 
-    async def _command(self, inbox_id: int, text: str, msg: Message) -> None:
+    async def _command(self, inbox_id: int, ext: str, text: str, msg: Message) -> None:
         await self._run_flushed(fragments.flush_all(self.state))
         command = text.split()[0].split("@")[0].lower()
         if command == "/stop":
@@ -246,16 +246,7 @@ class ChatActor:
         elif command in ("/start", "/help"):
             await self._commit(TurnReply(HELP), [inbox_id])
         else:  # other commands are ordinary text for the agent
-            await self._run_turn(
-                TurnInput(
-                    self.chat_id,
-                    text,
-                    (inbox_id,),
-                    (msg.message_id,),
-                    (self._ext(inbox_id),),
-                    msg.from_user_id,
-                )
-            )
+            await self._flush_then_turn(inbox_id, ext, text, msg, kind="text")
 
     async def _voice(self, inbox_id: int, ext: str, msg: Message, voice: Voice) -> None:
         await self._run_flushed(fragments.flush_all(self.state))
@@ -268,18 +259,7 @@ class ChatActor:
         except VoiceError as exc:  # too large / failed: str(exc) is meant for the person
             await self._commit(TurnReply(str(exc)), [inbox_id])
             return
-        self.sources[inbox_id] = (ext, "voice")
-        await self._run_turn(
-            TurnInput(
-                self.chat_id,
-                text,
-                (inbox_id,),
-                (msg.message_id,),
-                (ext,),
-                msg.from_user_id,
-                kind="voice",
-            )
-        )
+        await self._flush_then_turn(inbox_id, ext, text, msg, kind="voice")
 
     async def _flush_then_turn(
         self,

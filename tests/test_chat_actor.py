@@ -304,3 +304,13 @@ async def test_running_turns_bookkeeping() -> None:
     running.register(1, scope)
     assert running.cancel(1) and scope.cancel_called
     assert running.consume_stopped(1) and not running.consume_stopped(1)
+
+
+async def test_unknown_command_goes_to_the_agent_with_its_update_key(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    await harness.deliver(msg(77, 10, "/mood today"))
+    await trio.sleep(1)
+    [(turn, _)] = harness.agent.turns
+    assert turn.text == "/mood today"
+    assert turn.external_ids == ("update:77",)
