@@ -1,0 +1,81 @@
+"""Errors raised by the memory package (LLM providers, and the memory domain's own failures).
+
+LLM errors never chain the SDK exception (``__cause__``/``__context__`` are None): SDK errors
+hold the HTTP request, whose headers carry the API key. Their messages are scrubbed of the key.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from runtime.errors import EngramError
+
+# --- LLM providers ------------------------------------------------------------------------------
+
+
+class LLMError(EngramError):
+    """A chat-completion call failed; ``retryable`` says whether trying again later may help.
+
+    ``status`` is the HTTP status (None for timeouts and connection failures), ``error_type``
+    the provider's error type (``rate_limit_error``, ``overloaded_error``...), ``retry_after``
+    the server's requested wait in seconds, if any.
+    """
+
+    retryable: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        model: str,
+        status: int | None = None,
+        error_type: str | None = None,
+        request_id: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.provider = provider
+        self.model = model
+        self.status = status
+        self.error_type = error_type
+        self.request_id = request_id
+        self.retry_after = retry_after
+
+
+class LLMRateLimited(LLMError):
+    """HTTP 429: too many requests or tokens; wait ``retry_after`` seconds (when given)."""
+
+    retryable = True
+
+
+class LLMOverloaded(LLMError):
+    """HTTP 529: the provider is overloaded (Anthropic's ``overloaded_error``)."""
+
+    retryable = True
+
+
+class LLMTimeout(LLMError):
+    """No answer within the request timeout (or HTTP 408)."""
+
+    retryable = True
+
+
+class LLMUnavailable(LLMError):
+    """HTTP 5xx, or the endpoint could not be reached (connection refused, reset, DNS)."""
+
+    retryable = True
+
+
+class LLMRequestError(LLMError):
+    """HTTP 4xx other than 408/429: our request (or key, or quota) is wrong; retrying won't help."""
+
+
+class LLMInvalidResponse(LLMError):
+    """The provider answered 200 with something unusable (no choices, tool arguments not JSON).
+
+    The call was billed and logged as ok; a retry may well produce a usable answer.
+    """
+
+    retryable = True
