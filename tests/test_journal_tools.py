@@ -1,0 +1,556 @@
+"""The journal tools, log_weight and get_usage against the real (embedded) PostgreSQL."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+import attrs
+import numpy as np
+import pytest
+
+from memory.journal_tools import JOURNAL_TOOLS, journal_registry
+from memory.tools import ToolContext, ToolOutcome
+from memory.usage import log_api_usage
+from runtime.db import Database
+
+DIMS = 64
+MODEL = "fake-bow-64"
+NOW = datetime(2024, 6, 15, 10, 0, tzinfo=UTC)  # 12:00 in Madrid
+
+
+def bag_of_words(text: str) -> np.ndarray:
+    """Hashing bag-of-words, unit-normalised: texts sharing words are close."""
+    v = np.zeros(DIMS, dtype=np.float32)
+    for word in re.findall(r"[a-z]+", text.lower()):
+        v[int(hashlib.sha256(word.encode()).hexdigest(), 16) % DIMS] += 1.0
+    norm = float(np.linalg.norm(v))
+    return v / norm if norm else v
+
+
+@attrs.define
+class FakeEmbedder:
+    model: str = MODEL
+    dims: int = DIMS
+    fail: bool = False
+    calls: list[tuple[list[str], str, int | None]] = attrs.field(factory=list)
+
+    async def embed(
+        self, texts: Sequence[str], *, purpose: str, chat_id: int | None = None
+    ) -> list[np.ndarray]:
+        self.calls.append((list(texts), purpose, chat_id))
+        if self.fail:
+            raise RuntimeError("embedding service down")
+        return [bag_of_words(t) for t in texts]
+
+
+async def add_entry(
+    db: Database,
+    uuid: str,
+    at: str,
+    text: str,
+    *,
+    tags: Sequence[str] = (),
+    city: str | None = None,
+    tz: str | None = "Europe/Madrid",
+    vector: np.ndarray | None = None,
+    embed: bool = True,
+) -> int:
+    """Insert one entry (``at`` is an ISO UTC instant) and, unless ``embed=False``, its vector."""
+    created = datetime.fromisoformat(at).replace(tzinfo=UTC)
+    entry_id: int = await db.fetchval(
+        "INSERT INTO entries (uuid, created_at, timezone, text, tags, city, word_count) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+        uuid,
+        created,
+        tz,
+        text,
+        list(tags),
+        city,
+        len(text.split()),
+    )
+    if embed:
+        vec = bag_of_words(text) if vector is None else vector
+        await db.execute(
+            "INSERT INTO entry_embeddings (entry_id, model, dims, embedding) "
+            "VALUES ($1, $2, $3, $4)",
+            entry_id,
+            MODEL,
+            DIMS,
+            vec.astype(np.float32),
+        )
+    return entry_id
+
+
+def make_ctx(
+    db: Any,
+    embedder: FakeEmbedder | None = None,
+    now: datetime = NOW,
+    tz: str = "Europe/Madrid",
+    chat_id: int = 1,
+) -> ToolContext:
+    return ToolContext(
+        db=db,
+        embedder=FakeEmbedder() if embedder is None else embedder,
+        chat_id=chat_id,
+        timezone=tz,
+        now=now,
+    )
+
+
+REGISTRY = journal_registry()
+
+
+async def call(ctx: ToolContext, name: str, **raw: Any) -> dict[str, Any]:
+    out = await REGISTRY.call(name, raw, ctx)
+    assert not out.is_error, out.content
+    result: dict[str, Any] = json.loads(out.content)
+    return result
+
+
+async def call_error(ctx: ToolContext, name: str, raw: object) -> dict[str, Any]:
+    out: ToolOutcome = await REGISTRY.call(name, raw, ctx)
+    assert out.is_error, out.content
+    result: dict[str, Any] = json.loads(out.content)
+    return result
+
+
+def uuids(items: list[dict[str, Any]]) -> list[str]:
+    return [i["uuid"] for i in items]
+
+
+def test_registry_offers_the_nine_tools() -> None:
+    assert REGISTRY.names() == [
+        "search_entries",
+        "get_entry",
+        "get_entries_by_date",
+        "on_this_day",
+        "find_similar",
+        "list_tags",
+        "entry_stats",
+        "log_weight",
+        "get_usage",
+    ]
+    for s in REGISTRY.specs():
+        assert s["input_schema"]["additionalProperties"] is False and s["description"]
+    assert len(JOURNAL_TOOLS) == 9
+
+
+# --- search_entries ----------------------------------------------------------------------------
+
+
+async def seed_search(db: Database) -> None:
+    await add_entry(
+        db,
+        "run1",
+        "2024-01-10T08:00",
+        "Morning run by the river, legs tired.",
+        tags=["Sport"],
+        city="Madrid",
+    )
+    await add_entry(
+        db,
+        "run2",
+        "2024-03-05T08:00",
+        "Another run, faster this time, river path.",
+        tags=["sport", "health"],
+        city="Lisbon",
+    )
+    await add_entry(
+        db,
+        "run3",
+        "2024-05-20T08:00",
+        "Long run along the river with Ana.",
+        tags=["social"],
+        city="madrid",
+    )
+    await add_entry(
+        db,
+        "cook",
+        "2024-02-01T19:00",
+        "Cooked a lentil stew for dinner.",
+        tags=["food"],
+        city="Madrid",
+    )
+
+
+async def test_search_filters_by_date_tags_and_city(db: Database) -> None:
+    await seed_search(db)
+    ctx = make_ctx(db)
+    everything = await call(ctx, "search_entries", query="river run")
+    assert set(uuids(everything["results"])[:3]) == {"run1", "run2", "run3"}
+    assert everything["degraded"] is False
+
+    by_date = await call(
+        ctx, "search_entries", query="river run", date_from="2024-02-01", date_to="2024-04-30"
+    )
+    assert uuids(by_date["results"]) == ["run2", "cook"]  # cook: by meaning only
+    assert by_date["results"][1]["matched"] == ["meaning"]
+
+    by_tag = await call(ctx, "search_entries", query="river run", tags=["SPORT"])
+    assert set(uuids(by_tag["results"])) == {"run1", "run2"}  # case-insensitive, any of
+
+    by_city = await call(ctx, "search_entries", query="river run", city="MADRID")
+    assert set(uuids(by_city["results"])) == {"run1", "run3", "cook"}
+
+    both = await call(
+        ctx,
+        "search_entries",
+        query="stew",
+        tags=["food"],
+        city="Madrid",
+        date_from="2024-02-01",
+        date_to="2024-02-01",
+    )
+    [item] = both["results"]
+    assert item["uuid"] == "cook" and item["date"] == "2024-02-01" and item["city"] == "Madrid"
+    assert item["tags"] == ["food"] and "lentil stew" in item["snippet"]
+    assert item["matched"] == ["text", "meaning"]
+
+
+async def test_search_limit_and_caps(db: Database) -> None:
+    for i in range(12):
+        await add_entry(db, f"e{i:02d}", f"2024-01-{i + 1:02d}T09:00", f"walk number {i} today")
+    ctx = make_ctx(db)
+    assert (await call(ctx, "search_entries", query="walk"))["count"] == 10  # default
+    assert (await call(ctx, "search_entries", query="walk", limit=3))["count"] == 3
+    assert (await call(ctx, "search_entries", query="walk", limit=50))["count"] == 12
+    for bad in (0, 51):
+        err = await call_error(ctx, "search_entries", {"query": "walk", "limit": bad})
+        assert err["field"] == "limit"
+    err = await call_error(ctx, "search_entries", {"query": "walk", "date_from": "2024-1-1"})
+    assert err["field"] == "date_from"
+    err = await call_error(
+        ctx, "search_entries", {"query": "walk", "date_from": "2024-02-01", "date_to": "2024-01-01"}
+    )
+    assert err == {"error": "date_from must not be after date_to", "field": "date_from"}
+
+
+def noisy(v: np.ndarray, seed: int, amount: float) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    out = v + amount * rng.standard_normal(DIMS).astype(np.float32)
+    unit: np.ndarray = (out / np.linalg.norm(out)).astype(np.float32)
+    return unit
+
+
+async def test_hybrid_fusion_ranks_entry_found_by_both_arms_first(db: Database) -> None:
+    query = "sunrise swim lake"
+    q = bag_of_words(query)
+    far = bag_of_words("tax forms accountant spreadsheet invoices")
+    # best full-text match, but no vector at all
+    await add_entry(
+        db,
+        "text-only",
+        "2024-01-01T07:00",
+        "Sunrise swim in the lake. Sunrise swim, lake again!",
+        embed=False,
+    )
+    # second in both arms
+    await add_entry(
+        db,
+        "both",
+        "2024-01-02T07:00",
+        "Woke early; after a long while I went for a swim at the lake near sunrise.",
+        vector=noisy(q, 1, 0.05),
+    )
+    # nearest vector, no words in common
+    await add_entry(db, "vector-only", "2024-01-03T07:00", "Dawn dip in cold water.", vector=q)
+    for i in range(3):
+        await add_entry(
+            db,
+            f"other{i}",
+            f"2024-01-0{4 + i}T07:00",
+            "Paperwork all day.",
+            vector=noisy(far, i, 0.3),
+        )
+    result = await call(make_ctx(db), "search_entries", query=query, limit=3)
+    got = uuids(result["results"])
+    assert got[0] == "both"
+    assert set(got[1:]) == {"text-only", "vector-only"}
+    first = result["results"][0]
+    assert first["matched"] == ["text", "meaning"]
+
+
+async def test_search_degrades_to_full_text_when_embedding_fails(db: Database) -> None:
+    await seed_search(db)
+    broken = FakeEmbedder(fail=True)
+    result = await call(make_ctx(db, broken), "search_entries", query="lentil stew")
+    assert result["degraded"] is True and "embedding failed (RuntimeError)" in result["note"]
+    assert uuids(result["results"]) == ["cook"]
+    assert result["results"][0]["matched"] == ["text"]
+    assert broken.calls == [(["lentil stew"], "embedding", 1)]
+
+    no_model = ToolContext(db=db, embedder=None, chat_id=1, timezone="UTC", now=NOW)
+    result = await call(no_model, "search_entries", query="river")
+    assert result["degraded"] is True and set(uuids(result["results"])) == {"run1", "run2", "run3"}
+
+
+# --- get_entry / get_entries_by_date / on_this_day -----------------------------------------------
+
+
+async def test_get_entry_in_its_own_timezone(db: Database) -> None:
+    await add_entry(
+        db,
+        "tokyo",
+        "2024-01-01T23:30",
+        "New year in Tokyo.",
+        tz="Asia/Tokyo",
+        tags=["travel"],
+        city="Tokyo",
+    )
+    await add_entry(db, "nowhere", "2024-01-01T23:30", "No zone.", tz=None)
+    await add_entry(db, "bogus", "2024-01-01T23:30", "Bad zone.", tz="Mars/Base")
+    ctx = make_ctx(db, tz="America/New_York")
+    tokyo = await call(ctx, "get_entry", uuid="tokyo")
+    assert (tokyo["date"], tokyo["time"]) == ("2024-01-02", "08:30")
+    assert tokyo["timezone"] == "Asia/Tokyo"
+    assert tokyo["text"] == "New year in Tokyo." and tokyo["tags"] == ["travel"]
+    assert tokyo["city"] == "Tokyo" and tokyo["word_count"] == 4
+    for uuid in ("nowhere", "bogus"):  # context time zone
+        got = await call(ctx, "get_entry", uuid=uuid)
+        assert (got["date"], got["time"]) == ("2024-01-01", "18:30")
+    err = await call_error(ctx, "get_entry", {"uuid": "missing"})
+    assert err == {"error": "no entry with uuid 'missing'", "field": "uuid"}
+
+
+async def test_get_entries_by_date(db: Database) -> None:
+    # 23:30 UTC on the 1st is already the 2nd in Madrid
+    await add_entry(db, "late", "2024-02-01T23:30", "Late night thoughts.")
+    await add_entry(db, "a", "2024-02-02T08:00", "Morning.")
+    await add_entry(db, "b", "2024-02-03T08:00", "Next day " + "word " * 1000)
+    await add_entry(db, "c", "2024-02-05T08:00", "Later.")
+    ctx = make_ctx(db)
+    one_day = await call(ctx, "get_entries_by_date", date_from="2024-02-02")
+    assert uuids(one_day["entries"]) == ["late", "a"] and one_day["total"] == 2
+    assert one_day["date_to"] == "2024-02-02"
+    ranged = await call(
+        ctx, "get_entries_by_date", date_from="2024-02-02", date_to="2024-02-05", limit=3
+    )
+    assert uuids(ranged["entries"]) == ["late", "a", "b"]
+    assert ranged["total"] == 4 and ranged["count"] == 3
+    assert ranged["entries"][2]["truncated"] is True and len(ranged["entries"][2]["text"]) == 2000
+    assert "truncated" not in ranged["entries"][0]
+    assert (await call(ctx, "get_entries_by_date", date_from="2020-01-01"))["entries"] == []
+    err = await call_error(ctx, "get_entries_by_date", {"date_from": "2024-02-30"})
+    assert err["field"] == "date_from" and "not a valid calendar date" in err["error"]
+    err = await call_error(ctx, "get_entries_by_date", {"date_from": "2024-02-01", "limit": 51})
+    assert err["field"] == "limit"
+
+
+async def test_on_this_day_across_years(db: Database) -> None:
+    await add_entry(db, "y2021", "2021-06-15T09:00", "Three years back.")
+    await add_entry(db, "y2023", "2023-06-15T09:00", "A year back.")
+    await add_entry(db, "y2023b", "2023-06-14T22:30", "Past midnight in Madrid.")  # 06-15 local
+    await add_entry(db, "other", "2023-06-16T09:00", "Not today.")
+    await add_entry(db, "leap", "2020-02-29T09:00", "Leap day.")
+    ctx = make_ctx(db)
+    today = await call(ctx, "on_this_day")
+    assert today["month_day"] == "06-15"
+    assert uuids(today["entries"]) == ["y2023", "y2023b", "y2021"]
+    assert [e["years_ago"] for e in today["entries"]] == [1, 1, 3]
+    assert today["entries"][0]["text"] == "A year back."
+    leap = await call(ctx, "on_this_day", month_day="02-29")
+    assert uuids(leap["entries"]) == ["leap"] and leap["entries"][0]["years_ago"] == 4
+    assert (await call(ctx, "on_this_day", limit=1))["count"] == 1
+    for bad in ("6-15", "13-01", "02-30"):
+        err = await call_error(ctx, "on_this_day", {"month_day": bad})
+        assert err["field"] == "month_day"
+
+
+async def test_on_this_day_default_uses_context_timezone(db: Database) -> None:
+    await add_entry(db, "new-year", "2023-01-01T11:00", "New year's day.")
+    late = datetime(2023, 12, 31, 23, 30, tzinfo=UTC)  # already Jan 1st in Madrid
+    result = await call(make_ctx(db, now=late), "on_this_day")
+    assert result["month_day"] == "01-01" and uuids(result["entries"]) == ["new-year"]
+    assert result["entries"][0]["years_ago"] == 1
+
+
+# --- find_similar / list_tags / entry_stats -------------------------------------------------------
+
+
+async def test_find_similar_excludes_source(db: Database) -> None:
+    await add_entry(db, "src", "2024-01-01T09:00", "garden tomatoes basil watering")
+    await add_entry(db, "close", "2024-01-02T09:00", "garden tomatoes basil harvest")
+    await add_entry(db, "mid", "2024-01-03T09:00", "garden fence repair")  # sim 0.29
+    await add_entry(db, "far", "2024-01-04T09:00", "piano lesson")  # sim 0
+    await add_entry(db, "unembedded", "2024-01-05T09:00", "garden tomatoes", embed=False)
+    ctx = make_ctx(db)
+    result = await call(ctx, "find_similar", uuid="src")
+    assert uuids(result["results"]) == ["close", "mid", "far"]
+    sims = [r["similarity"] for r in result["results"]]
+    assert sims == sorted(sims, reverse=True) and sims[0] > 0.5
+    assert uuids((await call(ctx, "find_similar", uuid="src", limit=1))["results"]) == ["close"]
+    # no stored vector: its text is embedded on the fly
+    fresh = await call(ctx, "find_similar", uuid="unembedded")
+    assert uuids(fresh["results"])[0] in {"src", "close"} and "unembedded" not in uuids(
+        fresh["results"]
+    )
+    assert (await call_error(ctx, "find_similar", {"uuid": "src", "limit": 21}))["field"] == "limit"
+    err = await call_error(ctx, "find_similar", {"uuid": "nope"})
+    assert err["field"] == "uuid"
+    no_model = ToolContext(db=db, embedder=None, chat_id=1, timezone="UTC", now=NOW)
+    assert "unavailable" in (await call_error(no_model, "find_similar", {"uuid": "src"}))["error"]
+
+
+async def test_list_tags_counts(db: Database) -> None:
+    await add_entry(db, "1", "2024-01-01T09:00", "x", tags=["work", "family"])
+    await add_entry(db, "2", "2024-01-02T09:00", "x", tags=["work"])
+    await add_entry(db, "3", "2024-01-03T09:00", "x", tags=["work", "sport"])
+    await add_entry(db, "4", "2024-01-04T09:00", "x", tags=["family"])
+    await add_entry(db, "5", "2024-01-05T09:00", "x")
+    result = await call(make_ctx(db), "list_tags")
+    assert result == {
+        "count": 3,
+        "tags": [
+            {"tag": "work", "count": 3},
+            {"tag": "family", "count": 2},
+            {"tag": "sport", "count": 1},
+        ],
+    }
+    assert (await call_error(make_ctx(db), "list_tags", {"limit": 3}))["field"] == "limit"
+
+
+async def test_entry_stats_streaks_weekdays_months(db: Database) -> None:
+    # local days (Madrid): May 1-4 (Wed-Sat, longest streak 4), June 13-14 (current streak 2)
+    for i, day in enumerate(["05-01", "05-02", "05-03", "05-04", "06-13", "06-14"]):
+        await add_entry(db, f"d{i}", f"2024-{day}T09:00", "one two three four")
+    await add_entry(db, "extra", "2024-05-01T20:00", "six words in this one here")
+    await add_entry(db, "old", "2023-06-10T09:00", "a b")
+    ctx = make_ctx(db)
+    stats = await call(ctx, "entry_stats", date_from="2024-01-01")
+    assert stats["total_entries"] == 7 and stats["days_with_entries"] == 6
+    assert stats["first_date"] == "2024-05-01" and stats["last_date"] == "2024-06-14"
+    assert stats["total_words"] == 30 and stats["average_words"] == round(30 / 7, 1)
+    assert stats["longest_streak"] == {"days": 4, "start": "2024-05-01", "end": "2024-05-04"}
+    assert stats["current_streak"] == {"days": 2}
+    assert stats["by_weekday"] == {
+        "Monday": 0,
+        "Tuesday": 0,
+        "Wednesday": 2,
+        "Thursday": 2,
+        "Friday": 2,
+        "Saturday": 1,
+        "Sunday": 0,
+    }
+    assert stats["by_month"]["May"] == 5 and stats["by_month"]["June"] == 2
+    assert sum(stats["by_month"].values()) == 7
+    weeks = ((date(2024, 6, 14) - date(2024, 1, 1)).days + 1) / 7
+    assert stats["entries_per_week"] == round(7 / weeks, 2)
+
+    everything = await call(ctx, "entry_stats")
+    assert everything["total_entries"] == 8 and everything["first_date"] == "2023-06-10"
+    assert everything["by_month"]["June"] == 3
+    # a day later with no entry today or yesterday: the current streak is broken
+    later = await call(make_ctx(db, now=NOW + timedelta(days=2)), "entry_stats")
+    assert later["current_streak"] == {"days": 0}
+    # a late-evening entry in UTC that is already the next day in Madrid extends the streak
+    await add_entry(db, "midnight", "2024-06-14T22:30", "after midnight")
+    today = await call(ctx, "entry_stats")
+    assert today["current_streak"] == {"days": 3}
+
+
+# --- log_weight / get_usage ---------------------------------------------------------------------
+
+
+async def weights(db: Database, chat_id: int = 1) -> list[tuple[date, float]]:
+    rows = await db.fetch(
+        "SELECT date, weight_kg FROM daily_metrics WHERE chat_id = $1 ORDER BY date", chat_id
+    )
+    return [(r["date"], r["weight_kg"]) for r in rows]
+
+
+async def test_log_weight_defaults_to_local_today_and_upserts(db: Database) -> None:
+    near_midnight = datetime(2024, 3, 9, 23, 30, tzinfo=UTC)  # March 10 in Madrid
+    ctx = make_ctx(db, now=near_midnight)
+    first = await call(ctx, "log_weight", weight_kg=77.2, date="2024-03-08")
+    assert first == {"logged": {"date": "2024-03-08", "weight_kg": 77.2}, "previous": None}
+    today = await call(ctx, "log_weight", weight_kg=76.5)
+    assert today["logged"] == {"date": "2024-03-10", "weight_kg": 76.5}
+    assert today["previous"] == {"date": "2024-03-08", "weight_kg": 77.2, "change_kg": -0.7}
+    assert "replaced_kg" not in today
+    again = await call(ctx, "log_weight", weight_kg=76.4)
+    assert again["logged"] == {"date": "2024-03-10", "weight_kg": 76.4}
+    assert again["replaced_kg"] == 76.5
+    assert await weights(db) == [(date(2024, 3, 8), 77.2), (date(2024, 3, 10), 76.4)]
+    # in UTC the same instant is still March 9; other chats are separate
+    utc = make_ctx(db, now=near_midnight, tz="UTC", chat_id=2)
+    assert (await call(utc, "log_weight", weight_kg=60))["logged"]["date"] == "2024-03-09"
+    assert await weights(db, 2) == [(date(2024, 3, 9), 60.0)]
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"weight_kg": -70}, "weight_kg"),
+        ({"weight_kg": 0}, "weight_kg"),
+        ({"weight_kg": 500}, "weight_kg"),
+        ({"weight_kg": "76.5"}, "weight_kg"),
+        ({}, "weight_kg"),
+        ({"weight_kg": 70, "date": "yesterday"}, "date"),
+        ({"weight_kg": 70, "date": "2024-02-30"}, "date"),
+        ({"weight_kg": 70, "date": "2024-06-20"}, "date"),  # in the future
+        ({"weight_kg": 70, "unit": "lb"}, "unit"),
+    ],
+)
+async def test_log_weight_invalid(db: Database, raw: dict[str, Any], field: str) -> None:
+    err = await call_error(make_ctx(db), "log_weight", raw)
+    assert err["field"] == field
+    assert await weights(db) == []
+
+
+async def test_get_usage(db: Database) -> None:
+    for purpose, tokens in (("agent", 1_000_000), ("agent", 1_000_000), ("compaction", 100_000)):
+        await log_api_usage(
+            db,
+            provider="anthropic",
+            model="claude-sonnet-4-5",
+            purpose=purpose,
+            chat_id=1,
+            input_tokens=tokens,
+        )
+    await db.execute(
+        "INSERT INTO api_usage (provider, model, purpose, cost_usd, created_at) "
+        "VALUES ('openai', 'whisper-1', 'transcription', 0.5, '2024-05-01T12:00Z')"
+    )
+    now = datetime.now(UTC)
+    ctx = make_ctx(db, now=now)
+    result = await call(ctx, "get_usage")
+    assert result["total_usd"] == pytest.approx(6.3) and result["calls"] == 3
+    assert result["by_purpose"] == {
+        "agent": {"calls": 2, "cost_usd": 6.0},
+        "compaction": {"calls": 1, "cost_usd": 0.3},
+    }
+    assert sum(d["calls"] for d in result["by_day"]) == 3
+    assert result["date_to"] == ctx.today.isoformat()
+    assert result["date_from"] == (ctx.today - timedelta(days=29)).isoformat()
+    old = await call(ctx, "get_usage", date_from="2024-05-01", date_to="2024-05-01")
+    assert old["total_usd"] == 0.5 and old["by_day"] == [
+        {"date": "2024-05-01", "calls": 1, "cost_usd": 0.5}
+    ]
+    assert old["by_model"] == {"whisper-1": {"calls": 1, "cost_usd": 0.5}}
+
+
+# --- failures -----------------------------------------------------------------------------------
+
+
+class BrokenDb:
+    async def execute(self, query: str, *args: Any) -> str:
+        raise RuntimeError("connection reset")
+
+    async def fetch(self, query: str, *args: Any) -> list[Any]:
+        raise RuntimeError("connection reset")
+
+    async def fetchrow(self, query: str, *args: Any) -> Any:
+        raise RuntimeError("connection reset")
+
+
+async def test_handler_exception_is_a_tool_error() -> None:
+    ctx = make_ctx(BrokenDb())
+    for name, raw in (("search_entries", {"query": "x"}), ("log_weight", {"weight_kg": 70})):
+        err = await call_error(ctx, name, raw)
+        assert err == {"error": f"tool {name} failed (RuntimeError); try again later"}
+    assert (await call_error(ctx, "no_such_tool", {}))["error"] == "unknown tool 'no_such_tool'"
