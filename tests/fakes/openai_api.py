@@ -15,21 +15,40 @@ verbose_json, vtt; only json/text for the gpt-4o models), ``language`` (ISO-639-
 ``temperature`` (0..1). UNKNOWN FIELDS ARE REJECTED (stricter than OpenAI, to catch our bugs).
 Errors have OpenAI's shape ``{"error": {"message", "type", "param", "code"}}``.
 
-Extending (chat completions, embeddings): write ``async def _x(self, call) -> Response`` that
-validates, then ``await self.scripted(ENDPOINT, call)``, and register it with
-``self._route(path, ENDPOINT, self._x)`` in ``_build_app``; auth, recording, scripted failures
-and error rendering are shared.
+``POST /v1/chat/completions`` (JSON; unknown fields rejected, as OpenAI does): ``model`` (any,
+unless ``chat_models`` is given), ``messages`` (non-empty; roles system/developer/user/
+assistant/tool; an assistant's ``tool_calls`` answered by ``tool`` messages with matching
+``tool_call_id`` right after it, and every ``tool`` message answering such a call), ``tools``
+(non-empty, ``type: function``, names ``^[a-zA-Z0-9_-]{1,64}$``, ``parameters`` an object
+schema), ``max_tokens``/``max_completion_tokens`` (not both, >= 1), ``n`` 1, no streaming.
+Scripted replies (text and/or tool calls, finish reason, usage) play in order, then
+``default_chat_text``; a scripted call of a tool the request did not offer is answered 500.
+
+``POST /v1/embeddings``: ``model`` (``embedding_models``: name -> dimensions, 404 otherwise),
+``input`` (a non-empty string or 1..2048 of them, each at most 8192 tokens by a 4 chars/token
+estimate), ``dimensions`` (text-embedding-3 only), ``encoding_format`` float/base64. Vectors
+are deterministic unit vectors: a sum of per-word pseudo-random vectors, so texts sharing
+words are similar (``embedding_vector`` computes the same vector; ``set_embedding`` pins one).
+
+Extending: write ``async def _x(self, call) -> Response`` that validates, then
+``await self.scripted(ENDPOINT, call)``, and register it with ``self._route(path, ENDPOINT,
+self._x)`` in ``_build_app``; auth, recording, scripted failures and error rendering are shared.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import itertools
 import json
 import math
+import random
 import re
 import secrets
+import struct
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from functools import partial
 from typing import Any
@@ -46,6 +65,16 @@ from werkzeug.exceptions import HTTPException
 
 DEFAULT_API_KEY = "sk-test-fakeopenai-0123456789abcdefghijklmnopqrstuvwxyz"
 TRANSCRIPTIONS = "audio.transcriptions"
+CHAT_COMPLETIONS = "chat.completions"
+EMBEDDINGS = "embeddings"
+#: embedding model -> native dimensions
+EMBEDDING_MODELS: Mapping[str, int] = {
+    "text-embedding-3-small": 1536,
+    "text-embedding-3-large": 3072,
+    "text-embedding-ada-002": 1536,
+}
+MAX_EMBEDDING_INPUTS = 2048
+MAX_EMBEDDING_TOKENS = 8192
 MAX_UPLOAD_BYTES = 25 * 1024 * 1024  # 26214400, the API's request limit
 AUDIO_EXTENSIONS = ("flac", "m4a", "mp3", "mp4", "mpeg", "mpga", "oga", "ogg", "wav", "webm")
 TRANSCRIPTION_MODELS = frozenset({"whisper-1", "gpt-4o-transcribe", "gpt-4o-mini-transcribe"})
@@ -211,6 +240,324 @@ class ScriptedTranscript:
     language: str = "english"
 
 
+@attrs.frozen
+class ScriptedToolCall:
+    id: str
+    name: str
+    arguments: str  # sent verbatim
+
+
+@attrs.frozen
+class ChatReply:
+    """A scripted chat answer; None token counts are estimated from request and reply."""
+
+    text: str | None = None
+    tool_calls: tuple[ScriptedToolCall, ...] = ()
+    finish_reason: str = "stop"
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+
+
+# --- chat completions and embeddings validation (pure; raises OpenAIHttpError) -----------------
+
+_CHAT_FIELDS = frozenset(
+    {
+        "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens",
+        "max_completion_tokens", "temperature", "top_p", "n", "stream", "stop", "seed", "user",
+        "response_format", "frequency_penalty", "presence_penalty", "logprobs", "top_logprobs",
+        "metadata", "store", "reasoning_effort", "service_tier",
+    }
+)  # fmt: skip
+_MESSAGE_FIELDS: Mapping[str, frozenset[str]] = {
+    "system": frozenset({"role", "content", "name"}),
+    "developer": frozenset({"role", "content", "name"}),
+    "user": frozenset({"role", "content", "name"}),
+    "assistant": frozenset({"role", "content", "name", "tool_calls", "refusal"}),
+    "tool": frozenset({"role", "content", "tool_call_id"}),
+}
+_ROLES_TEXT = "'system', 'assistant', 'user', 'function', 'tool', and 'developer'"
+_FUNCTION_NAME = re.compile(r"^[a-zA-Z0-9_-]+$")
+_EMBEDDING_FIELDS = frozenset({"model", "input", "encoding_format", "dimensions", "user"})
+
+
+def _param_error(message: str, param: str, code: str | None = None) -> OpenAIHttpError:
+    return OpenAIHttpError(400, message, param=param, code=code)
+
+
+def _required(obj: Mapping[str, Any], field: str, where: str) -> Any:
+    if field not in obj:
+        name = f"{where}.{field}" if where else field
+        raise _param_error(
+            f"Missing required parameter: '{name}'.", name, "missing_required_parameter"
+        )
+    return obj[field]
+
+
+def _type_error(name: str, expected: str, value: Any) -> OpenAIHttpError:
+    got = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
+           type(None): "null"}.get(type(value), "a number")  # fmt: skip
+    return _param_error(
+        f"Invalid type for '{name}': expected {expected}, but got {got} instead.",
+        name,
+        "invalid_type",
+    )
+
+
+def _check_unknown(obj: Mapping[str, Any], allowed: Collection[str], where: str = "") -> None:
+    for key in obj:
+        if key not in allowed:
+            if not where:
+                raise _param_error(f"Unrecognized request argument supplied: {key}", key)
+            raise _param_error(
+                f"Invalid '{where}': Additional properties are not allowed ('{key}' was "
+                "unexpected).",
+                where,
+            )
+
+
+def _check_content(message: Mapping[str, Any], where: str, *, nullable: bool) -> None:
+    content = message.get("content")
+    if content is None:
+        if nullable:
+            return
+        raise _param_error(
+            "Invalid value for 'content': expected a string, got null.", f"{where}.content"
+        )
+    if isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise _type_error(f"{where}.content", "one of a string or array of objects", content)
+    allowed = ("text",) if message["role"] != "user" else ("text", "image_url", "input_audio",
+                                                          "file")  # fmt: skip
+    for k, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") not in allowed:
+            raise _param_error(
+                f"Invalid value for '{where}.content[{k}].type': expected one of "
+                f"{', '.join(repr(a) for a in allowed)}.",
+                f"{where}.content[{k}].type",
+                "invalid_value",
+            )
+        if part["type"] == "text":
+            text = _required(part, "text", f"{where}.content[{k}]")
+            if not isinstance(text, str):
+                raise _type_error(f"{where}.content[{k}].text", "a string", text)
+
+
+def _check_tool_calls(calls: Any, where: str) -> list[str]:
+    if not isinstance(calls, list):
+        raise _type_error(f"{where}.tool_calls", "an array", calls)
+    if not calls:
+        raise _param_error(
+            f"Invalid '{where}.tool_calls': empty array. Expected an array with minimum length "
+            "1, but got an empty array instead.",
+            f"{where}.tool_calls",
+            "empty_array",
+        )
+    ids = []
+    for k, call in enumerate(calls):
+        at = f"{where}.tool_calls[{k}]"
+        if not isinstance(call, dict):
+            raise _type_error(at, "an object", call)
+        _check_unknown(call, ("id", "type", "function"), at)
+        call_id = _required(call, "id", at)
+        if _required(call, "type", at) != "function":
+            raise _param_error(
+                f"Invalid value: '{call['type']}'. Supported values are: 'function' and 'custom'.",
+                f"{at}.type",
+                "invalid_value",
+            )
+        function = _required(call, "function", at)
+        if not isinstance(function, dict):
+            raise _type_error(f"{at}.function", "an object", function)
+        _check_unknown(function, ("name", "arguments"), f"{at}.function")
+        if not isinstance(_required(function, "name", f"{at}.function"), str):
+            raise _type_error(f"{at}.function.name", "a string", function["name"])
+        arguments = _required(function, "arguments", f"{at}.function")
+        if not isinstance(arguments, str):
+            raise _type_error(f"{at}.function.arguments", "a string", arguments)
+        if not isinstance(call_id, str):
+            raise _type_error(f"{at}.id", "a string", call_id)
+        ids.append(call_id)
+    return ids
+
+
+def check_chat_messages(messages: Any) -> None:
+    """Roles, content, and assistant tool_calls answered by the tool messages right after."""
+    if not isinstance(messages, list):
+        raise _type_error("messages", "an array", messages)
+    if not messages:
+        raise _param_error(
+            "Invalid 'messages': empty array. Expected an array with minimum length 1, but got "
+            "an empty array instead.",
+            "messages",
+            "empty_array",
+        )
+    pending: list[str] = []  # tool_call ids of the last assistant message not yet answered
+    open_index = -1
+    answerable: set[str] = set()
+    for i, message in enumerate(messages):
+        where = f"messages[{i}]"
+        if not isinstance(message, dict):
+            raise _type_error(where, "an object", message)
+        role = _required(message, "role", where)
+        if role not in _MESSAGE_FIELDS:
+            raise _param_error(
+                f"Invalid value: '{role}'. Supported values are: {_ROLES_TEXT}.",
+                f"{where}.role",
+                "invalid_value",
+            )
+        _check_unknown(message, _MESSAGE_FIELDS[role], where)
+        if role != "tool" and pending:
+            raise _param_error(
+                "An assistant message with 'tool_calls' must be followed by tool messages "
+                "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+                f"response messages: {', '.join(pending)}",
+                f"messages.[{open_index}].role",
+            )
+        if role == "tool":
+            tool_call_id = _required(message, "tool_call_id", where)
+            _required(message, "content", where)
+            _check_content(message, where, nullable=False)
+            if tool_call_id not in answerable:
+                raise _param_error(
+                    "Invalid parameter: messages with role 'tool' must be a response to a "
+                    "preceeding message with 'tool_calls'.",
+                    f"messages.[{i}].role",
+                )
+            answerable.discard(tool_call_id)
+            if tool_call_id in pending:
+                pending.remove(tool_call_id)
+            continue
+        answerable = set()
+        if role == "assistant":
+            calls = message.get("tool_calls")
+            if calls is not None:
+                pending = _check_tool_calls(calls, where)
+                answerable, open_index = set(pending), i
+            _check_content(message, where, nullable=bool(pending))
+        else:
+            _required(message, "content", where)
+            _check_content(message, where, nullable=False)
+    if pending:
+        raise _param_error(
+            "An assistant message with 'tool_calls' must be followed by tool messages "
+            "responding to each 'tool_call_id'. The following tool_call_ids did not have "
+            f"response messages: {', '.join(pending)}",
+            f"messages.[{open_index}].role",
+        )
+
+
+def check_function_tools(tools: Any) -> list[str]:
+    """The function names, after validating each tool."""
+    if not isinstance(tools, list):
+        raise _type_error("tools", "an array", tools)
+    if not tools:
+        raise _param_error(
+            "Invalid 'tools': empty array. Expected an array with minimum length 1, but got an "
+            "empty array instead.",
+            "tools",
+            "empty_array",
+        )
+    names = []
+    for k, tool in enumerate(tools):
+        at = f"tools[{k}]"
+        if not isinstance(tool, dict):
+            raise _type_error(at, "an object", tool)
+        _check_unknown(tool, ("type", "function"), at)
+        if _required(tool, "type", at) != "function":
+            raise _param_error(
+                f"Invalid value: '{tool['type']}'. Supported values are: 'function' and 'custom'.",
+                f"{at}.type",
+                "invalid_value",
+            )
+        function = _required(tool, "function", at)
+        if not isinstance(function, dict):
+            raise _type_error(f"{at}.function", "an object", function)
+        _check_unknown(function, ("name", "description", "parameters", "strict"), f"{at}.function")
+        name = _required(function, "name", f"{at}.function")
+        if not isinstance(name, str):
+            raise _type_error(f"{at}.function.name", "a string", name)
+        if len(name) > 64:
+            raise _param_error(
+                f"Invalid '{at}.function.name': string too long. Expected a string with maximum "
+                f"length 64, but got a string with length {len(name)} instead.",
+                f"{at}.function.name",
+                "string_above_max_length",
+            )
+        if not _FUNCTION_NAME.match(name):
+            raise _param_error(
+                f"Invalid '{at}.function.name': string does not match pattern. Expected a "
+                "string that matches the pattern '^[a-zA-Z0-9_-]+$'.",
+                f"{at}.function.name",
+                "invalid_value",
+            )
+        if "description" in function and not isinstance(function["description"], str):
+            raise _type_error(f"{at}.function.description", "a string", function["description"])
+        parameters = function.get("parameters", {"type": "object", "properties": {}})
+        if not isinstance(parameters, dict) or parameters.get("type") != "object":
+            got = parameters.get("type") if isinstance(parameters, dict) else parameters
+            raise _param_error(
+                f"Invalid schema for function '{name}': schema must be a JSON Schema of "
+                f"'type: \"object\"', got 'type: \"{got}\"'.",
+                f"{at}.function.parameters",
+                "invalid_function_parameters",
+            )
+        names.append(name)
+    return names
+
+
+def check_chat_body(body: Any, models: Collection[str] | None) -> list[str] | None:
+    """Validate a chat completions body; the offered function names (None without tools)."""
+    if not isinstance(body, dict):
+        raise OpenAIHttpError(400, "The request body must be a JSON object.")
+    _check_unknown(body, _CHAT_FIELDS)
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise OpenAIHttpError(400, "you must provide a model parameter")
+    check_chat_messages(_required(body, "messages", ""))
+    names = check_function_tools(body["tools"]) if "tools" in body else None
+    if "max_tokens" in body and "max_completion_tokens" in body:
+        raise _param_error(
+            "Setting 'max_tokens' and 'max_completion_tokens' at the same time is not supported.",
+            "max_tokens",
+        )
+    for field in ("max_tokens", "max_completion_tokens"):
+        value = body.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _type_error(field, "an integer", value)
+        if value < 1:
+            raise _param_error(
+                f"Invalid '{field}': integer below minimum value. Expected a value >= 1, but "
+                f"got {value} instead.",
+                field,
+                "integer_below_min_value",
+            )
+    if body.get("n", 1) != 1:
+        raise _param_error("the fake supports only n=1", "n")
+    if body.get("stream") not in (None, False):
+        raise _param_error("streaming is not supported by the fake", "stream")
+    choice = body.get("tool_choice")
+    if choice is not None and names is None:
+        raise _param_error(
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are "
+            "specified.",
+            "tool_choice",
+        )
+    if models is not None and model not in models:
+        raise OpenAIHttpError(
+            404,
+            f"The model `{model}` does not exist or you do not have access to it.",
+            code="model_not_found",
+        )
+    return names
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
 _MAGIC: dict[str, Callable[[bytes], bool]] = {
     "ogg": lambda d: d.startswith(b"OggS"),
     "oga": lambda d: d.startswith(b"OggS"),
@@ -236,12 +583,24 @@ def _timestamp(seconds: float, sep: str) -> str:
 class FakeOpenAI:
     """State and behaviour of the fake; build it with ``run_fake_openai``."""
 
-    def __init__(self, api_key: str = DEFAULT_API_KEY) -> None:
+    def __init__(
+        self,
+        api_key: str = DEFAULT_API_KEY,
+        *,
+        chat_models: Collection[str] | None = None,
+        embedding_models: Mapping[str, int] = EMBEDDING_MODELS,
+    ) -> None:
         self.api_key = api_key
         self.base_url = ""  # http://127.0.0.1:<port>/v1 once serving
         self.calls: list[Call] = []
         self.default_transcript = ScriptedTranscript("hello from the fake", 2.0)
         self._transcripts: deque[ScriptedTranscript] = deque()
+        self.chat_models = None if chat_models is None else frozenset(chat_models)
+        self.embedding_models = dict(embedding_models)
+        self.default_chat_text = "Hello from the fake chat model."
+        self._chat_replies: deque[ChatReply] = deque()
+        self._pinned: dict[tuple[str, str], tuple[float, ...]] = {}
+        self._word_vectors: dict[tuple[int, str], tuple[float, ...]] = {}
         self._failures: dict[str, deque[Failure]] = {}
         self._request_ids = itertools.count(1)
         self.app = self._build_app()
@@ -253,6 +612,71 @@ class FakeOpenAI:
     ) -> None:
         """The next successful transcription returns ``text`` (FIFO; then the default)."""
         self._transcripts.append(ScriptedTranscript(text, duration, language))
+
+    def queue_chat_reply(self, reply: ChatReply) -> None:
+        """The next successful chat completion answers ``reply`` (FIFO; then default text)."""
+        self._chat_replies.append(reply)
+
+    def queue_chat_text(
+        self,
+        text: str,
+        *,
+        finish_reason: str = "stop",
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+    ) -> None:
+        """A plain text chat answer."""
+        self.queue_chat_reply(ChatReply(text, (), finish_reason, prompt_tokens, completion_tokens))
+
+    def queue_tool_calls(
+        self,
+        calls: Sequence[tuple[str, Mapping[str, Any] | str]],
+        *,
+        text: str | None = None,
+        finish_reason: str = "tool_calls",
+        prompt_tokens: int | None = None,
+        completion_tokens: int | None = None,
+    ) -> list[str]:
+        """An answer calling ``calls`` ((name, arguments) pairs; a str is sent verbatim as the
+        arguments, e.g. broken JSON); the tool_call ids."""
+        scripted = tuple(
+            ScriptedToolCall(
+                "call_" + secrets.token_hex(12),
+                name,
+                args if isinstance(args, str) else json.dumps(dict(args)),
+            )
+            for name, args in calls
+        )
+        reply = ChatReply(text, scripted, finish_reason, prompt_tokens, completion_tokens)
+        self.queue_chat_reply(reply)
+        return [c.id for c in scripted]
+
+    def set_embedding(self, model: str, text: str, vector: Sequence[float]) -> None:
+        """Pin the vector ``model`` returns for ``text`` (its length must be the model's)."""
+        if len(vector) != self.embedding_models[model]:
+            raise ValueError(f"{model} vectors have {self.embedding_models[model]} dimensions")
+        self._pinned[(model, text)] = tuple(float(x) for x in vector)
+
+    def embedding_vector(self, model: str, text: str, dimensions: int | None = None) -> list[float]:
+        """The vector the fake returns for ``text`` (what a test can compare against)."""
+        native = self.embedding_models[model]
+        full = self._pinned.get((model, text)) or self._bag_of_words(native, text)
+        vector = list(full[: dimensions or native])
+        norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+        return [x / norm for x in vector]
+
+    def _bag_of_words(self, dims: int, text: str) -> tuple[float, ...]:
+        words = re.findall(r"\w+", text.lower()) or [text]
+        total = [0.0] * dims
+        for word in words:
+            key = (dims, word)
+            if key not in self._word_vectors:
+                seed = int.from_bytes(hashlib.sha256(word.encode()).digest()[:8], "big")
+                rng = random.Random(seed)
+                self._word_vectors[key] = tuple(rng.gauss(0.0, 1.0) for _ in range(dims))
+            for i, x in enumerate(self._word_vectors[key]):
+                total[i] += x
+        return tuple(total)
 
     def fail_next(self, endpoint: str, failure: Failure, times: int = 1) -> None:
         """The next ``times`` valid, authorized calls of ``endpoint`` get ``failure``."""
@@ -275,6 +699,8 @@ class FakeOpenAI:
         app.config["MAX_CONTENT_LENGTH"] = 64 * 1024 * 1024
         app.config["MAX_FORM_MEMORY_SIZE"] = 1024 * 1024
         self._route(app, "/v1/audio/transcriptions", TRANSCRIPTIONS, self._transcriptions)
+        self._route(app, "/v1/chat/completions", CHAT_COMPLETIONS, self._chat_completions)
+        self._route(app, "/v1/embeddings", EMBEDDINGS, self._embeddings)
 
         @app.errorhandler(HTTPException)
         async def http_error(exc: HTTPException) -> Response:
@@ -545,11 +971,193 @@ class FakeOpenAI:
             }
         return Response(json.dumps(payload), content_type="application/json")
 
+    # --- JSON endpoints ------------------------------------------------------------------------
+
+    @staticmethod
+    def json_body(call: Call) -> Any:
+        """The request's JSON body (400 unless ``application/json`` and valid JSON)."""
+        ctype = request.headers.get("content-type", "")
+        if not ctype.lower().startswith("application/json"):
+            raise OpenAIHttpError(
+                400,
+                f"Invalid Content-Type header ({ctype or 'none'}), expected application/json.",
+            )
+        try:
+            return json.loads(call.data)
+        except ValueError:
+            raise OpenAIHttpError(
+                400,
+                "We could not parse the JSON body of your request. (HINT: This likely means "
+                "you aren't using your HTTP library correctly. The OpenAI API expects a JSON "
+                "payload, but what was sent was not valid JSON.)",
+            ) from None
+
+    def _record_json(self, call: Call, body: Any) -> None:
+        if isinstance(body, dict):
+            call.params = {k: v for k, v in body.items() if k != "model"}
+            model = body.get("model")
+            call.model = model if isinstance(model, str) else None
+
+    # --- POST /v1/chat/completions -------------------------------------------------------------
+
+    async def _chat_completions(self, call: Call) -> Response:
+        call.data = await request.get_data(True, False, False)
+        body = self.json_body(call)
+        self._record_json(call, body)
+        names = check_chat_body(body, self.chat_models)
+        await self.scripted(CHAT_COMPLETIONS, call)
+        reply = self._chat_replies.popleft() if self._chat_replies else None
+        if reply is None:
+            reply = ChatReply(self.default_chat_text)
+        for tool_call in reply.tool_calls:
+            if tool_call.name not in (names or ()):
+                raise OpenAIHttpError(
+                    500,
+                    f"fake: scripted tool call {tool_call.name!r} is not among the request's "
+                    f"tools {names}",
+                    type="server_error",
+                )
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": reply.text,
+            "refusal": None,
+            "annotations": [],
+        }
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function",
+                 "function": {"name": c.name, "arguments": c.arguments}}
+                for c in reply.tool_calls
+            ]  # fmt: skip
+        prompt = reply.prompt_tokens
+        if prompt is None:
+            prompt = _tokens(json.dumps([body["messages"], body.get("tools")]))
+        completion = reply.completion_tokens
+        if completion is None:
+            completion = _tokens(json.dumps(message))
+        payload = {
+            "id": "chatcmpl-" + secrets.token_urlsafe(21),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": reply.finish_reason,
+                }
+            ],
+            "usage": {
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            },
+            "service_tier": "default",
+            "system_fingerprint": "fp_fake0000",
+        }
+        return Response(json.dumps(payload), content_type="application/json")
+
+    # --- POST /v1/embeddings -------------------------------------------------------------------
+
+    async def _embeddings(self, call: Call) -> Response:
+        call.data = await request.get_data(True, False, False)
+        body = self.json_body(call)
+        self._record_json(call, body)
+        if not isinstance(body, dict):
+            raise OpenAIHttpError(400, "The request body must be a JSON object.")
+        _check_unknown(body, _EMBEDDING_FIELDS)
+        texts = self._check_input(_required(body, "input", ""))
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise OpenAIHttpError(400, "you must provide a model parameter")
+        if model not in self.embedding_models:
+            raise OpenAIHttpError(
+                404,
+                f"The model `{model}` does not exist or you do not have access to it.",
+                code="model_not_found",
+            )
+        dimensions = self._check_dimensions(model, body.get("dimensions"))
+        fmt = body.get("encoding_format", "float")
+        if fmt not in ("float", "base64"):
+            raise _param_error(
+                f"Invalid value: '{fmt}'. Supported values are: 'float' and 'base64'.",
+                "encoding_format",
+                "invalid_value",
+            )
+        await self.scripted(EMBEDDINGS, call)
+        data = []
+        for index, text in enumerate(texts):
+            vector = self.embedding_vector(model, text, dimensions)
+            encoded: Any = vector
+            if fmt == "base64":
+                encoded = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+            data.append({"object": "embedding", "index": index, "embedding": encoded})
+        tokens = sum(_tokens(t) for t in texts)
+        payload = {
+            "object": "list",
+            "data": data,
+            "model": model,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
+        return Response(json.dumps(payload), content_type="application/json")
+
+    @staticmethod
+    def _check_input(value: Any) -> list[str]:
+        invalid = OpenAIHttpError(
+            400,
+            "'$.input' is invalid. Please check the API reference: "
+            "https://platform.openai.com/docs/api-reference.",
+        )
+        texts = [value] if isinstance(value, str) else value
+        if not isinstance(texts, list) or not texts:
+            raise invalid
+        if len(texts) > MAX_EMBEDDING_INPUTS:
+            raise _param_error(
+                f"Invalid 'input': array too long. Expected an array with maximum length "
+                f"{MAX_EMBEDDING_INPUTS}, but got an array with length {len(texts)} instead.",
+                "input",
+                "array_above_max_length",
+            )
+        for text in texts:
+            if not isinstance(text, str) or not text:
+                raise invalid
+            if _tokens(text) > MAX_EMBEDDING_TOKENS:
+                raise OpenAIHttpError(
+                    400,
+                    f"This model's maximum context length is {MAX_EMBEDDING_TOKENS} tokens, "
+                    f"however you requested {_tokens(text)} tokens ({_tokens(text)} in your "
+                    "prompt; 0 for the completion). Please reduce your prompt; or completion "
+                    "length.",
+                )
+        return texts
+
+    def _check_dimensions(self, model: str, value: Any) -> int | None:
+        if value is None:
+            return None
+        if not model.startswith("text-embedding-3"):
+            raise _param_error("This model does not support specifying dimensions.", "dimensions")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise _type_error("dimensions", "an integer", value)
+        native = self.embedding_models[model]
+        if not 1 <= value <= native:
+            raise _param_error(
+                f"Invalid 'dimensions': expected a value between 1 and {native}, got {value}.",
+                "dimensions",
+                "invalid_value",
+            )
+        return value
+
 
 @asynccontextmanager
-async def run_fake_openai(api_key: str = DEFAULT_API_KEY) -> AsyncIterator[FakeOpenAI]:
+async def run_fake_openai(
+    api_key: str = DEFAULT_API_KEY,
+    *,
+    chat_models: Collection[str] | None = None,
+    embedding_models: Mapping[str, int] = EMBEDDING_MODELS,
+) -> AsyncIterator[FakeOpenAI]:
     """Serve a fresh FakeOpenAI on 127.0.0.1 (free port) for the duration of the block."""
-    fake = FakeOpenAI(api_key)
+    fake = FakeOpenAI(api_key, chat_models=chat_models, embedding_models=embedding_models)
     config = Config()
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
