@@ -353,8 +353,6 @@ async def test_backfill_job_retries_with_backoff_until_done(db: Database) -> Non
 async def test_openai_embedder_through_the_fake(db: Database) -> None:
     import fakes.openai_api as fake_api
 
-    if not hasattr(fake_api, "EMBEDDINGS"):
-        pytest.skip("the fake OpenAI server has no /v1/embeddings yet")
     async with fake_api.run_fake_openai() as fake:
         embedder = OpenAIEmbedder(
             api_key=fake_api.DEFAULT_API_KEY, base_url=fake.base_url, usage_db=db, max_retries=0

@@ -251,12 +251,8 @@ async def test_embedding_outage_imports_then_backfills(db: Database, local: Loca
 
 
 async def test_import_with_openai_embeddings_through_the_fake(db: Database) -> None:
-    import fakes.openai_api as fake_api
+    from fakes.openai_api import DEFAULT_API_KEY, EMBEDDINGS, run_fake_openai
 
-    if not hasattr(fake_api, "EMBEDDINGS"):
-        pytest.skip("the fake OpenAI server has no /v1/embeddings yet")
-    DEFAULT_API_KEY, EMBEDDINGS = fake_api.DEFAULT_API_KEY, fake_api.EMBEDDINGS
-    run_fake_openai = fake_api.run_fake_openai
     async with run_fake_openai() as fake:
         embedder = OpenAIEmbedder(
             api_key=DEFAULT_API_KEY, base_url=fake.base_url, usage_db=db, batch_size=16
