@@ -16,6 +16,7 @@ from actors.chat import Transcriber
 from actors.system import BotSystem
 from actors.telegram_client import BotApiClient
 from actors.telegram_types import Voice
+from memory import journal_commands
 from runtime.cli import base_parser, open_settings_database, run_cli
 from runtime.db import Database
 from runtime.errors import SettingsError
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(handler=cmd_serve)
     telegram_commands.register(sub)
+    journal_commands.register(sub)
     return parser
 
 
