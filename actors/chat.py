@@ -62,6 +62,24 @@ class ChatActionClient(Protocol):
 
 
 @attrs.define
+class PendingWakes:
+    """At most one undelivered :class:`Wake` per chat (the router claims, the actor takes)."""
+
+    _chats: set[int] = attrs.field(factory=set)
+
+    def claim(self, chat_id: int) -> bool:
+        """True when no wake is pending for the chat (the caller must then deliver one)."""
+        if chat_id in self._chats:
+            return False
+        self._chats.add(chat_id)
+        return True
+
+    def release(self, chat_id: int) -> None:
+        """The wake was taken by the actor (or could not be delivered)."""
+        self._chats.discard(chat_id)
+
+
+@attrs.define
 class RunningTurns:
     """Cancel scopes of running turns by chat, so ``/stop`` can cancel without queueing."""
 
@@ -146,6 +164,7 @@ class ChatDeps:
     bot: ChatActionClient
     outbox_ready: Callable[[int], None]
     running: RunningTurns = attrs.field(factory=RunningTurns)
+    wakes: PendingWakes = attrs.field(factory=PendingWakes)
     transcribe: Transcriber | None = None
     typing_interval: float = 5.0
     max_attempts: int = 3
@@ -164,6 +183,7 @@ class ChatActor:
     # --- registry hooks ------------------------------------------------------------------------
 
     async def handle(self, msg: Wake) -> None:
+        self.deps.wakes.release(self.chat_id)  # before reading: a later insert wakes us again
         rows = await self.deps.store.open_rows(self.chat_id)
         for row in rows:
             if row.id <= self.cursor:
@@ -337,4 +357,4 @@ def chat_factory(deps: ChatDeps) -> Callable[[int], ChatActor]:
     return build
 
 
-__all__: Any = ["ChatActor", "ChatDeps", "RunningTurns", "Wake", "chat_factory"]
+__all__: Any = ["ChatActor", "ChatDeps", "PendingWakes", "RunningTurns", "Wake", "chat_factory"]

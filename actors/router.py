@@ -7,7 +7,8 @@ Ingress (webhook or poller) stores an update in the inbox, then calls :meth:`Rou
   then), in the background so a slow Bot API never holds up dispatch;
 * cancels the chat's running turn on ``/stop`` (the command itself is then answered in order
   by the chat actor);
-* wakes the chat's actor through the registry (coalesced: one pending wake per chat).
+* wakes the chat's actor through the registry, coalesced: at most one undelivered wake per
+  chat (the actor reads every open row when it takes it).
 
 On start it wakes every chat with open inbox rows (crash recovery), and a sweep repeats that
 every ``sweep_interval`` seconds, so a row whose wake was lost (mailbox full, actor crash) is
@@ -22,7 +23,7 @@ import attrs
 import trio
 
 from actors import inbox
-from actors.chat import RunningTurns, Wake
+from actors.chat import PendingWakes, RunningTurns, Wake
 from actors.telegram_types import Update
 from runtime.actor import Mailbox, serve
 from runtime.db import Database
@@ -63,6 +64,7 @@ class Router:
     registry: ChatRegistry
     bot: CallbackAnswerer
     running: RunningTurns
+    wakes: PendingWakes = attrs.field(factory=PendingWakes)
     sweep_interval: float = 30.0
     mailbox: Mailbox[Accepted | int] = attrs.field(factory=lambda: Mailbox("router", 1024))
     _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
@@ -106,11 +108,12 @@ class Router:
             cq = item.update.callback_query
             if cq is not None and self._nursery is not None:
                 self._nursery.start_soon(self._answer_callback, cq.id)
-        if chat_id is None:
-            return
+        if chat_id is None or not self.wakes.claim(chat_id):
+            return  # a wake is already on its way: the actor reads every open row
         try:
             await self.registry.send(chat_id, Wake())
         except ActorError as exc:  # full or stopping: the sweep will retry from the inbox
+            self.wakes.release(chat_id)
             log.warning("router.wake_failed", chat_id=chat_id, error=type(exc).__name__)
 
     async def _answer_callback(self, callback_id: str) -> None:

@@ -113,7 +113,9 @@ class BotSystem:
                     key_name="chat_id",
                 ).run
             )
-            router: Router = await nursery.start(Router(self.db, registry, bot, running).run)
+            router: Router = await nursery.start(
+                Router(self.db, registry, bot, running, wakes=deps.wakes).run
+            )
             dedupe = DedupeCache()
             blueprints = []
             drains: list[tuple[str, Callable[[], Awaitable[object]]]] = []

@@ -255,6 +255,9 @@ async def open_database(
             init=_init_connection,
             timeout=connect_timeout,
             command_timeout=None,
+            # asyncpg re-arms a 300 s inactivity timer on every release; trio-asyncio keeps
+            # cancelled timers (and the request context they hold) in its heap until they expire
+            max_inactive_connection_lifetime=0,
         )
     except errors.DatabaseUnavailable as exc:
         raise errors.DatabaseUnavailable(

@@ -11,6 +11,7 @@ that handle; it starts no tasks of its own.
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from typing import Any, Protocol
@@ -91,6 +92,10 @@ async def serve(
             reason = getattr(exc, "strerror", None) or str(exc)
             where = f"{settings.host}:{settings.port}"
             raise EngramError(f"cannot listen on {where}: {reason}") from None
+        # start-up objects (modules, app, SDK clients) live for the whole process: keep them out
+        # of every later full collection, so GC pauses scale with live requests only
+        gc.collect()
+        gc.freeze()
         log.info("serve.listening", binds=list(binds or []))
         if on_listening is not None:
             on_listening(list(binds or []))
