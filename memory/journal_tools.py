@@ -478,8 +478,8 @@ class GetUsageInput:
 
 @tool(_TOOLS, "get_usage", GetUsageInput)
 async def get_usage(ctx: ToolContext, inp: GetUsageInput) -> dict[str, Any]:
-    """What the assistant has cost in API fees (USD, all chats) by purpose, model and
-    day; by default over the last 30 days."""
+    """What the assistant has cost in API fees (USD: this chat's calls plus shared ones such
+    as journal import) by purpose, model and day; by default over the last 30 days."""
     start, end = _range(inp.date_from, inp.date_to)
     end = end or ctx.today
     start = start or end - timedelta(days=29)
@@ -487,7 +487,14 @@ async def get_usage(ctx: ToolContext, inp: GetUsageInput) -> dict[str, Any]:
         raise ToolError("date_from must not be after date_to", "date_from")
     since = datetime.combine(start, time(), ctx.tz)
     until = datetime.combine(end + timedelta(days=1), time(), ctx.tz)
-    s = await usage_summary(ctx.db, since=since, until=until, tz=ctx.timezone)
+    s = await usage_summary(
+        ctx.db,
+        since=since,
+        until=until,
+        tz=ctx.timezone,
+        chat_id=ctx.chat_id,
+        include_shared=True,
+    )
     return usage_report(s, start, end)
 
 

@@ -213,15 +213,17 @@ SELECT {key} AS key, count(*) AS calls, count(*) FILTER (WHERE NOT ok) AS failed
        coalesce(sum(output_tokens), 0)::bigint AS output_tokens,
        coalesce(sum(duration_seconds), 0) AS duration_seconds
 FROM api_usage
-WHERE created_at >= $1 AND created_at < $2 AND ($3::bigint IS NULL OR chat_id = $3)
+WHERE created_at >= $1 AND created_at < $2
+  AND ($3::bigint IS NULL OR chat_id = $3 OR ($4::bool AND chat_id IS NULL))
 GROUP BY 1 ORDER BY cost_usd DESC, 1
 """
 
 _DAY_SQL = """
-SELECT (created_at AT TIME ZONE $4)::date AS day, count(*) AS calls,
+SELECT (created_at AT TIME ZONE $5)::date AS day, count(*) AS calls,
        coalesce(sum(cost_usd), 0) AS cost_usd
 FROM api_usage
-WHERE created_at >= $1 AND created_at < $2 AND ($3::bigint IS NULL OR chat_id = $3)
+WHERE created_at >= $1 AND created_at < $2
+  AND ($3::bigint IS NULL OR chat_id = $3 OR ($4::bool AND chat_id IS NULL))
 GROUP BY 1 ORDER BY 1
 """
 
@@ -244,15 +246,19 @@ async def usage_summary(
     until: datetime,
     chat_id: int | None = None,
     tz: str = "UTC",
+    include_shared: bool = False,
 ) -> UsageSummary:
     """Spend in ``[since, until)`` (optionally of one chat) by purpose, model and day.
+
+    With ``chat_id`` and ``include_shared``, calls that belong to no chat (journal import,
+    background embedding) count too; other chats' calls never do.
 
     ``since``/``until`` must be timezone-aware; days are calendar days in ``tz`` (an IANA
     name such as ``Europe/Madrid``). Database errors propagate.
     """
     if since.tzinfo is None or until.tzinfo is None:
         raise ValueError("since and until must be timezone-aware datetimes")
-    args = (since, until, chat_id)
+    args = (since, until, chat_id, include_shared)
     total_rows = await db.fetch(_GROUP_SQL.format(key="'all'::text"), *args)
     purpose_rows = await db.fetch(_GROUP_SQL.format(key="purpose"), *args)
     model_rows = await db.fetch(_GROUP_SQL.format(key="model"), *args)

@@ -516,6 +516,14 @@ async def test_get_usage(db: Database) -> None:
         "INSERT INTO api_usage (provider, model, purpose, cost_usd, created_at) "
         "VALUES ('openai', 'whisper-1', 'transcription', 0.5, '2024-05-01T12:00Z')"
     )
+    await log_api_usage(  # another chat's spend is never reported here
+        db,
+        provider="anthropic",
+        model="claude-sonnet-4-5",
+        purpose="agent",
+        chat_id=999,
+        input_tokens=5_000_000,
+    )
     now = datetime.now(UTC)
     ctx = make_ctx(db, now=now)
     result = await call(ctx, "get_usage")
