@@ -11,12 +11,20 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
+import trio
+
 from actors import telegram_commands
+from actors.agent import sql_agent
 from actors.chat import Transcriber
 from actors.system import BotSystem
 from actors.telegram_client import BotApiClient
 from actors.telegram_types import Voice
 from memory import journal_commands
+from memory.embedding_store import EmbeddingBackfill
+from memory.embeddings import open_embedder
+from memory.llm import LLM
+from memory.llm_anthropic import AnthropicLLM
+from memory.llm_openai import OpenAICompatibleLLM
 from runtime.cli import base_parser, open_settings_database, run_cli
 from runtime.db import Database
 from runtime.errors import SettingsError
@@ -27,6 +35,18 @@ from runtime.shutdown import Shutdown
 
 def check_serve_settings(settings: Settings, *, polling: bool) -> None:
     """What ``serve`` needs before it starts anything (one SettingsError naming the variable)."""
+    if settings.llm_provider == "anthropic" and not settings.anthropic_api_key:
+        raise SettingsError(
+            "ANTHROPIC_API_KEY",
+            "is required for LLM_PROVIDER=anthropic (or set LLM_PROVIDER=openai and "
+            "OPENAI_BASE_URL for an OpenAI-compatible server)",
+        )
+    if settings.llm_provider == "openai" and not (
+        settings.openai_api_key or settings.openai_base_url
+    ):
+        raise SettingsError(
+            "OPENAI_BASE_URL", "or OPENAI_API_KEY is required for LLM_PROVIDER=openai"
+        )
     if not settings.telegram_bot_token:
         raise SettingsError("TELEGRAM_BOT_TOKEN", "is required (the token from BotFather)")
     if not polling and not settings.telegram_secret_token:
@@ -73,15 +93,62 @@ async def voice_transcriber(settings: Settings, db: Database) -> AsyncIterator[T
         await client.close()
 
 
+@asynccontextmanager
+async def open_llm(settings: Settings, db: Database) -> AsyncIterator[LLM]:
+    """The configured chat model; its SDK client is closed when the block ends."""
+    llm: AnthropicLLM | OpenAICompatibleLLM
+    if settings.llm_provider == "anthropic":
+        llm = AnthropicLLM(
+            api_key=settings.anthropic_api_key.reveal(),
+            db=db,
+            model=settings.anthropic_model,
+            base_url=settings.anthropic_base_url or None,
+        )
+    else:
+        llm = OpenAICompatibleLLM(
+            api_key=settings.openai_api_key.reveal() or "not-needed",
+            model=settings.openai_model,
+            db=db,
+            base_url=settings.openai_base_url or None,
+        )
+    try:
+        yield llm
+    finally:
+        with trio.move_on_after(5, shield=True):
+            await llm.aclose()
+
+
 async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     check_serve_settings(settings, polling=args.polling)
     async with (
         open_settings_database(settings) as database,
         voice_transcriber(settings, database) as transcribe,
+        open_llm(settings, database) as llm,
+        open_embedder(
+            settings.embedding_provider,
+            settings.openai_api_key.reveal() or None,
+            settings.openai_base_url or None,
+            usage_db=database,
+        ) as embedder,
     ):
+        agent = sql_agent(
+            database,
+            llm,
+            timezone=settings.timezone,
+            embedder=embedder,
+            context_token_budget=settings.context_token_budget,
+        )
 
         def build(s: Settings, db: Database, shutdown: Shutdown) -> BotSystem:
-            return BotSystem(s, db, shutdown, polling=args.polling, transcribe=transcribe)
+            return BotSystem(
+                s,
+                db,
+                shutdown,
+                polling=args.polling,
+                turns=agent,
+                transcribe=transcribe,
+                background=[EmbeddingBackfill(db, embedder).run],
+            )
 
         return await serve(settings, database, build)
 

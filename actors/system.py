@@ -62,6 +62,9 @@ class BotSystem:
     transcribe: Transcriber | None = None
     bot_factory: Callable[[], BotApiClient] | None = None
     poller_factory: Callable[..., Any] | None = None
+    #: long-lived jobs started with the system, each ``run(*, task_status)`` (e.g. the
+    #: embedding backfill); cancelled with it at shutdown
+    background: list[Callable[..., Awaitable[None]]] = attrs.field(factory=list)
 
     def _bot(self) -> BotApiClient:
         if self.bot_factory is not None:
@@ -113,6 +116,8 @@ class BotSystem:
                     key_name="chat_id",
                 ).run
             )
+            for job in self.background:
+                await nursery.start(job)
             router: Router = await nursery.start(
                 Router(self.db, registry, bot, running, wakes=deps.wakes).run
             )

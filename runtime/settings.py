@@ -205,6 +205,20 @@ FIELDS: tuple[Field, ...] = (
           secret=True),
     Field("OPENAI_BASE_URL", "openai_base_url", "", _http_url,
           "OpenAI-compatible base URL (empty: the SDK default)."),
+    Field("LLM_PROVIDER", "llm_provider", "anthropic", _choice("anthropic", "openai"),
+          "anthropic, or openai for any OpenAI-compatible chat endpoint (OPENAI_BASE_URL)."),
+    Field("ANTHROPIC_API_KEY", "anthropic_api_key", "", _secret, "Anthropic API key.",
+          secret=True),
+    Field("ANTHROPIC_MODEL", "anthropic_model", "claude-sonnet-4-5", _str,
+          "Claude model for turns."),
+    Field("ANTHROPIC_BASE_URL", "anthropic_base_url", "", _http_url,
+          "Anthropic API base URL (empty: the SDK default)."),
+    Field("OPENAI_MODEL", "openai_model", "gpt-4o-mini", _str,
+          "Chat model when LLM_PROVIDER=openai."),
+    Field("EMBEDDING_PROVIDER", "embedding_provider", "auto", _choice("auto", "openai", "local"),
+          "auto: OpenAI text-embedding-3-small when OPENAI_API_KEY is set, else local wordllama."),
+    Field("CONTEXT_TOKEN_BUDGET", "context_token_budget", "24000", _int_range(1000, 1_000_000),
+          "Estimated context tokens (~4 chars each) above which a chat is compacted."),
     Field("TRANSCRIPTION_MODEL", "transcription_model", "whisper-1", _str,
           "Speech-to-text model for voice notes."),
 )
@@ -241,6 +255,13 @@ class Settings:
     telegram_api_base_url: str
     openai_api_key: Secret
     openai_base_url: str
+    llm_provider: str
+    anthropic_api_key: Secret
+    anthropic_model: str
+    anthropic_base_url: str
+    openai_model: str
+    embedding_provider: str
+    context_token_budget: int
     transcription_model: str
 
     def secrets(self) -> list[str]:

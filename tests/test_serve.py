@@ -100,6 +100,9 @@ def _env(**extra: str) -> dict[str, str]:
     env["TELEGRAM_BOT_TOKEN"] = "123456:TESTTOKENtesttoken"
     env["TELEGRAM_SECRET_TOKEN"] = "webhook-secret"
     env["TELEGRAM_API_BASE_URL"] = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    env["ANTHROPIC_API_KEY"] = "sk-ant-test-key-not-real"
+    env["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{_free_port()}"
+    env["EMBEDDING_PROVIDER"] = "local"
     env.update(extra)
     return env
 
