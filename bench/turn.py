@@ -1,0 +1,1138 @@
+"""Non-model time of one turn: webhook in -> sendMessage out, with 1,000 and 100,000 entries.
+
+For each journal size a fresh database gets the schema, the journal by COPY (``entries``
+and ``entry_embeddings``, 256-d vectors of the fake embedder; indexes built after the load)
+and chat histories; then the real process composition runs in this process
+(``runtime.serve.serve`` + ``actors.system.BotSystem``: hypercorn, webhook, inbox writer,
+router, chat actors, sender) with ``actors.agent.sql_agent`` as the turn handler, the model and
+the embedder replaced by fakes that answer at once:
+
+* the fake LLM (a ``memory.llm.LLM``) first asks for ``search_entries`` with a query taken
+  from the question, then answers from the tool result. It does what ``AnthropicLLM`` does
+  around the network: encodes the request (messages, system prompt, tool definitions) as the
+  Messages API JSON, decodes a JSON answer and writes the ``api_usage`` row through
+  ``memory.llm.call_and_record``;
+* the fake embedder returns a normalised sum of hashed word vectors, so the vector arm of the
+  hybrid search runs against the stored vectors.
+
+So a measured turn is: POST on a keep-alive connection to ``/api/telegram`` (real HTTP on
+127.0.0.1) -> webhook checks and JSON -> inbox insert -> router -> chat actor (open rows,
+claim, typing indicator) -> agent (user row, recent window, context, model call, hybrid search
+over the journal, model call) -> one transaction (assistant/tool rows, outbox row, inbox done)
+-> sender (outbox row, pacing, ``sendMessage`` over httpx) -> the clock stops when the stub
+Bot API (in this process, trio) has read the ``sendMessage`` request for that chat.
+
+Turns are sequential, over ``--chats`` chats in rotation (each seeded with ``--history``
+rows of conversation, with search tool calls and results), at least ``--spacing`` seconds
+apart: the sender paces one message per chat per second and 30 per second overall
+(``actors.sender.SenderSettings``), and this keeps every turn clear of both, so pacing waits
+are not in the figures. The first ``--warmup`` turns (at least one per chat: the chat actor is
+created on a chat's first update) are not measured.
+
+Where the time goes comes from wrappers around what the bench hands to the system: the
+``Database`` (every query, transaction begin/commit, by statement), the turn handler, the
+conversation store, the tool registry (and each tool handler), the LLM and embedder fakes and
+the Bot API client. "context build" is the agent's CPU from the stored window rows to the
+first model request (rows -> messages, patterns, tool definitions, system prompt with the
+rendered window); "serialization" is the model request/answer JSON and the tool input
+validation + result JSON; the rest (HTTP in and out, webhook parsing, router and actor hops,
+trio <-> asyncio crossings outside the database wrapper, logging) is what remains.
+
+    python bench/turn.py [--url postgresql://...] [--sizes 1000,100000] [--turns 200]
+
+``--url`` must allow CREATE DATABASE: each size runs in its own new database, dropped after.
+Without it a throwaway embedded PostgreSQL (pgserver) is used. Last line:
+``turn p50_ms=<a> p95_ms=<b> entries=<n>`` for the largest size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import math
+import os
+import re
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import attrs
+import numpy as np
+import trio
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _turn_data import (
+    HISTORY_COLUMNS,
+    VOCAB,
+    HashEmbedder,
+    Journal,
+    chat_history,
+    user_message,
+)
+
+from actors.agent import sql_agent
+from actors.sender import SenderSettings
+from actors.system import BotSystem
+from actors.telegram_client import BotApiClient
+from actors.turn import TurnHandler, TurnInput, TurnReply
+from memory.conversation import ChatMessage, ConversationStore
+from memory.cost import DEFAULT_RATES
+from memory.embedding_store import ensure_vector_index
+from memory.journal_tools import JOURNAL_TOOLS
+from memory.llm import (
+    CallContext,
+    Completion,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+    call_and_record,
+)
+from memory.llm_anthropic import DEFAULT_MODEL, message_params, tool_params
+from memory.tools import Tool, ToolContext, ToolOutcome, ToolRegistry
+from runtime import db as dbmod
+from runtime.logs import configure_logging
+from runtime.migrate import apply_migrations
+from runtime.serve import serve
+from runtime.settings import load_settings
+from runtime.shutdown import Shutdown
+
+HOST = "127.0.0.1"
+TOKEN = "123456789:BENCH_fake-token_for-local-stub_only"
+SECRET = "bench-turn-secret_token"
+CHAT_BASE = 910_000_000
+GOAL_P95_MS = 30.0
+TURN_TIMEOUT = 30.0
+now = time.perf_counter
+
+
+class BenchError(Exception):
+    pass
+
+
+# --- what one turn did ---------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class TurnRecord:
+    """Timestamps (perf_counter seconds) and the calls seen while one turn was in flight."""
+
+    chat_id: int
+    t0: float = 0.0  # POST written
+    t_ack: float = 0.0  # 200 read
+    t_start: float = 0.0  # run_turn entered
+    t_end: float = 0.0  # run_turn returned
+    t_sent: float = 0.0  # the stub read sendMessage for the chat
+    reply: str = ""
+    results: int = -1
+    db: list[tuple[float, float, str]] = attrs.field(factory=list)  # start, seconds, site
+    spans: list[tuple[str, float, float]] = attrs.field(factory=list)  # name, start, end
+    bot: list[tuple[str, float, float]] = attrs.field(factory=list)  # method, start, seconds
+    stub_s: float = 0.0
+    #: the chat's previous reply was sent less than the sender's per-chat interval before
+    paced: bool = False
+    done: trio.Event = attrs.field(factory=trio.Event)
+
+    @property
+    def total(self) -> float:
+        return self.t_sent - self.t0
+
+    def spans_named(self, name: str) -> list[tuple[float, float]]:
+        return [(a, b) for n, a, b in self.spans if n == name]
+
+    def span_s(self, name: str) -> float:
+        return sum(b - a for a, b in self.spans_named(name))
+
+    def db_within(self, windows: Sequence[tuple[float, float]]) -> float:
+        """Seconds during which at least one query was running, inside ``windows`` (calls of
+        background tasks overlapping the turn's own are not counted twice)."""
+        pieces = sorted(
+            (max(t, a), min(t + s, b))
+            for t, s, _ in self.db
+            for a, b in windows
+            if t < b and t + s > a
+        )
+        covered, reach = 0.0, -math.inf
+        for a, b in pieces:
+            if b > reach:
+                covered += b - max(a, reach)
+                reach = b
+        return covered
+
+
+@attrs.define
+class Recorder:
+    """Routes observations to the turn in flight (turns are sequential)."""
+
+    current: TurnRecord | None = None
+    strays: int = 0
+
+    def db(self, site: str, start: float, seconds: float) -> None:
+        if self.current is not None and start >= self.current.t0:
+            self.current.db.append((start, seconds, site))
+
+    def span(self, name: str, start: float, end: float) -> None:
+        if self.current is not None and start >= self.current.t0:
+            self.current.spans.append((name, start, end))
+
+    def bot(self, method: str, start: float, seconds: float) -> None:
+        if self.current is not None and start >= self.current.t0:
+            self.current.bot.append((method, start, seconds))
+
+    def sent(self, chat_id: int, at: float, text: str) -> None:
+        turn = self.current
+        if turn is None or turn.chat_id != chat_id or turn.done.is_set():
+            self.strays += 1
+            return
+        turn.t_sent, turn.reply = at, text
+        turn.done.set()
+
+    def stub(self, start: float, seconds: float) -> None:
+        turn = self.current
+        if turn is not None and start >= turn.t0 and not turn.done.is_set():
+            turn.stub_s += seconds
+
+
+# --- SQL statement -> a short site name ----------------------------------------------------------
+
+_SITES: tuple[tuple[str, str], ...] = (
+    (r"<=>", "search: vector arm (kNN over entry_embeddings)"),
+    (r"ts_rank_cd", "search: text arm (full-text, ranked)"),
+    (r"ts_headline", "search: result rows + headlines"),
+    (r"INSERT INTO inbox", "webhook: inbox insert"),
+    (r"SET status = 'processing'", "chat: claim inbox rows"),
+    (r"SELECT chat_id FROM inbox", "router: recovery sweep (every 30 s)"),
+    (r"FROM inbox", "chat: open inbox rows"),
+    (r"UPDATE inbox SET status = 'done'", "commit: inbox rows done"),
+    (r"INSERT INTO chat_messages[^;]*'user'", "agent: user row"),
+    (r"INSERT INTO chat_messages", "commit: assistant/tool rows"),
+    (r"FROM chat_messages", "agent: recent window"),
+    (r"INSERT INTO api_usage", "llm: api_usage row"),
+    (r"INSERT INTO outbox", "commit: outbox row"),
+    (r"SET status = 'sending'", "sender: mark sending"),
+    (r"SET chunks_sent", "sender: record chunk"),
+    (r"SET status = 'sent'", "sender: mark sent"),
+    (r"SELECT chat_id FROM outbox", "sender: sweep (every 30 s)"),
+    (r"FROM outbox", "sender: next pending"),
+)
+_site_cache: dict[str, str] = {}
+
+
+def site_of(query: str) -> str:
+    site = _site_cache.get(query)
+    if site is None:
+        for pattern, name in _SITES:
+            if re.search(pattern, query):
+                site = name
+                break
+        else:
+            site = " ".join(query.split())[:60]
+        _site_cache[query] = site
+    return site
+
+
+# --- wrappers around what the system is given ----------------------------------------------------
+
+
+class TimedQueries:
+    """Times every query of a ``runtime.db`` Database/Connection; the rest is delegated."""
+
+    def __init__(self, inner: Any, rec: Recorder) -> None:
+        self._inner = inner
+        self._rec = rec
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def _timed(self, fn: Callable[..., Awaitable[Any]], query: str, *args: Any) -> Any:
+        start = now()
+        try:
+            return await fn(query, *args)
+        finally:
+            self._rec.db(site_of(query), start, now() - start)
+
+    async def execute(self, query: str, *args: Any) -> str:
+        return cast(str, await self._timed(self._inner.execute, query, *args))
+
+    async def executemany(self, query: str, args: Sequence[Sequence[Any]]) -> None:
+        await self._timed(self._inner.executemany, query, args)
+
+    async def fetch(self, query: str, *args: Any) -> list[Any]:
+        return cast(list[Any], await self._timed(self._inner.fetch, query, *args))
+
+    async def fetchrow(self, query: str, *args: Any) -> Any:
+        return await self._timed(self._inner.fetchrow, query, *args)
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        return await self._timed(self._inner.fetchval, query, *args)
+
+
+class TimedConnection(TimedQueries):
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[TimedConnection]:
+        start = now()
+        async with self._inner.transaction():
+            self._rec.db("tx: BEGIN", start, now() - start)
+            yield self
+            start = now()
+        self._rec.db("tx: COMMIT", start, now() - start)
+
+
+class TimedDatabase(TimedQueries):
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[TimedConnection]:
+        start = now()
+        async with self._inner.connection() as conn:
+            self._rec.db("pool: acquire", start, now() - start)
+            yield TimedConnection(conn, self._rec)
+            start = now()
+        self._rec.db("pool: reset + release", start, now() - start)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[TimedConnection]:
+        start = now()
+        async with self._inner.transaction() as conn:
+            self._rec.db("tx: acquire + BEGIN", start, now() - start)
+            yield TimedConnection(conn, self._rec)
+            start = now()
+        self._rec.db("tx: COMMIT + release", start, now() - start)
+
+
+@attrs.define
+class TimedTurns:
+    """The turn handler given to the chat actors: the agent, timed."""
+
+    inner: TurnHandler
+    rec: Recorder
+
+    async def run_turn(self, turn: TurnInput) -> TurnReply:
+        current = self.rec.current
+        if current is not None:
+            current.t_start = now()
+        try:
+            return await self.inner.run_turn(turn)
+        finally:
+            if current is not None:
+                current.t_end = now()
+
+
+@attrs.define
+class TimedConversation:
+    """The agent's conversation store, timed per call."""
+
+    inner: ConversationStore
+    rec: Recorder
+
+    async def add_user(
+        self, chat_id: int, text: str, external_id: str | None, created_at: datetime
+    ) -> int:
+        start = now()
+        try:
+            return await self.inner.add_user(chat_id, text, external_id, created_at)
+        finally:
+            self.rec.span("add_user", start, now())
+
+    async def recent(self, chat_id: int, limit: int) -> list[ChatMessage]:
+        start = now()
+        try:
+            return await self.inner.recent(chat_id, limit)
+        finally:
+            self.rec.span("recent", start, now())
+
+    async def add_rows(self, conn: Any, chat_id: int, rows: Sequence[ChatMessage]) -> None:
+        await self.inner.add_rows(conn, chat_id, rows)
+
+
+class TimedRegistry(ToolRegistry):
+    """The journal tools with every call and every handler timed."""
+
+    def __init__(self, tools: Sequence[Tool[Any]], rec: Recorder) -> None:
+        self._rec = rec
+        super().__init__([attrs.evolve(t, handler=self._timed(t.handler)) for t in tools])
+
+    def _timed(self, handler: Callable[[ToolContext, Any], Awaitable[object]]) -> Any:
+        async def timed(ctx: ToolContext, inp: Any) -> object:
+            start = now()
+            try:
+                result = await handler(ctx, inp)
+            finally:
+                self._rec.span("tool handler", start, now())
+            if isinstance(result, Mapping) and self._rec.current is not None:
+                self._rec.current.results = int(result.get("count", -1))
+            return result
+
+        return timed
+
+    def specs(self) -> list[dict[str, Any]]:
+        start = now()
+        try:
+            return super().specs()
+        finally:
+            self._rec.span("tool specs", start, now())
+
+    async def call(self, name: str, raw_input: object, ctx: ToolContext) -> ToolOutcome:
+        start = now()
+        try:
+            return await super().call(name, raw_input, ctx)
+        finally:
+            self._rec.span("tool", start, now())
+
+
+@attrs.define
+class TimedEmbedder:
+    inner: HashEmbedder
+    rec: Recorder
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    @property
+    def dims(self) -> int:
+        return self.inner.dims
+
+    async def embed(
+        self, texts: list[str], *, purpose: str, chat_id: int | None = None
+    ) -> list[np.ndarray]:
+        start = now()
+        try:
+            return await self.inner.embed(texts, purpose=purpose, chat_id=chat_id)
+        finally:
+            self.rec.span("embed", start, now())
+
+
+class TimedBotApi(BotApiClient):
+    """The real Bot API client (httpx), each call timed by method."""
+
+    def __init__(self, token: str, *, base_url: str, rec: Recorder) -> None:
+        super().__init__(token, base_url=base_url)
+        self._rec = rec
+
+    async def call(
+        self,
+        method: str,
+        params: Mapping[str, object] | None = None,
+        *,
+        read_timeout: float | None = None,
+    ) -> object:
+        start = now()
+        try:
+            return await super().call(method, params, read_timeout=read_timeout)
+        finally:
+            self._rec.bot(method, start, now() - start)
+
+
+# --- the fake model ------------------------------------------------------------------------------
+
+_WORD = re.compile(r"[a-z']+")
+_VOCAB = frozenset(VOCAB)
+
+
+class ScriptedLLM:
+    """:class:`memory.llm.LLM` answering at once: a ``search_entries`` call, then the answer.
+
+    Around the (absent) network it does what the Anthropic provider does: the request as
+    Messages API JSON, the answer decoded from JSON, the ``api_usage`` row written by
+    ``call_and_record``.
+    """
+
+    def __init__(self, db: Any, rec: Recorder, model: str = DEFAULT_MODEL) -> None:
+        self.db, self.rec, self.model = db, rec, model
+        self.ctx = CallContext("anthropic", model, ())
+        self.calls = 0
+
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        max_tokens: int,
+        purpose: str,
+        chat_id: int | None,
+    ) -> Completion:
+        start = now()
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "messages": message_params(messages),
+            "system": system,
+            "tools": tool_params(tools),
+        }
+        request = json.dumps(params, ensure_ascii=False).encode()
+        self.rec.span("llm encode", start, now())
+        answer = json.dumps(self._answer(messages, len(request) // 4)).encode()
+        self.calls += 1
+
+        async def send() -> dict[str, Any]:
+            began = now()
+            try:
+                return cast(dict[str, Any], json.loads(answer))
+            finally:
+                self.rec.span("llm decode", began, now())
+
+        try:
+            return await call_and_record(
+                self.db,
+                self.ctx,
+                purpose=purpose,
+                chat_id=chat_id,
+                rates=DEFAULT_RATES,
+                send=send,
+                classify=lambda exc: None,
+                usage=lambda raw: (raw["usage"]["input_tokens"], raw["usage"]["output_tokens"]),
+                parse=self._parse,
+            )
+        finally:
+            self.rec.span("llm", start, now())
+
+    def _answer(self, messages: Sequence[Message], input_tokens: int) -> dict[str, Any]:
+        last = messages[-1]
+        results = [b for b in last.blocks if isinstance(b, ToolResultBlock)]
+        if results:
+            found = json.loads(results[0].content)
+            items = found.get("results") or []
+            text = f"I found {found.get('count', 0)} entries about that."
+            if items:
+                top = items[0]
+                text += f" The closest is from {top['date']}: “{top['snippet'][:160]}”"
+            content: list[dict[str, Any]] = [{"type": "text", "text": text}]
+            stop = "end_turn"
+        else:
+            question = last.text.lower()
+            words = [w for w in _WORD.findall(question) if w in _VOCAB][:3] or ["today"]
+            self_id = f"toolu_bench_{self.calls:06d}"
+            content = [
+                {"type": "text", "text": "Let me look that up in your journal."},
+                {"type": "tool_use", "id": self_id, "name": "search_entries",
+                 "input": {"query": " ".join(words)}},
+            ]  # fmt: skip
+            stop = "tool_use"
+        return {
+            "id": f"msg_bench_{self.calls}",
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": stop,
+            "usage": {"input_tokens": input_tokens, "output_tokens": 60},
+        }
+
+    def _parse(self, raw: dict[str, Any]) -> Completion:
+        blocks: list[TextBlock | ToolUseBlock] = []
+        for block in raw["content"]:
+            if block["type"] == "text":
+                blocks.append(TextBlock(block["text"]))
+            else:
+                blocks.append(ToolUseBlock(block["id"], block["name"], block["input"]))
+        return Completion(
+            blocks=tuple(blocks),
+            stop_reason=raw["stop_reason"],
+            input_tokens=raw["usage"]["input_tokens"],
+            output_tokens=raw["usage"]["output_tokens"],
+            model=raw["model"],
+        )
+
+
+# --- loopback HTTP: the stub Bot API and the webhook client --------------------------------------
+
+
+async def read_http(stream: trio.SocketStream, buf: bytearray) -> tuple[bytes, bytes] | None:
+    """One HTTP/1.1 message (head, body) with a Content-Length; None at EOF."""
+    while True:
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            head = bytes(buf[:end])
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if len(buf) >= end + 4 + length:
+                body = bytes(buf[end + 4 : end + 4 + length])
+                del buf[: end + 4 + length]
+                return head, body
+        data = await stream.receive_some(65536)
+        if not data:
+            return None
+        buf += data
+
+
+class StubBotApi:
+    """A minimal keep-alive Bot API on 127.0.0.1 (getMe, sendChatAction, sendMessage, ...)."""
+
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
+        self.counts: dict[str, int] = defaultdict(int)
+        self.message_id = 0
+
+    async def run(self, *, task_status: trio.TaskStatus[int]) -> None:
+        listeners = await trio.open_tcp_listeners(0, host=HOST)
+        task_status.started(listeners[0].socket.getsockname()[1])
+        await trio.serve_listeners(self._serve, listeners)
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        buf = bytearray()
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            while (message := await read_http(stream, buf)) is not None:
+                start = now()
+                head, body = message
+                target = head.split(b" ", 2)[1].decode("latin-1")
+                method = target.rstrip("/").rsplit("/", 1)[-1]
+                self.counts[method] += 1
+                result: Any = True
+                if method == "getMe":
+                    result = {"id": 123456789, "is_bot": True, "first_name": "Bench",
+                              "username": "bench_bot"}  # fmt: skip
+                elif method == "sendMessage":
+                    params = json.loads(body)
+                    self.rec.sent(int(params["chat_id"]), start, str(params["text"]))
+                    self.message_id += 1
+                    result = {"message_id": self.message_id, "date": int(time.time()),
+                              "chat": {"id": params["chat_id"], "type": "private"},
+                              "text": params["text"]}  # fmt: skip
+                payload = json.dumps({"ok": True, "result": result}).encode()
+                await stream.send_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
+                )
+                self.rec.stub(start, now() - start)
+
+
+class WebhookClient:
+    """POSTs updates to the webhook on one keep-alive connection (reconnects when closed)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.stream: trio.SocketStream | None = None
+        self.buf = bytearray()
+        self.head = (
+            f"POST /api/telegram HTTP/1.1\r\nHost: {HOST}:{port}\r\n"
+            f"Content-Type: application/json\r\nX-Telegram-Bot-Api-Secret-Token: {SECRET}\r\n"
+        ).encode()
+
+    async def post(self, body: bytes) -> int:
+        for attempt in range(2):
+            if self.stream is None:
+                self.stream = await trio.open_tcp_stream(HOST, self.port)
+                self.buf = bytearray()
+            try:
+                await self.stream.send_all(
+                    self.head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+                )
+                message = await read_http(self.stream, self.buf)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                message = None
+            if message is not None:
+                return int(message[0].split(b" ", 2)[1])
+            await self.aclose()
+            if attempt:
+                break
+        raise BenchError("the webhook closed the connection without an answer")
+
+    async def aclose(self) -> None:
+        if self.stream is not None:
+            await self.stream.aclose()
+            self.stream = None
+
+
+# --- building a database -------------------------------------------------------------------------
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def admin(url: str, sql: str) -> None:
+    """One statement outside any transaction (CREATE/DROP DATABASE), with plain asyncpg."""
+
+    async def go() -> None:
+        conn = await asyncpg.connect(url)
+        try:
+            await conn.execute(sql)
+        finally:
+            await conn.close()
+
+    asyncio.run(go())
+
+
+class OnConnection:
+    """A held connection for ``ensure_vector_index``, keyed (its cache) by the database URL."""
+
+    def __init__(self, conn: dbmod.Connection, url: str) -> None:
+        self.url = url
+        self.execute, self.executemany = conn.execute, conn.executemany
+        self.fetch, self.fetchval = conn.fetch, conn.fetchval
+
+
+async def load_journal(
+    db: dbmod.Database, size: int, embedder: HashEmbedder, seed: int
+) -> dict[str, float]:
+    """COPY ``size`` entries and their vectors; secondary indexes are (re)built afterwards."""
+    took: dict[str, float] = defaultdict(float)
+    indexes = await db.fetch(
+        "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.schemaname = current_schema()"
+        " AND i.tablename = 'entries' AND NOT EXISTS (SELECT 1 FROM pg_constraint c"
+        " WHERE c.conname = i.indexname AND c.conrelid = 'entries'::regclass)"
+    )
+    for row in indexes:
+        await db.execute(f'DROP INDEX "{row["indexname"]}"')
+    journal = Journal(embedder, seed=seed)
+    loaded = 0
+    chunks = journal.chunks(size)
+    while True:
+        start = now()
+        chunk = next(chunks, None)
+        took["generate"] += now() - start
+        if chunk is None:
+            break
+        rows, vectors = chunk
+        start = now()
+        await db.copy_records("entries", rows, Journal.COLUMNS)
+        took["copy entries"] += now() - start
+        start = now()
+        await db.copy_records(
+            "entry_embeddings", vectors, ("entry_id", "model", "dims", "embedding")
+        )
+        took["copy vectors"] += now() - start
+        loaded += len(rows)
+        if size >= 20_000:
+            print(f"  loaded {loaded}/{size} entries", flush=True)
+    await db.execute("SELECT setval(pg_get_serial_sequence('entries', 'id'), $1)", size)
+    async with db.connection() as conn:
+        await conn.execute("SET maintenance_work_mem = '512MB'")
+        await conn.execute("SET max_parallel_maintenance_workers = 2")
+        start = now()
+        for row in indexes:
+            await conn.execute(row["indexdef"])
+        took["entries indexes"] = now() - start
+        start = now()
+        await ensure_vector_index(
+            OnConnection(conn, db.url), "entry_embeddings", embedder.model, embedder.dims
+        )
+        took["HNSW index"] = now() - start
+    hnsw = await db.fetchval(
+        "SELECT count(*) FROM pg_indexes WHERE tablename = 'entry_embeddings'"
+        " AND indexdef LIKE '%hnsw%' AND indexdef LIKE $1",
+        f"%{embedder.model}%",
+    )
+    if not hnsw:
+        raise BenchError(f"no HNSW index for {embedder.model} on entry_embeddings")
+    start = now()
+    await db.execute("VACUUM ANALYZE entries")
+    await db.execute("VACUUM ANALYZE entry_embeddings")
+    took["vacuum analyze"] = now() - start
+    return took
+
+
+async def load_chats(db: dbmod.Database, chats: Sequence[int], history: int, seed: int) -> None:
+    rng = np.random.default_rng(seed + 1)
+    at = datetime.now(UTC)
+    rows = [r for chat in chats for r in chat_history(chat, history, rng, at)]
+    await db.copy_records("chat_messages", rows, HISTORY_COLUMNS)
+    await db.execute("VACUUM ANALYZE chat_messages")
+
+
+# --- one size ------------------------------------------------------------------------------------
+
+
+def update_body(update_id: int, chat_id: int, text: str) -> bytes:
+    return json.dumps(
+        {
+            "update_id": update_id,
+            "message": {
+                "message_id": update_id,
+                "date": int(time.time()),
+                "chat": {"id": chat_id, "type": "private", "first_name": "Bench"},
+                "from": {"id": chat_id, "is_bot": False, "first_name": "Bench"},
+                "text": text,
+            },
+        }
+    ).encode()
+
+
+async def drive(
+    port: int, rec: Recorder, chats: Sequence[int], args: argparse.Namespace, seed: int
+) -> list[TurnRecord]:
+    """Sequential turns; the measured ones after the warm-up."""
+    rng = np.random.default_rng(seed + 2)
+    client = WebhookClient(port)
+    warmup = max(args.warmup, len(chats))
+    interval = SenderSettings().chat_interval
+    last_sent: dict[int, float] = {}
+    measured: list[TurnRecord] = []
+    try:
+        for i in range(warmup + args.turns):
+            chat = chats[i % len(chats)]
+            text, _ = user_message(rng)
+            body = update_body(10_000 + i, chat, text)
+            turn = TurnRecord(chat)
+            rec.current = turn
+            turn.t0 = now()
+            turn.paced = turn.t0 - last_sent.get(chat, -math.inf) < interval
+            status = await client.post(body)
+            turn.t_ack = now()
+            if status != 200:
+                raise BenchError(f"webhook answered {status}")
+            with trio.move_on_after(TURN_TIMEOUT):
+                await turn.done.wait()
+            if not turn.done.is_set():
+                raise BenchError(f"no sendMessage for chat {chat} within {TURN_TIMEOUT:g} s")
+            last_sent[chat] = turn.t_sent
+            await trio.sleep(0.01)  # the sender records the delivery; not part of the turn
+            rec.current = None
+            if i >= warmup:
+                measured.append(turn)
+            await trio.sleep(max(0.0, args.spacing - (now() - turn.t0)))
+    finally:
+        rec.current = None
+        await client.aclose()
+    return measured
+
+
+async def measure(
+    database: dbmod.Database,
+    embedder: HashEmbedder,
+    chats: Sequence[int],
+    args: argparse.Namespace,
+) -> tuple[list[TurnRecord], dict[str, int]]:
+    rec = Recorder()
+    timed_db = TimedDatabase(database, rec)
+    db = cast(dbmod.Database, timed_db)
+    stub = StubBotApi(rec)
+    measured: list[TurnRecord] = []
+    async with trio.open_nursery() as nursery:
+        stub_port = await nursery.start(stub.run)
+        base_url = f"http://{HOST}:{stub_port}"
+        settings = load_settings(
+            {
+                "ENGRAM_HOST": HOST,
+                "ENGRAM_PORT": "0",
+                "TELEGRAM_BOT_TOKEN": TOKEN,
+                "TELEGRAM_SECRET_TOKEN": SECRET,
+                "TELEGRAM_ALLOWED_CHAT_IDS": ",".join(str(c) for c in chats),
+                "TELEGRAM_API_BASE_URL": base_url,
+                "SHUTDOWN_DEADLINE": "10",
+            },
+            dotenv=None,
+        )
+        agent = sql_agent(
+            db,
+            ScriptedLLM(db, rec),
+            timezone=settings.timezone,
+            embedder=TimedEmbedder(embedder, rec),
+        )
+        agent.conversation = TimedConversation(agent.conversation, rec)
+        agent.tools = TimedRegistry(JOURNAL_TOOLS, rec)
+        turns = TimedTurns(agent, rec)
+
+        def build(s: Any, d: dbmod.Database, sh: Shutdown) -> BotSystem:
+            return BotSystem(
+                s, d, sh, turns=turns,
+                bot_factory=lambda: TimedBotApi(TOKEN, base_url=base_url, rec=rec),
+            )  # fmt: skip
+
+        shutdown = Shutdown(deadline=10, signals=())
+        listening = trio.Event()
+        binds: list[str] = []
+        stopped = trio.Event()
+
+        def on_listening(found: list[str]) -> None:
+            binds.extend(found)
+            listening.set()
+
+        async def run_serve() -> None:
+            try:
+                await serve(settings, db, build, on_listening=on_listening, shutdown=shutdown)
+            finally:
+                stopped.set()
+
+        nursery.start_soon(run_serve)
+        with trio.fail_after(30):
+            await listening.wait()
+        port = int(binds[0].rsplit(":", 1)[1])
+        try:
+            measured = await drive(port, rec, chats, args, args.seed)
+        finally:
+            shutdown.request_stop("bench done")
+            with trio.move_on_after(20):
+                await stopped.wait()
+            nursery.cancel_scope.cancel()
+    counts = dict(stub.counts)
+    counts["(unmatched sendMessage)"] = rec.strays
+    return measured, counts
+
+
+# --- figures -------------------------------------------------------------------------------------
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (linear interpolation between closest ranks)."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    k = (len(ordered) - 1) * q / 100
+    lo, hi = math.floor(k), math.ceil(k)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:7.2f}"
+
+
+@attrs.frozen
+class Breakdown:
+    """One turn split into parts that add up to its total (seconds)."""
+
+    parts: dict[str, float]
+    timeline: dict[str, float]
+
+
+def breakdown(t: TurnRecord) -> Breakdown:
+    db_total = t.db_within([(t.t0, t.t_sent)])
+    recent = t.spans_named("recent")
+    llm_spans = t.spans_named("llm")
+    first_llm = min((a for a, _ in llm_spans), default=t.t_end)
+    recent_end = max((b for _, b in recent), default=first_llm)
+    context = (t.span_s("recent") - t.db_within(recent)) + max(0.0, first_llm - recent_end)
+    encode = t.span_s("llm encode") + t.span_s("llm decode")
+    tool_json = t.span_s("tool") - t.span_s("tool handler")
+    handler = t.spans_named("tool handler")
+    embed = t.span_s("embed")
+    tool_cpu = t.span_s("tool handler") - t.db_within(handler) - embed
+    fakes = embed + t.span_s("llm") - encode - t.db_within(llm_spans)
+    harness = t.stub_s
+    parts = {
+        "database (wall time with a query running)": db_total,
+        "context build (window rows -> system prompt)": context,
+        "serialization (model JSON, tool input/result JSON)": encode + tool_json,
+        "search tool CPU (excl. database, embedding)": tool_cpu,
+        "fake model + fake embedder": fakes,
+        "bench stub answering sendChatAction (in-process)": harness,
+    }
+    parts["rest: HTTP in/out, webhook, router, actors, logs"] = t.total - sum(parts.values())
+    timeline = {
+        "webhook POST -> turn start": t.t_start - t.t0,
+        "turn (agent)": t.t_end - t.t_start,
+        "turn end -> sendMessage at the stub": t.t_sent - t.t_end,
+    }
+    return Breakdown(parts, timeline)
+
+
+def agent_steps(t: TurnRecord) -> dict[str, float]:
+    llm = t.spans_named("llm")
+    steps = {
+        "user row": t.span_s("add_user"),
+        "recent window (query + rows)": t.span_s("recent"),
+        "model call 1 (JSON, usage row)": llm[0][1] - llm[0][0] if llm else 0.0,
+        "search_entries tool": t.span_s("tool"),
+        "model call 2 (JSON, usage row)": llm[1][1] - llm[1][0] if len(llm) > 1 else 0.0,
+    }
+    recent = t.spans_named("recent")
+    if recent and llm:
+        steps["context build (after the window)"] = llm[0][0] - recent[-1][1]
+    steps["rest of the turn (loop, transcript rows, log)"] = (t.t_end - t.t_start) - sum(
+        steps.values()
+    )
+    return steps
+
+
+def table(title: str, rows: dict[str, list[float]], total_mean: float | None = None) -> None:
+    print(f"  {title}")
+    print(f"    {'':52} {'mean':>7} {'p50':>7} {'p95':>7}  ms{'   share' if total_mean else ''}")
+    for name, values in rows.items():
+        mean = statistics.fmean(values)
+        share = f"  {mean / total_mean * 100:5.1f}%" if total_mean else ""
+        print(f"    {name:52} {ms(mean)} {ms(pct(values, 50))} {ms(pct(values, 95))}{share}")
+
+
+def report(size: int, turns: list[TurnRecord], counts: dict[str, int], log_lines: int) -> None:
+    totals = [t.total for t in turns]
+    p50, p95 = pct(totals, 50), pct(totals, 95)
+    mean_total = statistics.fmean(totals)
+    verdict = "met" if p95 * 1000 <= GOAL_P95_MS else "NOT met"
+    print(
+        f"entries={size}: {len(turns)} turns: p50 {p50 * 1000:.2f} ms, p95 {p95 * 1000:.2f} ms, "
+        f"mean {mean_total * 1000:.2f} ms, max {max(totals) * 1000:.2f} ms "
+        f"(goal p95 <= {GOAL_P95_MS:g} ms: {verdict})"
+    )
+    acks = [t.t_ack - t.t0 for t in turns]
+    print(
+        f"  webhook ack (200): p50 {pct(acks, 50) * 1000:.2f} ms, p95 {pct(acks, 95) * 1000:.2f} ms"
+    )
+    splits = [breakdown(t) for t in turns]
+    table("timeline (adds up to the turn)",
+          {k: [b.timeline[k] for b in splits] for k in splits[0].timeline}, mean_total)  # fmt: skip
+    table("by kind (adds up to the turn)",
+          {k: [b.parts[k] for b in splits] for k in splits[0].parts}, mean_total)  # fmt: skip
+    steps = [agent_steps(t) for t in turns]
+    table("inside the agent", {k: [s[k] for s in steps] for k in steps[0]}, mean_total)
+    per_site: dict[str, list[float]] = defaultdict(list)
+    for t in turns:
+        for start, seconds, site in t.db:
+            if start < t.t_sent:
+                per_site[site].append(seconds)
+    print("  database statements (before sendMessage)")
+    print(f"    {'':52} {'/turn':>6} {'mean':>7} {'p50':>7} {'p95':>7}  ms per call, ms/turn")
+    for site, values in sorted(per_site.items(), key=lambda kv: -sum(kv[1])):
+        per_turn = len(values) / len(turns)
+        print(
+            f"    {site[:52]:52} {per_turn:6.2f} {ms(statistics.fmean(values))} "
+            f"{ms(pct(values, 50))} {ms(pct(values, 95))}  {ms(sum(values) / len(turns))}"
+        )
+    bot: dict[str, list[float]] = defaultdict(list)
+    for t in turns:
+        for method, _, seconds in t.bot:
+            bot[method].append(seconds)
+    calls = ", ".join(
+        f"{m} {len(v) / len(turns):.2f}/turn {statistics.fmean(v) * 1000:.2f} ms"
+        for m, v in sorted(bot.items())
+    )
+    results = [t.results for t in turns]
+    print(f"  Bot API client calls (httpx, round trip): {calls}")
+    print(
+        f"  search results per turn: mean {statistics.fmean(results):.1f}, "
+        f"min {min(results)}; log lines per turn ~{log_lines / max(1, len(turns)):.0f}; "
+        f"stub calls {counts}"
+    )
+    paced = sum(t.paced for t in turns)
+    if paced:
+        print(f"  WARNING: {paced} turns came within the sender's per-chat pacing interval")
+    print(f"  sample reply: {turns[-1].reply[:140]!r}")
+
+
+# --- main ----------------------------------------------------------------------------------------
+
+
+async def run_size(
+    url: str, size: int, args: argparse.Namespace, log: TextIO
+) -> tuple[list[TurnRecord], dict[str, int], int]:
+    """Build the database for ``size`` entries, then measure: (turns, stub calls, log offset
+    where the measurement started)."""
+    embedder = HashEmbedder(args.dims)
+    chats = [CHAT_BASE + i for i in range(args.chats)]
+    async with dbmod.asyncio_loop(), dbmod.open_database(url, max_size=10) as database:
+        await apply_migrations(database)
+        start = now()
+        took = await load_journal(database, size, embedder, args.seed)
+        await load_chats(database, chats, args.history, args.seed)
+        parts = ", ".join(f"{k} {v:.1f} s" for k, v in took.items())
+        print(f"entries={size}: built in {now() - start:.1f} s ({parts})", flush=True)
+        rng = np.random.default_rng(args.seed + 3)
+        hits = [
+            await database.fetchval(
+                "SELECT count(*) FROM entries WHERE text_search @@ "
+                "websearch_to_tsquery('english', $1)",
+                user_message(rng)[1],
+            )
+            / size
+            for _ in range(40)
+        ]
+        print(
+            f"  the questions' two-word queries match {pct(hits, 50) * 100:.2f} % of the "
+            f"entries (median; p90 {pct(hits, 90) * 100:.2f} %)",
+            flush=True,
+        )
+        print(f"  load average before measuring: {os.getloadavg()[0]:.2f}", flush=True)
+        log.flush()
+        before = log.tell()
+        turns, counts = await measure(database, embedder, chats, args)
+    return turns, counts, before
+
+
+def run_all(url: str, args: argparse.Namespace, log: TextIO) -> None:
+    """Each size in its own new database (dropped after), then the summary line."""
+    last: tuple[int, list[TurnRecord]] | None = None
+    for size in args.sizes:
+        name = f"engram_bench_turn_{size}_{secrets.token_hex(3)}"
+        admin(url, f'CREATE DATABASE "{name}"')
+        try:
+            turns, counts, before = trio.run(run_size, with_database(url, name), size, args, log)
+        finally:
+            admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        log.flush()
+        with open(log.name, "rb") as f:
+            f.seek(before)
+            lines = f.read().count(b"\n")
+        report(size, turns, counts, lines)
+        last = (size, turns)
+    assert last is not None
+    size, turns = last
+    totals = [t.total for t in turns]
+    print(
+        f"turn p50_ms={pct(totals, 50) * 1000:.2f} p95_ms={pct(totals, 95) * 1000:.2f} "
+        f"entries={size}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--url", default="", help="PostgreSQL URL (default: embedded server)")
+    parser.add_argument(
+        "--sizes", default="1000,100000", help="journal sizes, comma-separated (%(default)s)"
+    )
+    parser.add_argument("--turns", type=int, default=200, help="measured turns per size")
+    parser.add_argument("--warmup", type=int, default=40, help="unmeasured turns (>= --chats)")
+    parser.add_argument("--chats", type=int, default=40, help="chats the turns rotate over")
+    parser.add_argument("--history", type=int, default=60, help="chat_messages rows per chat")
+    parser.add_argument("--spacing", type=float, default=0.05, help="min seconds between turns")
+    parser.add_argument("--dims", type=int, default=256, help="fake embedding dimensions")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--log-level", default="INFO", help="engram log level (JSON lines to a temp file)"
+    )
+    args = parser.parse_args()
+    args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    if not args.sizes or min(args.sizes) < 1 or max(args.sizes) > 1_000_000:
+        parser.error("--sizes: between 1 and 1,000,000 entries each")
+    if not 1 <= args.turns <= 10_000 or not 1 <= args.chats <= 1000:
+        parser.error("--turns 1..10000, --chats 1..1000")
+    if args.spacing < 0 or args.history < 0:
+        parser.error("--spacing and --history must be >= 0")
+    pacing = SenderSettings()
+    if args.chats * args.spacing < pacing.chat_interval or args.spacing < 1 / pacing.global_rate:
+        print(
+            f"note: --chats x --spacing < {pacing.chat_interval:g} s or --spacing < "
+            f"1/{pacing.global_rate} s: the sender's pacing may add waits to the turns",
+            file=sys.stderr,
+        )
+    with (
+        tempfile.TemporaryDirectory(prefix="engram-bench-turn-") as tmp,
+        open(Path(tmp) / "engram.log", "w", encoding="utf-8") as log,
+    ):
+        configure_logging(args.log_level, "json", [TOKEN, SECRET], stream=log)
+        if args.url:
+            run_all(args.url, args, log)
+            return
+        with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR
+            warnings.simplefilter("ignore")
+            import pgserver
+
+            server = pgserver.get_server(  # type: ignore[attr-defined]
+                Path(tmp) / "pg", cleanup_mode="delete"
+            )
+        try:
+            run_all(server.get_uri(), args, log)
+        finally:
+            server.cleanup()
+
+
+if __name__ == "__main__":
+    main()
