@@ -92,7 +92,7 @@ from actors.telegram_client import BotApiClient
 from actors.turn import TurnHandler, TurnInput, TurnReply
 from memory.conversation import ChatMessage, ConversationStore
 from memory.cost import DEFAULT_RATES
-from memory.embedding_store import ensure_vector_index
+from memory.embedding_store import EmbeddingBackfill, ensure_vector_index
 from memory.journal_tools import JOURNAL_TOOLS
 from memory.llm import (
     CallContext,
@@ -394,21 +394,15 @@ class TimedRegistry(ToolRegistry):
             self._rec.span("tool", start, now())
 
 
-@attrs.define
 class TimedEmbedder:
-    inner: HashEmbedder
-    rec: Recorder
+    """The fake embedder, timed (a ``memory.embeddings.Embedder``)."""
 
-    @property
-    def model(self) -> str:
-        return self.inner.model
-
-    @property
-    def dims(self) -> int:
-        return self.inner.dims
+    def __init__(self, inner: HashEmbedder, rec: Recorder) -> None:
+        self.inner, self.rec = inner, rec
+        self.model, self.dims = inner.model, inner.dims
 
     async def embed(
-        self, texts: list[str], *, purpose: str, chat_id: int | None = None
+        self, texts: Sequence[str], *, purpose: str, chat_id: int | None = None
     ) -> list[np.ndarray]:
         start = now()
         try:
@@ -833,11 +827,13 @@ async def measure(
             },
             dotenv=None,
         )
-        agent = sql_agent(
+        timed_embedder = TimedEmbedder(embedder, rec)
+        agent = sql_agent(  # as actors.cli.cmd_serve builds it
             db,
             ScriptedLLM(db, rec),
             timezone=settings.timezone,
-            embedder=TimedEmbedder(embedder, rec),
+            embedder=timed_embedder,
+            context_token_budget=settings.context_token_budget,
         )
         agent.conversation = TimedConversation(agent.conversation, rec)
         agent.tools = TimedRegistry(JOURNAL_TOOLS, rec)
@@ -847,6 +843,7 @@ async def measure(
             return BotSystem(
                 s, d, sh, turns=turns,
                 bot_factory=lambda: TimedBotApi(TOKEN, base_url=base_url, rec=rec),
+                background=[EmbeddingBackfill(d, timed_embedder).run],
             )  # fmt: skip
 
         shutdown = Shutdown(deadline=10, signals=())
