@@ -7,10 +7,18 @@ and the project's own error classes from :mod:`runtime.errors`.
 Every call crosses into asyncio once: pool methods acquire, run and release inside a single
 asyncio coroutine, so a plain query costs one bridge crossing. The pgvector codec is registered
 on every pooled connection (vectors in and out as numpy arrays).
+
+Session state (advisory locks, settings, cursors, LISTEN) is only ever changed on a connection
+held through :meth:`Database.connection` / :meth:`Database.transaction`; such a connection is
+reset (asyncpg's reset query) before it goes back to the pool. A one-shot pool query leaves no
+session state behind, so it is released without that extra round trip (asyncpg's default would
+send ``RESET ALL`` & co. after every query); an open transaction is still rolled back by asyncpg
+either way.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -185,7 +193,10 @@ class Database(_Queries):
             yield Connection(raw)
         finally:
             with trio.move_on_after(5, shield=True):
-                await _bridge(self._target.release, raw)
+                try:
+                    await _bridge(_reset_and_release, self._target, raw)
+                except errors.DatabaseError as exc:
+                    log.warning("db.reset_failed", error=str(exc)[:300])
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
@@ -196,6 +207,26 @@ class Database(_Queries):
 
 async def _init_connection(conn: Any) -> None:
     await register_vector(conn)
+
+
+async def _no_session_reset(conn: Any) -> None:
+    """Pool ``reset`` hook: nothing to undo after a one-shot query (see the module docstring)."""
+
+
+async def _reset_and_release(pool: Any, raw: Any) -> None:
+    """Undo the session state of a held connection, then return it to the pool (one crossing).
+
+    A connection whose reset fails is terminated: the pool replaces it.
+    """
+    try:
+        query = raw.get_reset_query()
+        if query:
+            await raw.execute(query)
+    except (Exception, asyncio.CancelledError):
+        raw.terminate()
+        raise
+    finally:
+        await pool.release(raw)
 
 
 async def _ensure_pgvector(url: str, connect_timeout: float) -> None:
@@ -253,6 +284,7 @@ async def open_database(
             min_size=min_size,
             max_size=max_size,
             init=_init_connection,
+            reset=_no_session_reset,
             timeout=connect_timeout,
             command_timeout=None,
             # asyncpg re-arms a 300 s inactivity timer on every release; trio-asyncio keeps
