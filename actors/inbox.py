@@ -113,6 +113,19 @@ def encode_payload(payload: Mapping[str, Any]) -> str:
     Raises ``ValueError`` for values no JSON document can hold (NaN, infinities, non-JSON
     types, nesting deeper than ``MAX_PAYLOAD_DEPTH``).
     """
+    # fast path (every ordinary update): the text of a payload with nothing to clean is what
+    # the cleaning walk would produce; anything doubtful takes the walk
+    try:
+        text = json.dumps(payload, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        text = None
+    if (
+        text is not None
+        and text.count("{") + text.count("[") <= MAX_PAYLOAD_DEPTH  # so nesting is too
+        and "\\u0000" not in text
+        and _UNSTORABLE.search(text) is None
+    ):
+        return text
     return json.dumps(_clean(payload, 0), ensure_ascii=False, allow_nan=False)
 
 
@@ -130,6 +143,34 @@ def _ids(ids: Iterable[int]) -> list[int]:
     return list(dict.fromkeys(ids))
 
 
+@attrs.frozen
+class NewUpdate:
+    """An update checked and encoded for the inbox (see :func:`new_update`)."""
+
+    update_key: str
+    update_id: int | None
+    chat_id: int | None
+    kind: str
+    payload_json: str
+
+
+def new_update(
+    update_key: str,
+    update_id: int | None,
+    chat_id: int | None,
+    kind: str,
+    payload: Mapping[str, Any],
+) -> NewUpdate:
+    """Check and encode an update for storage, before any I/O.
+
+    Raises ``ValueError`` when the values cannot be stored (ids outside BIGINT, payload not
+    storable as jsonb, see ``encode_payload``).
+    """
+    _int64(update_id, "update_id")
+    _int64(chat_id, "chat_id")
+    return NewUpdate(update_key, update_id, chat_id, kind, encode_payload(payload))
+
+
 async def insert_update(
     db: Queryable,
     update_key: str,
@@ -140,23 +181,56 @@ async def insert_update(
 ) -> int | None:
     """Store an update as ``pending``; its row id, or None if ``update_key`` is already stored.
 
-    Raises ``ValueError`` before any I/O when the values cannot be stored (ids outside BIGINT,
-    payload not storable as jsonb, see ``encode_payload``).
+    Raises ``ValueError`` before any I/O when the values cannot be stored (see ``new_update``).
     """
-    _int64(update_id, "update_id")
-    _int64(chat_id, "chat_id")
-    text = encode_payload(payload)
+    new = new_update(update_key, update_id, chat_id, kind, payload)
     row_id: int | None = await db.fetchval(
         "INSERT INTO inbox (update_key, update_id, chat_id, kind, payload) "
         "VALUES ($1, $2, $3, $4, $5::jsonb) "
         "ON CONFLICT (update_key) DO NOTHING RETURNING id",
-        update_key,
-        update_id,
-        chat_id,
-        kind,
-        text,
+        new.update_key,
+        new.update_id,
+        new.chat_id,
+        new.kind,
+        new.payload_json,
     )
     return row_id
+
+
+_INSERT_MANY = (
+    "INSERT INTO inbox (update_key, update_id, chat_id, kind, payload) "
+    "SELECT k, u, c, t, p::jsonb "
+    "FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[]) "
+    "WITH ORDINALITY AS r(k, u, c, t, p, n) ORDER BY n "
+    "ON CONFLICT (update_key) DO NOTHING RETURNING update_key, id"
+)
+
+
+async def insert_updates(db: Queryable, updates: Sequence[NewUpdate]) -> list[int | None]:
+    """Store several updates in one statement (one round trip, one commit), ids in list order.
+
+    Per update: its new row id, or None when its key was already stored or appears earlier in
+    ``updates``. All or nothing: an error stores none of them.
+    """
+    first: dict[str, int] = {}  # key -> index of its first occurrence
+    for i, new in enumerate(updates):
+        first.setdefault(new.update_key, i)
+    rows = [updates[i] for i in first.values()]
+    if not rows:
+        return []
+    recs = await db.fetch(
+        _INSERT_MANY,
+        [r.update_key for r in rows],
+        [r.update_id for r in rows],
+        [r.chat_id for r in rows],
+        [r.kind for r in rows],
+        [r.payload_json for r in rows],
+    )
+    ids = {rec["update_key"]: rec["id"] for rec in recs}
+    return [
+        ids.get(new.update_key) if first[new.update_key] == i else None
+        for i, new in enumerate(updates)
+    ]
 
 
 async def get(db: Queryable, row_id: int) -> InboxRow | None:

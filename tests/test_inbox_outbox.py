@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from actors import inbox, outbox
 from runtime import db as dbmod
@@ -88,6 +93,45 @@ async def test_too_deep_payload_is_rejected(db: dbmod.Database) -> None:
         deep = [deep]
     with pytest.raises(ValueError, match="nested"):
         await inbox.insert_update(db, "update:x", 1, 1, "message", {"x": deep})
+
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.characters(codec=None), max_size=8)
+    | st.sampled_from(["\x00", "a\ud800b", "\\u0000", "[{", "\udfff"]),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(
+            st.text(max_size=6) | st.sampled_from(["\x00k", "k\udc00"]), children, max_size=4
+        )
+    ),
+    max_leaves=30,
+)
+
+
+@given(payload=st.dictionaries(st.text(max_size=6), _json_values, max_size=5))
+def test_encode_payload_fast_path_matches_the_cleaning_walk(payload: dict[str, Any]) -> None:
+    text = inbox.encode_payload(payload)
+    assert text == json.dumps(inbox._clean(payload, 0), ensure_ascii=False, allow_nan=False)
+
+
+def test_encode_payload_depth_limit_is_exact() -> None:
+    def nested(levels: int, leaf: Any) -> Any:
+        for _ in range(levels):
+            leaf = [leaf]
+        return leaf
+
+    # a value inside MAX_PAYLOAD_DEPTH containers (the payload itself is the first) is fine
+    inbox.encode_payload({"x": nested(inbox.MAX_PAYLOAD_DEPTH - 1, 1)})
+    inbox.encode_payload({"x": nested(inbox.MAX_PAYLOAD_DEPTH - 1, [])})
+    with pytest.raises(ValueError, match="nested"):
+        inbox.encode_payload({"x": nested(inbox.MAX_PAYLOAD_DEPTH, 1)})
+    # many containers side by side are not deep
+    wide = {"x": [[i] for i in range(500)]}
+    assert json.loads(inbox.encode_payload(wide)) == wide
 
 
 async def test_pending_for_chat_in_order_and_open_chats(db: dbmod.Database) -> None:
