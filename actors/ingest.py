@@ -2,7 +2,8 @@
 
 ``ingest`` takes one parsed update and decides, in this order: unknown kind -> acknowledged and
 skipped; chat not allowed -> dropped with a log line; seen in the in-memory dedupe cache ->
-duplicate; otherwise INSERT into the inbox (the unique update key makes a retry a no-op) and
+duplicate; otherwise INSERT into the inbox (the unique update key makes a retry a no-op; the
+webhook passes ``insert``, the group-committing inbox writer, the poller inserts on ``db``) and
 then tell the router. The caller acknowledges Telegram only after this returns (webhook 200,
 polling offset), so an acknowledged update is always in the inbox.
 """
@@ -10,7 +11,7 @@ polling offset), so an acknowledged update is always in the inbox.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
@@ -24,6 +25,10 @@ from runtime.logs import get_logger
 log = get_logger(__name__)
 
 Notify = Callable[[int, Update], None]
+# (update_key, update_id, chat_id, kind, payload) -> inbox row id, None for a duplicate key
+InsertUpdate = Callable[
+    [str, int | None, int | None, str, Mapping[str, Any]], Awaitable[int | None]
+]
 
 
 class Outcome(enum.Enum):
@@ -43,6 +48,7 @@ async def ingest(
     notify: Notify,
     clock: Callable[[], float] = trio.current_time,
     source: str = "webhook",
+    insert: InsertUpdate | None = None,
 ) -> Outcome:
     """Store an accepted update durably, then notify. Raises ValueError (unstorable payload)
     and DatabaseError (storage down) so the caller can refuse the acknowledgement."""
@@ -69,7 +75,12 @@ async def ingest(
     if hit is not None:
         log.info("ingest.duplicate", update_id=update.update_id, key=hit, via="cache")
         return Outcome.DUPLICATE
-    row_id = await inbox.insert_update(db, keys[0], update.update_id, chat_id, update.kind, payload)
+    if insert is None:
+        row_id = await inbox.insert_update(
+            db, keys[0], update.update_id, chat_id, update.kind, payload
+        )
+    else:
+        row_id = await insert(keys[0], update.update_id, chat_id, update.kind, payload)
     dedupe.add(keys, clock())
     if row_id is None:
         log.info("ingest.duplicate", update_id=update.update_id, key=keys[0], via="db")

@@ -4,12 +4,14 @@
     ├─ SenderActor          (supervised singleton) outbox -> Telegram
     ├─ Registry[chat_id] -> ChatActor   (on demand, idle stop, restart on crash)
     ├─ Router               inbox notifications -> chat actors; recovery sweep
-    └─ Poller               (only with --polling) getUpdates -> inbox
+    ├─ Poller               (only with --polling) getUpdates -> inbox
+    └─ InboxWriter          (only with the webhook) group commit of webhook updates -> inbox
 
-It hands back a :class:`~runtime.serve.SystemHandle`: the webhook blueprint (webhook mode),
+It hands back a :class:`~runtime.serve.SystemHandle`: the webhook route (webhook mode),
 and the drains run at shutdown in order: stop the poller and router (no new work), close the
 chat mailboxes (each actor finishes the message in hand and drains its buffer), then stop the
 sender after the row in hand. Whatever is left waits in the inbox/outbox for the next start.
+The inbox writer has no drain: like the HTTP server it serves until the final cancel.
 """
 
 from __future__ import annotations
@@ -22,13 +24,15 @@ import trio
 
 from actors.chat import ChatDeps, RunningTurns, SqlChatStore, Transcriber, chat_factory
 from actors.dedupe import DedupeCache
+from actors.inbox_writer import InboxWriter
 from actors.router import Router
 from actors.sender import OutboxReady, SenderActor
 from actors.telegram_client import BotApiClient
 from actors.telegram_errors import TelegramError
 from actors.turn import NoAgent, TurnHandler
-from actors.webhook import webhook_blueprint
+from actors.webhook import WEBHOOK_PATH, webhook_handler
 from runtime.actor import Address
+from runtime.asgi import AsgiApp
 from runtime.db import Database
 from runtime.errors import ActorError
 from runtime.logs import get_logger
@@ -122,7 +126,7 @@ class BotSystem:
                 Router(self.db, registry, bot, running, wakes=deps.wakes).run
             )
             dedupe = DedupeCache()
-            blueprints = []
+            routes: dict[str, AsgiApp] = {}
             drains: list[tuple[str, Callable[[], Awaitable[object]]]] = []
             if self.polling:
                 poller_factory = self.poller_factory or _default_poller()
@@ -151,14 +155,14 @@ class BotSystem:
 
                 drains.append(("poller", stop_poller))
             else:
-                blueprints.append(
-                    webhook_blueprint(
-                        secret_token=settings.telegram_secret_token.reveal(),
-                        allowed_chat_ids=settings.telegram_allowed_chat_ids,
-                        db=self.db,
-                        notify=router.accepted,
-                        dedupe=dedupe,
-                    )
+                writer: InboxWriter = await nursery.start(InboxWriter(self.db).run)
+                routes[WEBHOOK_PATH] = webhook_handler(
+                    secret_token=settings.telegram_secret_token.reveal(),
+                    allowed_chat_ids=settings.telegram_allowed_chat_ids,
+                    db=self.db,
+                    notify=router.accepted,
+                    dedupe=dedupe,
+                    insert=writer.insert_update,
                 )
 
             async def stop_sender() -> None:
@@ -170,7 +174,7 @@ class BotSystem:
                 ("chats", registry.aclose),
                 ("sender", stop_sender),
             ]
-            task_status.started(SystemHandle(blueprints=blueprints, drains=drains))
+            task_status.started(SystemHandle(routes=routes, drains=drains))
 
 
 async def _check_bot(bot: BotApiClient) -> None:

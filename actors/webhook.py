@@ -1,22 +1,24 @@
-"""``POST /api/telegram``: the hardened, durable Telegram webhook (a quart Blueprint).
+"""``POST /api/telegram``: the hardened, durable Telegram webhook (a bare ASGI handler).
+
+It is served in front of the quart-trio app (``runtime.asgi.PathDispatcher``): the framework's
+request and response machinery would cost more CPU than everything below together.
 
 Order of checks, each before any work the next one needs:
 
 1. secret header, compared in constant time, before the body is touched -> 401. Repeated
    failures from one remote address are answered ever more slowly (``AuthFailureGuard``);
-   correct requests are never delayed.
+   correct requests are never delayed. Methods other than POST -> 405.
 2. ``Content-Length`` above the limit -> 413 without reading the body.
-3. the body, read incrementally with our own byte count and deadline: more than the limit
-   -> 413 as soon as the excess arrives (chunked bodies too); not complete within
-   ``body_timeout`` -> 408. (Quart buffers the body as it arrives and applies
-   ``MAX_CONTENT_LENGTH`` only to what is buffered and ``BODY_TIMEOUT`` only to
-   ``get_data``, so neither is relied on; its ``RequestEntityTooLarge`` is still honoured.)
+3. the body, read from ASGI ``receive()`` with our own byte count and deadline: more than the
+   limit -> 413 as soon as the excess arrives (chunked bodies too; the rest is never read);
+   not complete within ``body_timeout`` -> 408.
 4. JSON that is not a Telegram update -> 400 (bad input is never a 5xx).
 5. the rest is ``actors.ingest.ingest``, shared with the long-polling loop: unknown update
    kinds -> 200, *not stored* (engram subscribes only to the kinds it handles, they carry no
    chat to check against the allowlist, nothing would process the row); chats outside the
    allowlist -> 200, dropped, logged; a hit in the in-memory ``DedupeCache`` -> 200 without a
-   database round trip; otherwise INSERT into the inbox *before* the 200 (a duplicate update
+   database round trip; otherwise INSERT into the inbox *before* the 200 (through the
+   group-committing ``actors.inbox_writer.InboxWriter`` in production; a duplicate update
    key -> 200 and nothing else), then ``notify(inbox_id, update)`` (synchronous, must not
    block). Keys enter the cache only once the update is stored, so a retry after a 503 is
    never mistaken for a duplicate. A database error -> 503, so Telegram retries later; a
@@ -37,14 +39,13 @@ from typing import Any
 import attrs
 import structlog
 import trio
-from quart import Blueprint, Response, request
-from werkzeug.exceptions import RequestEntityTooLarge
 
 from actors.dedupe import DedupeCache
 from actors.inbox import Queryable
-from actors.ingest import Notify, ingest
+from actors.ingest import InsertUpdate, Notify, ingest
 from actors.telegram_errors import MalformedUpdate
 from actors.telegram_types import parse_update
+from runtime.asgi import Receive, Scope, Send, remote_address, send_response
 from runtime.errors import DatabaseError
 
 log = structlog.get_logger(__name__)
@@ -93,13 +94,6 @@ class AuthFailureGuard:
         return 0 if times is None else sum(1 for t in times if t > now - self.window)
 
 
-def _answer(status: int, error: str | None = None) -> Response:
-    body: dict[str, Any] = {"ok": error is None}
-    if error is not None:
-        body["error"] = error
-    return Response(json.dumps(body), status=status, content_type="application/json")
-
-
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
@@ -119,105 +113,116 @@ def decode_json(body: bytes) -> Any:
         raise ValueError("JSON nested too deeply") from None
 
 
-def _remote_address() -> str:
-    client = request.scope.get("client")
-    if client:
-        return str(client[0])
-    return "<unknown>"
+def _body(error: str | None) -> bytes:
+    obj: dict[str, Any] = {"ok": error is None}
+    if error is not None:
+        obj["error"] = error
+    return json.dumps(obj).encode()
 
 
-async def _read_body(max_bytes: int, seconds: float) -> bytes | Response:
-    """The request body, or the 408/413 response to send instead."""
-    chunks: list[bytes] = []
-    size = 0
-    with trio.move_on_after(seconds) as scope:
+OK = _body(None)
+UNAUTHORIZED = _body("unauthorized")
+TOO_LARGE = _body("payload too large")
+BODY_TIMEOUT_BODY = _body("request body timeout")
+BAD_JSON = _body("malformed JSON")
+NOT_AN_UPDATE = _body("not a Telegram update")
+UNSTORABLE = _body("unstorable update")
+UNAVAILABLE = _body("storage unavailable")
+NOT_ALLOWED = _body("method not allowed")
+INTERNAL = _body("internal error")
+_SECRET_KEY = SECRET_HEADER.lower().encode("ascii")
+
+
+class _Disconnected(Exception):
+    """The client went away before the body was complete (nothing to answer)."""
+
+
+@attrs.define(eq=False)
+class TelegramWebhook:
+    """The ASGI handler of ``POST /api/telegram`` (see the module docstring)."""
+
+    secret: bytes
+    allowed_chat_ids: frozenset[int]
+    db: Queryable
+    notify: Notify
+    dedupe: DedupeCache
+    insert: InsertUpdate | None = None
+    clock: Callable[[], float] = trio.current_time
+    body_timeout: float = BODY_TIMEOUT
+    max_body_bytes: int = MAX_BODY_BYTES
+    guard: AuthFailureGuard = attrs.field(factory=AuthFailureGuard)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "POST":
+            await send_response(send, 405, NOT_ALLOWED, headers=[(b"allow", b"POST")])
+            return
         try:
-            async for chunk in request.body:
-                size += len(chunk)
-                if size > max_bytes:
-                    log.warning("webhook.body_too_large", received=size, limit=max_bytes)
-                    return _answer(413, "payload too large")
-                chunks.append(chunk)
-        except RequestEntityTooLarge:
-            log.warning("webhook.body_too_large", received=size, limit=max_bytes)
-            return _answer(413, "payload too large")
-    if scope.cancelled_caught:
-        log.warning("webhook.body_timeout", received=size, timeout=seconds)
-        return _answer(408, "request body timeout")
-    return b"".join(chunks)
+            status, body = await self._handle(scope, receive)
+        except _Disconnected:
+            return
+        except Exception as exc:  # a bug: answer like a framework would, and say so in the log
+            log.error("webhook.internal_error", exc_info=exc)
+            status, body = 500, INTERNAL
+        await send_response(send, status, body)
 
+    async def _handle(self, scope: Scope, receive: Receive) -> tuple[int, bytes]:
+        given = b""
+        has_secret = False
+        length: bytes | None = None
+        chunked = False
+        for name, value in scope["headers"]:
+            if name == _SECRET_KEY and not has_secret:
+                given, has_secret = bytes(value), True
+            elif name == b"content-length":
+                length = bytes(value)
+            elif name == b"transfer-encoding":
+                chunked = True  # it beats Content-Length (RFC 9112 6.3)
+        if not hmac.compare_digest(given, self.secret):
+            return await self._unauthorized(remote_address(scope), has_secret)
 
-def webhook_blueprint(
-    *,
-    secret_token: str,
-    allowed_chat_ids: frozenset[int],
-    db: Queryable,
-    notify: Notify,
-    dedupe: DedupeCache,
-    clock: Callable[[], float] = trio.current_time,
-    body_timeout: float = BODY_TIMEOUT,
-    max_body_bytes: int = MAX_BODY_BYTES,
-    auth_guard: AuthFailureGuard | None = None,
-    name: str = "telegram_webhook",
-) -> Blueprint:
-    """The Blueprint serving ``POST /api/telegram`` (see the module docstring)."""
-    if not secret_token:
-        raise ValueError("the webhook needs a non-empty secret token")
-    expected = secret_token.encode("utf-8")
-    guard = auth_guard if auth_guard is not None else AuthFailureGuard()
-    bp = Blueprint(name, __name__)
-
-    @bp.post(WEBHOOK_PATH)
-    async def telegram_webhook() -> Response:
-        remote = _remote_address()
-        given = request.headers.get(SECRET_HEADER, "").encode("latin-1", "replace")
-        if not hmac.compare_digest(given, expected):
-            now = clock()
-            delay = guard.record_failure(remote, now)
+        expected = None
+        if length is not None and length.isdigit() and not chunked:
+            expected = int(length)
+        if expected is not None and expected > self.max_body_bytes:
             log.warning(
-                "webhook.unauthorized",
-                remote=remote,
-                header_present=SECRET_HEADER in request.headers,
-                failures=guard.failures(remote, now),
-                delay=delay,
+                "webhook.body_too_large", content_length=expected, limit=self.max_body_bytes
             )
-            if delay > 0:
-                await trio.sleep(delay)
-            return _answer(401, "unauthorized")
-
-        length = request.content_length
-        if length is not None and length > max_body_bytes:
-            log.warning("webhook.body_too_large", content_length=length, limit=max_body_bytes)
-            return _answer(413, "payload too large")
-        body = await _read_body(max_body_bytes, body_timeout)
-        if isinstance(body, Response):
+            return 413, TOO_LARGE
+        body = await self._read_body(receive, expected)
+        if isinstance(body, tuple):
             return body
 
         try:
             obj = decode_json(body)
         except ValueError as exc:
-            log.warning("webhook.bad_json", remote=remote, size=len(body), reason=str(exc)[:200])
-            return _answer(400, "malformed JSON")
+            log.warning(
+                "webhook.bad_json",
+                remote=remote_address(scope),
+                size=len(body),
+                reason=str(exc)[:200],
+            )
+            return 400, BAD_JSON
         try:
             update = parse_update(obj)
         except MalformedUpdate as exc:
             log.warning("webhook.malformed_update", update_id=exc.update_id, reason=exc.reason)
-            return _answer(400, "not a Telegram update")
+            return 400, NOT_AN_UPDATE
 
         try:
             await ingest(
-                db,
+                self.db,
                 update,
                 obj,
-                allowed_chat_ids=allowed_chat_ids,
-                dedupe=dedupe,
-                notify=notify,
-                clock=clock,
+                allowed_chat_ids=self.allowed_chat_ids,
+                dedupe=self.dedupe,
+                notify=self.notify,
+                clock=self.clock,
                 source="webhook",
+                insert=self.insert,
             )
         except ValueError as exc:
             log.warning("webhook.unstorable", update_id=update.update_id, reason=str(exc)[:200])
-            return _answer(400, "unstorable update")
+            return 400, UNSTORABLE
         except DatabaseError as exc:
             log.error(
                 "webhook.db_error",
@@ -225,8 +230,79 @@ def webhook_blueprint(
                 error_type=type(exc).__name__,
                 error=str(exc)[:300],
             )
-            return _answer(503, "storage unavailable")
+            return 503, UNAVAILABLE
         # stored, duplicate, chat not allowed or unknown kind: all acknowledged
-        return _answer(200)
+        return 200, OK
 
-    return bp
+    async def _unauthorized(self, remote: str, header_present: bool) -> tuple[int, bytes]:
+        now = self.clock()
+        delay = self.guard.record_failure(remote, now)
+        log.warning(
+            "webhook.unauthorized",
+            remote=remote,
+            header_present=header_present,
+            failures=self.guard.failures(remote, now),
+            delay=delay,
+        )
+        if delay > 0:
+            await trio.sleep(delay)
+        return 401, UNAUTHORIZED
+
+    async def _read_body(self, receive: Receive, expected: int | None) -> bytes | tuple[int, bytes]:
+        """The request body, or the 408/413 answer to give instead. With a Content-Length
+        (the server enforces it) reading stops at that many bytes, without waiting for the
+        empty end-of-body message."""
+        chunks: list[bytes] = []
+        size = 0
+        limit = self.max_body_bytes
+        with trio.move_on_after(self.body_timeout) as scope:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise _Disconnected
+                chunk = message.get("body", b"")
+                if chunk:
+                    size += len(chunk)
+                    if size > limit:
+                        log.warning("webhook.body_too_large", received=size, limit=limit)
+                        return 413, TOO_LARGE
+                    chunks.append(chunk)
+                if size == expected or not message.get("more_body", False):
+                    break
+        if scope.cancelled_caught:
+            log.warning("webhook.body_timeout", received=size, timeout=self.body_timeout)
+            return 408, BODY_TIMEOUT_BODY
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def webhook_handler(
+    *,
+    secret_token: str,
+    allowed_chat_ids: frozenset[int],
+    db: Queryable,
+    notify: Notify,
+    dedupe: DedupeCache,
+    insert: InsertUpdate | None = None,
+    clock: Callable[[], float] = trio.current_time,
+    body_timeout: float = BODY_TIMEOUT,
+    max_body_bytes: int = MAX_BODY_BYTES,
+    auth_guard: AuthFailureGuard | None = None,
+) -> TelegramWebhook:
+    """The ASGI handler serving ``POST /api/telegram`` (mount it at ``WEBHOOK_PATH`` with
+    :class:`runtime.asgi.PathDispatcher`). ``insert`` stores one update (the group-committing
+    :meth:`actors.inbox_writer.InboxWriter.insert_update` in production); without it each
+    update is its own INSERT on ``db``."""
+    if not secret_token:
+        raise ValueError("the webhook needs a non-empty secret token")
+    return TelegramWebhook(
+        secret=secret_token.encode("utf-8"),
+        allowed_chat_ids=allowed_chat_ids,
+        db=db,
+        notify=notify,
+        dedupe=dedupe,
+        insert=insert,
+        clock=clock,
+        body_timeout=body_timeout,
+        max_body_bytes=max_body_bytes,
+        guard=auth_guard if auth_guard is not None else AuthFailureGuard(),
+    )

@@ -72,11 +72,13 @@ def create_app(
 
 
 def hypercorn_config(host: str, port: int, **overrides: Any) -> Config:
-    """Hypercorn settings for engram: one bind, no access log, short graceful timeout."""
+    """Hypercorn settings for engram: one bind, no access log, short graceful timeout, no
+    ``Server`` header (it names the server, and each header costs CPU on every response)."""
     config = Config()
     config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     config.accesslog = None
     config.errorlog = None
+    config.include_server_header = False
     config.graceful_timeout = 5.0
     config.keep_alive_timeout = 75.0
     config.h11_max_incomplete_size = 16 * 1024

@@ -6,13 +6,14 @@
 The actor system is whatever the caller builds (the ``actors`` package composes the bot's); it
 is started with ``nursery.start`` and hands back a :class:`SystemHandle` with the HTTP routes,
 readiness checks and drain callbacks the rest of the process needs. The web app only receives
-that handle; it starts no tasks of its own.
+that handle; it starts no tasks of its own. Hot endpoints come as bare ASGI handlers
+(``routes``), served in front of the quart-trio app by ``runtime.asgi.PathDispatcher``.
 """
 
 from __future__ import annotations
 
 import gc
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Protocol
 
@@ -21,6 +22,7 @@ import hypercorn.trio
 import trio
 from quart import Blueprint
 
+from runtime.asgi import AsgiApp, PathDispatcher
 from runtime.db import Database
 from runtime.errors import EngramError, leaf_exceptions
 from runtime.http import ReadinessCheck, create_app, database_readiness, hypercorn_config
@@ -37,6 +39,7 @@ class SystemHandle:
     """What a started actor system offers the process."""
 
     blueprints: Sequence[Blueprint] = ()
+    routes: Mapping[str, AsgiApp] = attrs.field(factory=dict)  # exact path -> ASGI handler
     readiness: Sequence[tuple[str, ReadinessCheck]] = ()
     drains: Sequence[tuple[str, Callable[[], Awaitable[object]]]] = ()
 
@@ -74,9 +77,11 @@ async def serve(
         handle: SystemHandle = await root.start(build_system(settings, database, shutdown).run)
         for name, drain in handle.drains:
             shutdown.add_drain(name, drain)
-        app = create_app(
+        app: Any = create_app(  # the quart app, or the dispatcher in front of it
             [("database", database_readiness(database)), *handle.readiness], handle.blueprints
         )
+        if handle.routes:
+            app = PathDispatcher(app, handle.routes)
         config = hypercorn_config(settings.host, settings.port)
         try:
             binds: Any = await root.start(

@@ -1,4 +1,7 @@
-"""The webhook over real HTTP: hypercorn on 127.0.0.1:0, httpx and raw sockets as clients."""
+"""The webhook over real HTTP: hypercorn on 127.0.0.1:0, httpx and raw sockets as clients.
+
+The app is built as ``engram serve`` builds it: the bare ASGI webhook in front of the quart-trio
+app (``PathDispatcher``), storing through a running ``InboxWriter`` (group commit)."""
 
 from __future__ import annotations
 
@@ -21,9 +24,11 @@ from hypothesis import strategies as st
 
 from actors import inbox
 from actors.dedupe import DedupeCache
+from actors.inbox_writer import InboxWriter
 from actors.telegram_types import Update
-from actors.webhook import SECRET_HEADER, WEBHOOK_PATH, AuthFailureGuard, webhook_blueprint
+from actors.webhook import SECRET_HEADER, WEBHOOK_PATH, AuthFailureGuard, webhook_handler
 from runtime import db as dbmod
+from runtime.asgi import PathDispatcher
 from runtime.errors import DatabaseUnavailable
 from runtime.http import create_app, hypercorn_config
 from runtime.migrate import apply_migrations
@@ -66,14 +71,14 @@ def _build_app(
         notified.append(upd.chat_id or 0)
 
     kwargs.setdefault("notify", record)
-    bp = webhook_blueprint(
+    handler = webhook_handler(
         secret_token=SECRET,
         allowed_chat_ids=frozenset({CHAT}),
         db=db,
         dedupe=dedupe,
         **kwargs,
     )
-    return create_app(blueprints=[bp])
+    return PathDispatcher(create_app(), {WEBHOOK_PATH: handler})
 
 
 @asynccontextmanager
@@ -81,9 +86,11 @@ async def serve(db: Any, **kwargs: Any) -> AsyncIterator[Harness]:
     notified: list[int] = []
     inbox_ids: list[int] = []
     dedupe = kwargs.pop("dedupe", None) or DedupeCache()
-    app = _build_app(db, notified, dedupe, inbox_ids, **kwargs)
     stop = trio.Event()
     async with trio.open_nursery() as nursery:
+        writer: InboxWriter = await nursery.start(InboxWriter(db).run)
+        kwargs.setdefault("insert", writer.insert_update)
+        app = _build_app(db, notified, dedupe, inbox_ids, **kwargs)
         binds = await nursery.start(
             partial(
                 hypercorn.trio.serve,
@@ -97,6 +104,7 @@ async def serve(db: Any, **kwargs: Any) -> AsyncIterator[Harness]:
             yield Harness(url, int(url.rsplit(":", 1)[1]), notified, dedupe, inbox_ids)
         finally:
             stop.set()
+            await writer.aclose()
 
 
 async def post(h: Harness, body: Any, secret: str | None = SECRET, **kw: Any) -> httpx.Response:
@@ -267,7 +275,7 @@ async def test_secret_never_reaches_the_logs(db: dbmod.Database) -> None:
 
 def test_empty_secret_is_refused() -> None:
     with pytest.raises(ValueError):
-        webhook_blueprint(
+        webhook_handler(
             secret_token="",
             allowed_chat_ids=frozenset(),
             db=None,  # type: ignore[arg-type]
@@ -315,6 +323,15 @@ async def test_body_of_exactly_one_mib_is_accepted(db: dbmod.Database) -> None:
         body = json.dumps(upd).encode()
         assert len(body) == MiB and base < MiB
         status, _, _ = await exchange(h.port, [head(None, chunked=True), *chunked(body)])
+        assert status == 200
+        assert await inbox_count(db) == 1
+
+
+async def test_transfer_encoding_beats_a_content_length(db: dbmod.Database) -> None:
+    # both headers: the chunked framing counts (a short Content-Length must not cut the body)
+    async with serve(db) as h:
+        body = json.dumps(update(8)).encode()
+        status, _, _ = await exchange(h.port, [head(10, chunked=True), *chunked(body, 10)])
         assert status == 200
         assert await inbox_count(db) == 1
 
@@ -432,6 +449,52 @@ async def test_duplicates_are_acked_once_stored_once_notified_once(db: dbmod.Dat
         assert h2.notified == []
 
 
+async def test_concurrent_updates_are_all_stored_before_their_acks(db: dbmod.Database) -> None:
+    async with serve(db) as h:
+        statuses: dict[int, int] = {}
+        stored_at_ack: dict[int, bool] = {}
+
+        async def one(update_id: int) -> None:
+            statuses[update_id] = (await post(h, update(update_id))).status_code
+            stored_at_ack[update_id] = (
+                await inbox.get_by_key(db, f"update:{update_id}")
+            ) is not None
+
+        async with trio.open_nursery() as nursery:
+            for i in range(100, 140):
+                nursery.start_soon(one, i)
+        assert set(statuses.values()) == {200}
+        assert all(stored_at_ack.values())
+        assert await inbox_count(db) == 40
+        assert sorted(h.inbox_ids) == sorted(
+            r["id"] for r in await db.fetch("SELECT id FROM inbox")
+        )
+
+
+async def test_other_methods_and_paths(db: dbmod.Database) -> None:
+    async with serve(db) as h, h.client() as client:
+        resp = await client.get(WEBHOOK_PATH, headers={SECRET_HEADER: SECRET})
+        assert resp.status_code == 405
+        assert resp.headers["allow"] == "POST"
+        # everything else is still the quart app's
+        assert (await client.get("/healthz")).status_code == 200
+        assert (await client.post("/api/telegram/x", content=b"{}")).status_code == 404
+    assert await inbox_count(db) == 0
+
+
+async def test_client_gone_mid_body_stores_nothing_and_the_server_goes_on(
+    db: dbmod.Database,
+) -> None:
+    async with serve(db) as h:
+        stream = await trio.open_tcp_stream("127.0.0.1", h.port)
+        await stream.send_all(head(500) + b'{"update_id": 1')
+        await trio.sleep(0.1)
+        await stream.aclose()
+        await trio.sleep(0.1)
+        assert (await post(h, update(2))).status_code == 200
+        assert await inbox_count(db) == 1
+
+
 async def test_notify_failure_still_acks_a_stored_update(db: dbmod.Database) -> None:
     def broken(row_id: int, upd: Update) -> None:
         raise RuntimeError("router down")
@@ -519,14 +582,19 @@ class ThreadedServer:
         self._stop = trio.Event()
         async with dbmod.asyncio_loop(), dbmod.open_database(self.database_url) as db:
             await apply_migrations(db)
-            app = _build_app(db, [], DedupeCache(), [], notify=lambda *_: None)
             async with trio.open_nursery() as nursery:
+                writer: InboxWriter = await nursery.start(InboxWriter(db).run)
+                app = _build_app(
+                    db, [], DedupeCache(), [], notify=lambda *_: None, insert=writer.insert_update
+                )
                 config = hypercorn_config("127.0.0.1", 0)
                 serve_fn = partial(
                     hypercorn.trio.serve, app, config, shutdown_trigger=self._stop.wait
                 )
                 binds = await nursery.start(serve_fn)
                 self._ready.put(binds[0])
+                await self._stop.wait()
+                await writer.aclose()
 
     def __enter__(self) -> ThreadedServer:
         self._thread.start()
