@@ -1,10 +1,6 @@
-"""Router: wake coalescing, /stop cancellation, callback acks, recovery wake-up, and wakes
-held back while a burst of updates is being acknowledged."""
+"""Router: wake coalescing, /stop cancellation, callback acks, recovery wake-up."""
 
 from __future__ import annotations
-
-import itertools
-from typing import Any, cast
 
 import attrs
 import trio
@@ -47,7 +43,7 @@ def message(update_id: int, chat: int, text: str) -> dict[str, object]:
 
 async def test_wakes_are_coalesced_per_chat(db: Database) -> None:
     registry, bot = Registry(), Bot()
-    router = Router(db, registry, bot, RunningTurns(), sweep_interval=3600, quiet=0)
+    router = Router(db, registry, bot, RunningTurns(), sweep_interval=3600)
     async with trio.open_nursery() as nursery:
         await nursery.start(router.run)
         for i in range(50):
@@ -63,7 +59,7 @@ async def test_wakes_are_coalesced_per_chat(db: Database) -> None:
 
 async def test_stop_cancels_and_callbacks_are_answered(db: Database) -> None:
     registry, bot, running = Registry(), Bot(), RunningTurns()
-    router = Router(db, registry, bot, running, sweep_interval=3600, quiet=0)
+    router = Router(db, registry, bot, running, sweep_interval=3600)
     scope = trio.CancelScope()
     running.register(5, scope)
     async with trio.open_nursery() as nursery:
@@ -97,70 +93,3 @@ async def test_recovery_wakes_chats_with_open_rows(db: Database) -> None:
         await trio.testing.wait_all_tasks_blocked()
         nursery.cancel_scope.cancel()
     assert registry.sent == [77]
-
-
-class NoOpenRows:
-    """A database with no open inbox rows (timer tests run on MockClock: no real I/O)."""
-
-    async def fetch(self, query: str, *args: Any) -> list[Any]:
-        return []
-
-
-def held_router(registry: Registry, **kwargs: Any) -> Router:
-    db = cast(Database, NoOpenRows())
-    return Router(db, registry, Bot(), RunningTurns(), sweep_interval=3600, **kwargs)
-
-
-async def test_wakes_wait_until_updates_stop_arriving(autojump_clock: trio.abc.Clock) -> None:
-    registry = Registry()
-    router = held_router(registry, quiet=0.05, max_hold=5.0)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(router.run)
-        router.accepted(1, parse_update(message(1, 1, "a")))
-        await trio.sleep(0.03)
-        router.accepted(2, parse_update(message(2, 2, "b")))
-        await trio.sleep(0.04)  # 0.07: the last update came 0.04 ago
-        assert registry.sent == []
-        await trio.sleep(0.02)  # 0.09: quiet for 0.06
-        assert registry.sent == [1, 2]
-        # a lone message later waits only the quiet period
-        router.wakes.release(1)
-        router.accepted(3, parse_update(message(3, 1, "c")))
-        await trio.sleep(0.051)
-        assert registry.sent == [1, 2, 1]
-        nursery.cancel_scope.cancel()
-
-
-async def test_a_never_ending_burst_holds_wakes_at_most_max_hold(
-    autojump_clock: trio.abc.Clock,
-) -> None:
-    registry = Registry()
-    router = held_router(registry, quiet=0.05, max_hold=2.0)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(router.run)
-        start = trio.current_time()
-        delivered_at: list[float] = []
-        for i in range(650):  # an update every 10 ms for 6.5 s
-            router.accepted(i, parse_update(message(i, 7, "x")))
-            await trio.sleep(0.01)
-            if len(registry.sent) > len(delivered_at):
-                delivered_at.append(trio.current_time() - start)
-                router.wakes.release(7)  # the actor took it; the next update needs a new wake
-        assert 2.0 <= delivered_at[0] <= 2.05
-        # then every max_hold again, while the burst goes on
-        assert len(delivered_at) == 3
-        assert all(1.99 <= b - a <= 2.05 for a, b in itertools.pairwise(delivered_at))
-        nursery.cancel_scope.cancel()
-
-
-async def test_stopping_delivers_the_held_wakes(autojump_clock: trio.abc.Clock) -> None:
-    registry = Registry()
-    router = held_router(registry, quiet=10.0, max_hold=60.0)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(router.run)
-        for i in range(3):
-            router.accepted(i, parse_update(message(i, 10 + i, "x")))
-        await trio.testing.wait_all_tasks_blocked()
-        assert registry.sent == []
-        await router.aclose()
-    assert registry.sent == [10, 11, 12]
