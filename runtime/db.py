@@ -18,7 +18,6 @@ either way.
 
 from __future__ import annotations
 
-import asyncio
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -177,9 +176,10 @@ class Connection(_Queries):
 class Database(_Queries):
     """The pool handle. Plain queries use any free connection."""
 
-    def __init__(self, pool: Any, url: str) -> None:
+    def __init__(self, pool: Any, url: str, session_reset: _SessionReset | None = None) -> None:
         self._target = pool
         self.url = url
+        self._session_reset = session_reset or _SessionReset()
 
     @property
     def safe_url(self) -> str:
@@ -189,14 +189,16 @@ class Database(_Queries):
     async def connection(self) -> AsyncIterator[Connection]:
         """Hold one connection (e.g. for session-level advisory locks)."""
         raw = await _bridge(self._target.acquire)
+        pid = raw.get_server_pid()
+        self._session_reset.held.add(pid)  # reset on release (see ``_SessionReset``)
         try:
             yield Connection(raw)
         finally:
             with trio.move_on_after(5, shield=True):
                 try:
-                    await _bridge(_reset_and_release, self._target, raw)
-                except errors.DatabaseError as exc:
-                    log.warning("db.reset_failed", error=str(exc)[:300])
+                    await _bridge(self._target.release, raw)
+                finally:
+                    self._session_reset.held.discard(pid)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
@@ -209,24 +211,20 @@ async def _init_connection(conn: Any) -> None:
     await register_vector(conn)
 
 
-async def _no_session_reset(conn: Any) -> None:
-    """Pool ``reset`` hook: nothing to undo after a one-shot query (see the module docstring)."""
+class _SessionReset:
+    """The pool's ``reset`` hook: asyncpg's reset query (``RESET ALL`` & co., one more round
+    trip) only for connections handed out by :meth:`Database.connection`, the only way to
+    change session state; asyncpg itself still waits out a cancelled query and rolls back an
+    open transaction first, and terminates a connection whose reset fails."""
 
+    def __init__(self) -> None:
+        self.held: set[int] = set()  # server pids of the connections held by callers
 
-async def _reset_and_release(pool: Any, raw: Any) -> None:
-    """Undo the session state of a held connection, then return it to the pool (one crossing).
-
-    A connection whose reset fails is terminated: the pool replaces it.
-    """
-    try:
-        query = raw.get_reset_query()
-        if query:
-            await raw.execute(query)
-    except (Exception, asyncio.CancelledError):
-        raw.terminate()
-        raise
-    finally:
-        await pool.release(raw)
+    async def __call__(self, conn: Any) -> None:
+        if conn.get_server_pid() in self.held:
+            query = conn.get_reset_query()
+            if query:
+                await conn.execute(query)
 
 
 async def _ensure_pgvector(url: str, connect_timeout: float) -> None:
@@ -277,6 +275,7 @@ async def open_database(
     if not re.match(r"^postgres(ql)?://", url):
         raise errors.DatabaseUnavailable("DATABASE_URL must start with postgresql://")
     await _connect_with_retry(url, connect_timeout)
+    session_reset = _SessionReset()
     try:
         pool = await _bridge(
             asyncpg.create_pool,
@@ -284,7 +283,7 @@ async def open_database(
             min_size=min_size,
             max_size=max_size,
             init=_init_connection,
-            reset=_no_session_reset,
+            reset=session_reset,
             timeout=connect_timeout,
             command_timeout=None,
             # asyncpg re-arms a 300 s inactivity timer on every release; trio-asyncio keeps
@@ -297,7 +296,7 @@ async def open_database(
         ) from None
     log.info("db.open", url=redact_url(url), pool_max=max_size)
     try:
-        yield Database(pool, url)
+        yield Database(pool, url, session_reset)
     finally:
         with trio.move_on_after(10, shield=True) as scope:
             await _bridge(pool.close)
