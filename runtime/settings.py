@@ -139,6 +139,20 @@ def _secret_token(raw: str) -> Secret:
     return Secret(value)
 
 
+def _optional_unit(raw: str) -> float | None:
+    """A similarity threshold in [0, 1], or empty for the embedding model's default."""
+    value = raw.strip()
+    if not value:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"expected a number between 0 and 1 (or empty), got {value!r}") from None
+    if not 0.0 <= number <= 1.0:
+        raise ValueError(f"must be between 0 and 1, got {value!r}")
+    return number
+
+
 def _path(raw: str) -> Path:
     return Path(raw.strip()).expanduser()
 
@@ -221,6 +235,22 @@ FIELDS: tuple[Field, ...] = (
           "Estimated context tokens (~4 chars each) above which a chat is compacted."),
     Field("TRANSCRIPTION_MODEL", "transcription_model", "whisper-1", _str,
           "Speech-to-text model for voice notes."),
+    Field("COMPACTION_KEEP_RECENT", "compaction_keep_recent", "20", _int_range(0, 10_000),
+          "Most recent messages a compaction always leaves verbatim."),
+    Field("COMPACTION_CHUNK_MESSAGES", "compaction_chunk_messages", "40", _int_range(2, 10_000),
+          "At most this many of the oldest messages are compacted per LLM call."),
+    Field("MESSAGE_RETENTION_DAYS", "message_retention_days", "7", _int_range(0, 36_500),
+          "Compacted messages are hard-deleted after this many days (0 keeps them forever)."),
+    Field("MAINTENANCE_INTERVAL", "maintenance_interval", "3600", _float_range(1, 604_800),
+          "Seconds between runs of the message purge job."),
+    Field("PATTERN_MIN_SIMILARITY", "pattern_min_similarity", "", _optional_unit,
+          "Retrieval similarity floor; empty = the embedding model's calibrated default."),
+    Field("PATTERN_DEDUP_THRESHOLD", "pattern_dedup_threshold", "", _optional_unit,
+          "Similarity at or above which a new pattern reinforces an existing one (empty = per model)."),
+    Field("PATTERN_ADJUDICATE_THRESHOLD", "pattern_adjudicate_threshold", "", _optional_unit,
+          "Similarity from which a near duplicate goes to LLM adjudication (empty = per model)."),
+    Field("PATTERN_MERGE_THRESHOLD", "pattern_merge_threshold", "", _optional_unit,
+          "Similarity from which `engram patterns merge` considers a pair (empty = per model)."),
 )
 
 _BY_ENV = {f.env: f for f in FIELDS}
@@ -263,6 +293,14 @@ class Settings:
     embedding_provider: str
     context_token_budget: int
     transcription_model: str
+    compaction_keep_recent: int
+    compaction_chunk_messages: int
+    message_retention_days: int
+    maintenance_interval: float
+    pattern_min_similarity: float | None
+    pattern_dedup_threshold: float | None
+    pattern_adjudicate_threshold: float | None
+    pattern_merge_threshold: float | None
 
     def secrets(self) -> list[str]:
         """Every non-empty secret value, for log scrubbing."""
