@@ -19,7 +19,7 @@ from actors.chat import Transcriber
 from actors.system import BotSystem
 from actors.telegram_client import BotApiClient
 from actors.telegram_types import Voice
-from memory import journal_commands
+from memory import journal_commands, patterns_cli
 from memory.embedding_store import EmbeddingBackfill
 from memory.embeddings import open_embedder
 from memory.llm import LLM
@@ -164,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=cmd_serve)
     telegram_commands.register(sub)
     journal_commands.register(sub)
+    patterns_cli.register(sub)
     return parser
 
 

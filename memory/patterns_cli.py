@@ -1,0 +1,198 @@
+"""Maintenance commands for pattern memory, for the CLI.
+
+* ``engram patterns list --chat ID [--status S] [--limit N]`` — a table of a chat's patterns.
+* ``engram patterns merge [--dry-run] [--chat ID]`` — the periodic merge job
+  (:func:`memory.merge.merge_patterns`); a dry run prints the pairs and decisions only.
+* ``engram patterns purge`` — hard-delete compacted messages older than
+  ``MESSAGE_RETENTION_DAYS`` (:func:`memory.purge.purge_compacted`).
+* ``engram memory reembed [--all]`` — embed every memory row for the current model
+  (:func:`memory.reembed.reembed`).
+
+``register(subparsers)`` adds both command groups. Handlers take ``(settings, args)`` and
+return the exit code (0 success, 1 failure with one line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, TextIO
+
+from memory.embedding_store import ALL_TABLES
+from memory.embeddings import EmbeddingError, open_embedder
+from memory.progress import Progress
+from memory.reembed import ReembedReport, reembed
+from runtime.cli import fail, open_settings_database
+from runtime.db import Database
+from runtime.migrate import apply_migrations
+from runtime.settings import Settings
+
+STATUSES = ("active", "merged", "deprecated", "superseded", "disputed")
+CONTENT_WIDTH = 80
+_SHORT = {
+    "entry_embeddings": "entries",
+    "pattern_embeddings": "patterns",
+    "alias_embeddings": "aliases",
+    "episode_embeddings": "episodes",
+}
+
+
+def _key(settings: Settings) -> str | None:
+    return settings.openai_api_key.reveal() if settings.openai_api_key else None
+
+
+def _provider(settings: Settings, args: argparse.Namespace) -> str:
+    return str(args.embeddings or settings.embedding_provider)
+
+
+# --- table rendering (pure) --------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M")
+    return " ".join(str(value).split())
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def render_table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], *, last_width: int = 0
+) -> str:
+    """Left-aligned columns separated by two spaces; the last column clipped to ``last_width``."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    if last_width:
+        for row in cells:
+            row[-1] = _clip(row[-1], last_width)
+    widths = [len(h) for h in headers]
+    for row in cells:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = [list(headers), *cells]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
+
+
+# --- patterns list -----------------------------------------------------------------------------
+
+
+async def list_patterns(
+    db: Database, chat_id: int, *, status: str | None = None, limit: int = 100
+) -> list[Any]:
+    """A chat's patterns (optionally of one status), strongest first."""
+    return await db.fetch(
+        "SELECT id, kind, strength, confidence, status, last_seen, content FROM patterns "
+        "WHERE chat_id = $1 AND ($2::text IS NULL OR status = $2) "
+        "ORDER BY (status = 'active') DESC, strength DESC, last_seen DESC, id LIMIT $3",
+        chat_id,
+        status,
+        limit,
+    )
+
+
+async def cmd_patterns_list(settings: Settings, args: argparse.Namespace) -> int:
+    async with open_settings_database(settings) as db:
+        await apply_migrations(db)
+        rows = await list_patterns(db, args.chat, status=args.status, limit=args.limit)
+    if not rows:
+        which = f"{args.status} " if args.status else ""
+        print(f"no {which}patterns for chat {args.chat}")
+        return 0
+    headers = ("id", "kind", "strength", "confidence", "status", "last_seen", "content")
+    print(render_table(headers, [tuple(r[h] for h in headers) for r in rows],
+                       last_width=CONTENT_WIDTH))  # fmt: skip
+    print(f"{len(rows)} pattern(s)")
+    return 0
+
+
+# --- memory reembed ----------------------------------------------------------------------------
+
+
+def print_reembed(report: ReembedReport, out: TextIO = sys.stdout) -> None:
+    parts = ", ".join(f"{_SHORT.get(t, t)} {n}" for t, n in report.embedded.items())
+    print(f"re-embedded {report.total} row(s) with {report.model} ({parts})", file=out)
+    if report.indexes_created:
+        names = ", ".join(_SHORT.get(t, t) for t in report.indexes_created)
+        print(f"created the {report.model} vector index on {names}", file=out)
+    if report.failed:
+        shown = ", ".join(report.failed[:10])
+        more = f" and {len(report.failed) - 10} more" if len(report.failed) > 10 else ""
+        print(f"{len(report.failed)} row(s) could not be embedded: {shown}{more}", file=out)
+
+
+async def cmd_memory_reembed(settings: Settings, args: argparse.Namespace) -> int:
+    async with open_settings_database(settings) as db:
+        await apply_migrations(db)
+        async with open_embedder(
+            _provider(settings, args),
+            _key(settings),
+            settings.openai_base_url or None,
+            usage_db=db,
+        ) as embedder:
+            with Progress(label="re-embedding") as bar:
+                try:
+                    report = await reembed(
+                        db,
+                        embedder,
+                        tables=args.tables or ALL_TABLES,
+                        all_rows=args.all,
+                        batch=args.batch,
+                        progress=bar,
+                    )
+                except EmbeddingError as exc:
+                    bar.finish("(stopped)")
+                    return fail(f"embedding ({embedder.model}): {exc}", 1)
+    print_reembed(report)
+    return 1 if report.failed else 0
+
+
+# --- registration ------------------------------------------------------------------------------
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    """Add ``patterns list|merge|purge`` and ``memory reembed`` to ``engram``'s subparsers."""
+    patterns = subparsers.add_parser("patterns", help="pattern memory maintenance")
+    sub = patterns.add_subparsers(dest="patterns_command", metavar="COMMAND")
+    sub.required = True
+    p = sub.add_parser("list", help="list a chat's patterns")
+    p.add_argument("--chat", type=int, required=True, metavar="ID", help="the chat id")
+    p.add_argument("--status", choices=STATUSES, help="only patterns with this status")
+    p.add_argument("--limit", type=_positive, default=100, help="at most this many (100)")
+    p.set_defaults(handler=cmd_patterns_list)
+
+    memory = subparsers.add_parser("memory", help="long-term memory maintenance")
+    msub = memory.add_subparsers(dest="memory_command", metavar="COMMAND")
+    msub.required = True
+    p = msub.add_parser(
+        "reembed",
+        help="embed entries, patterns, aliases and episodes for the current embedding model",
+    )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="re-embed every row, not only those lacking a vector for the model",
+    )
+    p.add_argument(
+        "--embeddings",
+        choices=("auto", "openai", "local"),
+        default=None,
+        help="embedding provider (default: EMBEDDING_PROVIDER)",
+    )
+    p.add_argument("--table", dest="tables", action="append", choices=ALL_TABLES)
+    p.add_argument("--batch", type=_positive, default=64, help="texts per request (64)")
+    p.set_defaults(handler=cmd_memory_reembed)
