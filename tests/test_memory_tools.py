@@ -1,0 +1,177 @@
+"""The model's memory tools through the real tool registry, the real PostgreSQL and the local
+embedding model: recall (ranked, degraded), remember (new / reinforced), forget (scoped to the
+chat, unknown ids and merged patterns are readable errors)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+
+from memory.canonical import canonical_hash
+from memory.embedding_store import store_vectors
+from memory.embeddings import EmbeddingError, LocalEmbedder
+from memory.memory_tools import memory_registry, memory_tools
+from memory.tools import ToolContext, ToolRegistry
+from runtime.db import Database
+
+NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+CHAT_A, CHAT_B = 101, 202
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalEmbedder:
+    return LocalEmbedder()
+
+
+class DownEmbedder:
+    """The local model's name and size, but the provider is down."""
+
+    model, dims = "wordllama-l2-supercat-256", 256
+
+    async def embed(
+        self, texts: Sequence[str], *, purpose: str, chat_id: int | None = None
+    ) -> list[np.ndarray]:
+        raise EmbeddingError("provider down", retryable=True)
+
+
+def ctx(db: Database, embedder: Any, chat_id: int) -> ToolContext:
+    return ToolContext(db=db, embedder=embedder, chat_id=chat_id, timezone="UTC", now=NOW)
+
+
+async def add_pattern(
+    db: Database,
+    embedder: Any,
+    chat_id: int,
+    content: str,
+    *,
+    kind: str = "preference",
+    status: str = "active",
+    reason: str | None = None,
+) -> int:
+    pid: int = await db.fetchval(
+        "INSERT INTO patterns (chat_id, content, kind, confidence, status, status_reason, "
+        "canonical_hash, first_seen, last_seen) VALUES ($1, $2, $3, 0.8, $4, $5, $6, $7, $7) "
+        "RETURNING id",
+        chat_id,
+        content,
+        kind,
+        status,
+        reason,
+        canonical_hash(content),
+        NOW - timedelta(days=3),
+    )
+    if embedder is not None:
+        [vector] = await embedder.embed([content], purpose="embedding")
+        await store_vectors(db, "pattern_embeddings", "pattern_id", [(pid, vector)], embedder.model)
+    return pid
+
+
+async def call(registry: ToolRegistry, name: str, raw: dict[str, Any], c: ToolContext) -> Any:
+    outcome = await registry.call(name, raw, c)
+    body = json.loads(outcome.content)
+    return (body, outcome.is_error)
+
+
+async def test_tool_specs() -> None:
+    registry = memory_registry()
+    assert registry.names() == ["recall_memory", "remember", "forget_memory"]
+    specs = {s["name"]: s["input_schema"] for s in registry.specs()}
+    assert specs["remember"]["required"] == ["fact", "kind"]
+    assert "preference" in specs["remember"]["properties"]["kind"]["enum"]
+    assert specs["forget_memory"]["required"] == ["id", "reason"]
+    assert [t.name for t in memory_tools()] == registry.names()
+
+
+async def test_recall_ranks_this_chats_memories_only(db: Database, local: LocalEmbedder) -> None:
+    tea = await add_pattern(db, local, CHAT_A, "User prefers green tea over coffee")
+    await add_pattern(db, local, CHAT_A, "User runs every Sunday morning", kind="behavior")
+    await add_pattern(db, local, CHAT_B, "User prefers black coffee over green tea")
+    registry = memory_registry()
+    body, err = await call(registry, "recall_memory", {"query": "green tea", "limit": 1},
+                           ctx(db, local, CHAT_A))  # fmt: skip
+    assert not err and body["degraded"] is False and body["count"] == 1
+    [memory] = body["memories"]
+    assert memory == {
+        "id": tea,
+        "content": "User prefers green tea over coffee",
+        "kind": "preference",
+        "confidence": 0.8,
+        "last_seen": "2026-11-17",
+    }
+    other, _ = await call(registry, "recall_memory", {"query": "green tea"}, ctx(db, local, 303))
+    assert other["count"] == 0 and other["memories"] == []
+    b, _ = await call(registry, "recall_memory", {"query": "green tea coffee"},
+                      ctx(db, local, CHAT_B))  # fmt: skip
+    assert [m["content"] for m in b["memories"]] == ["User prefers black coffee over green tea"]
+
+
+async def test_recall_degrades_to_keywords(db: Database, local: LocalEmbedder) -> None:
+    pid = await add_pattern(db, local, CHAT_A, "User takes melatonin before sleeping")
+    await add_pattern(db, local, CHAT_A, "User dislikes loud restaurants")
+    registry = memory_registry()
+    for embedder in (DownEmbedder(), None):
+        body, err = await call(registry, "recall_memory", {"query": "melatonin?"},
+                               ctx(db, embedder, CHAT_A))  # fmt: skip
+        assert not err and body["degraded"] is True and "keyword" in body["note"]
+        assert [m["id"] for m in body["memories"]] == [pid]
+
+
+async def test_forget_is_scoped_to_the_chat(db: Database, local: LocalEmbedder) -> None:
+    pid = await add_pattern(db, local, CHAT_A, "User is allergic to peanuts", kind="belief")
+    registry = memory_registry()
+    as_b = ctx(db, local, CHAT_B)
+    body, err = await call(registry, "forget_memory", {"id": pid, "reason": "wrong"}, as_b)
+    assert err and body == {"error": f"no memory with id {pid}", "field": "id"}
+    unknown, err = await call(registry, "forget_memory", {"id": 999_999, "reason": "x"}, as_b)
+    assert err and unknown["error"] == "no memory with id 999999"
+    row = await db.fetchrow("SELECT status, status_reason FROM patterns WHERE id = $1", pid)
+    assert row is not None and row["status"] == "active" and row["status_reason"] is None
+
+    as_a = ctx(db, local, CHAT_A)
+    found, _ = await call(registry, "recall_memory", {"query": "peanuts allergy"}, as_a)
+    assert [m["id"] for m in found["memories"]] == [pid]
+    done, err = await call(
+        registry, "forget_memory", {"id": pid, "reason": "  user says it was a joke "}, as_a
+    )
+    assert not err and done == {
+        "id": pid,
+        "content": "User is allergic to peanuts",
+        "forgotten": True,
+    }
+    row = await db.fetchrow("SELECT status, status_reason FROM patterns WHERE id = $1", pid)
+    assert row is not None and row["status"] == "deprecated"
+    assert row["status_reason"] == "forget_memory: user says it was a joke"
+    gone, _ = await call(registry, "recall_memory", {"query": "peanuts allergy"}, as_a)
+    assert gone["memories"] == []
+    again, err = await call(registry, "forget_memory", {"id": pid, "reason": "again"}, as_a)
+    assert not err and again["note"] == "it was already forgotten"
+    row = await db.fetchrow("SELECT status_reason FROM patterns WHERE id = $1", pid)
+    assert row is not None and row["status_reason"] == "forget_memory: user says it was a joke"
+
+
+async def test_forget_a_merged_pattern_points_at_the_survivor(
+    db: Database, local: LocalEmbedder
+) -> None:
+    pid = await add_pattern(
+        db, local, CHAT_A, "User likes tea", status="merged", reason="merged into 7"
+    )
+    body, err = await call(memory_registry(), "forget_memory", {"id": pid, "reason": "no"},
+                           ctx(db, local, CHAT_A))  # fmt: skip
+    assert err and "merged into another memory (merged into 7)" in body["error"]
+    assert await db.fetchval("SELECT status FROM patterns WHERE id = $1", pid) == "merged"
+
+
+async def test_invalid_inputs_are_readable_errors(db: Database, local: LocalEmbedder) -> None:
+    registry = memory_registry()
+    c = ctx(db, local, CHAT_A)
+    body, err = await call(registry, "remember", {"fact": "User likes tea", "kind": "fact"}, c)
+    assert err and body["field"] == "kind"
+    body, err = await call(registry, "forget_memory", {"id": 0, "reason": "x"}, c)
+    assert err and body["field"] == "id"
+    body, err = await call(registry, "recall_memory", {"query": ""}, c)
+    assert err and body["field"] == "query"
