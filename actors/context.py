@@ -65,6 +65,7 @@ class RetrievedMemory:
 
     text_block: str = ""
     degraded: bool = False
+    pattern_ids: tuple[int, ...] = ()  # the injected patterns, in prompt order
 
 
 class PatternRetriever(Protocol):

@@ -1,0 +1,434 @@
+"""Pattern retrieval: hybrid ranking in SQL, MMR rerank, the injected-pattern budget.
+
+Seed 000 "Pattern retrieval with typed decay + floor" and "Hybrid retrieval for patterns".
+One call of :meth:`SqlPatternRetriever.retrieve` is:
+
+1. **Candidates** (one SQL statement): the chat's ``candidates`` nearest pattern vectors of the
+   embedder's model (vector arm) and its ``candidates`` best full-text matches
+   (``to_tsquery('english', or_tsquery(query))`` ordered by ``ts_rank``; full-text arm), both
+   over this chat only. For every candidate the same statement computes the cosine similarity
+   and the typed weight ``recency(kind, days since last_seen, floor) × memory(strength) ×
+   confidence × validity(status)``; superseded, deprecated and merged patterns are never
+   candidates (validity 0), disputed ones count at :data:`memory.ranking.DISPUTED_VALIDITY`.
+2. **Fusion**: the two rank lists are fused with RRF (k = 60, :func:`memory.ranking.rrf`), and the
+   fused value is normalised by its maximum (first in every arm) to ``fused`` in (0, 1]. A
+   candidate below ``thresholds.min_similarity`` is dropped whichever arm found it. The final
+   score is the product ``similarity × fused × typed weight``: similarity keeps its graded
+   meaning, the fused rank rewards agreement of the two arms (a keyword hit such as "melatonin"
+   lifts a pattern; a vector-only hit counts at most half) and decay/memory/confidence/validity
+   weight the result as the seed's formula does.
+3. **MMR** (λ = 0.7) over the candidates' stored vectors picks up to ``limit`` patterns, then
+   :func:`memory.ranking.apply_budget` drops the lowest-scored until the lines fit 2,000 tokens.
+
+When the query cannot be embedded (outage, rate limit, no vector for the model) the full-text arm
+alone ranks (``similarity`` is ``None``, score = ``fused × typed weight``) and the result is
+``degraded``: the prompt block starts with ``[memory: degraded]``. Never does an embedding
+failure fail the turn.
+
+**Vector arm plan.** pgvector 0.6 filters HNSW results *after* the graph walk (no iterative
+scan), so a chat holding a small share of the model's index can get too few rows back. The plan
+per (chat, model), from the chat's vector count (cached for :data:`SIZE_TTL` seconds) and the
+table's row estimate:
+
+* ``exact``: the chat holds at most :data:`EXACT_MAX` vectors, or so small a share that the
+  needed ``hnsw.ef_search`` would exceed :data:`EF_SEARCH_MAX`: an exact scan of the chat's
+  rows through ``(model, chat_id)`` — always full recall;
+* ``hnsw``: the model's partial HNSW index with ``SET LOCAL hnsw.ef_search =
+  candidates × total / chat_count × 1.5`` in a transaction; if it yields fewer rows than the
+  chat could give, the exact scan runs instead (recall never silently drops).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+import attrs
+import numpy as np
+
+from actors.context import RetrievedMemory
+from memory.embedding_store import check_model
+from memory.embeddings import PURPOSE, Embedder
+from memory.query_text import or_tsquery
+from memory.ranking import (
+    DECAY_BY_KIND,
+    MEMORY_LOG_CAP,
+    MEMORY_WEIGHT,
+    MMR_LAMBDA,
+    PATTERN_BUDGET_TOKENS,
+    RRF_K,
+    VALIDITY_BY_STATUS,
+    apply_budget,
+    mmr,
+    rrf,
+)
+from memory.thresholds import Thresholds, default_thresholds
+from runtime.logs import get_logger
+
+log = get_logger(__name__)
+
+LIVE_STATUSES = tuple(s for s, v in VALIDITY_BY_STATUS.items() if v > 0.0)
+DEFAULT_LIMIT = 20  # patterns injected at most (the token budget usually binds first)
+DEFAULT_CANDIDATES = 60  # rows per arm
+EXACT_MAX = 20_000  # chats up to this many vectors are scanned exactly
+EF_SEARCH_MAX = 1_000  # above this an exact scan of the chat is cheaper than the graph walk
+EF_SLACK = 1.5
+SIZE_TTL = 300.0  # seconds a chat's vector count is trusted
+DEGRADED_MARK = "[memory: degraded]"
+
+Plan = Literal["exact", "hnsw", "none"]
+
+
+class Queries(Protocol):
+    """The part of ``runtime.db.Database`` / ``Connection`` used here."""
+
+    async def fetch(self, query: str, *args: Any) -> Sequence[Any]: ...
+
+    async def fetchval(self, query: str, *args: Any) -> Any: ...
+
+    async def execute(self, query: str, *args: Any) -> str: ...
+
+
+class PatternDb(Queries, Protocol):
+    """A ``runtime.db.Database``: queries plus transactions (for ``SET LOCAL``)."""
+
+    def transaction(self) -> AbstractAsyncContextManager[Queries]: ...
+
+
+@attrs.frozen
+class RankedPattern:
+    """One retrieval candidate with its final score and stored vector (for MMR)."""
+
+    id: int
+    content: str
+    kind: str
+    score: float
+    similarity: float | None  # None on the full-text-only (degraded) path
+    confidence: float
+    strength: float
+    status: str
+    last_seen: datetime
+    vector: Any = attrs.field(eq=False, repr=False)
+    times_seen: int = 1
+    fused: float = 1.0  # normalised RRF in (0, 1]
+
+    @property
+    def text(self) -> str:
+        """The prompt line of this pattern (what the budget counts)."""
+        return pattern_line(self)
+
+
+def pattern_line(p: RankedPattern) -> str:
+    """``- [behavior] Sleeps badly after late caffeine (id 12, seen 4×, last 2026-10-03)``."""
+    tag = p.kind if p.status == "active" else f"{p.kind}, {p.status}"
+    last = p.last_seen.astimezone(UTC).date().isoformat()
+    content = " ".join(p.content.split())
+    return f"- [{tag}] {content} (id {p.id}, seen {p.times_seen}×, last {last})"
+
+
+def memory_block(patterns: Sequence[RankedPattern], degraded: bool) -> str:
+    """The prompt block: one line per pattern, led by the degraded mark when it applies."""
+    lines = [pattern_line(p) for p in patterns]
+    if degraded:
+        lines.insert(0, f"{DEGRADED_MARK} keyword search only; related memories may be missing.")
+    return "\n".join(lines)
+
+
+# --- the vector arm's plan ------------------------------------------------------------------
+
+
+def choose_plan(
+    chat_count: int,
+    total: int,
+    candidates: int,
+    *,
+    exact_max: int = EXACT_MAX,
+    ef_max: int = EF_SEARCH_MAX,
+) -> tuple[Plan, int]:
+    """The vector arm's plan and ``hnsw.ef_search`` (0 unless ``hnsw``). Pure."""
+    if chat_count <= 0:
+        return "none", 0
+    if chat_count <= exact_max:
+        return "exact", 0
+    share = chat_count / max(total, chat_count)
+    ef = math.ceil(candidates / share * EF_SLACK)
+    if ef > ef_max:
+        return "exact", 0
+    return "hnsw", max(ef, candidates)
+
+
+@attrs.define
+class VectorPlanner:
+    """Caches each chat's vector count per model for :data:`SIZE_TTL` seconds."""
+
+    ttl: float = SIZE_TTL
+    exact_max: int = EXACT_MAX
+    ef_max: int = EF_SEARCH_MAX
+    plans: Counter[str] = attrs.field(factory=Counter)  # plans run, for tests and benches
+    _sizes: dict[tuple[int, str], tuple[int, int, float]] = attrs.field(factory=dict)
+
+    def plan(self, chat_count: int, total: int, candidates: int) -> tuple[Plan, int]:
+        return choose_plan(
+            chat_count, total, candidates, exact_max=self.exact_max, ef_max=self.ef_max
+        )
+
+    def forget(self, chat_id: int | None = None) -> None:
+        """Drop cached counts (of one chat, or all)."""
+        if chat_id is None:
+            self._sizes.clear()
+        else:
+            for key in [k for k in self._sizes if k[0] == chat_id]:
+                del self._sizes[key]
+
+    async def sizes(self, db: Queries, chat_id: int, model: str) -> tuple[int, int]:
+        """``(chat's vectors for model, estimated vectors in the table)``."""
+        key = (chat_id, model)
+        hit = self._sizes.get(key)
+        now = time.monotonic()
+        if hit is not None and now - hit[2] < self.ttl:
+            return hit[0], hit[1]
+        count = int(
+            await db.fetchval(
+                "SELECT count(*) FROM pattern_embeddings WHERE model = $1 AND chat_id = $2",
+                model,
+                chat_id,
+            )
+        )
+        total = count
+        if count > self.exact_max:  # only then does the share matter
+            est = await db.fetchval(
+                "SELECT reltuples::bigint FROM pg_class WHERE oid = 'pattern_embeddings'::regclass"
+            )
+            total = int(est) if est is not None and est > 0 else count
+            if total < count:  # never analysed yet: count
+                total = int(
+                    await db.fetchval(
+                        "SELECT count(*) FROM pattern_embeddings WHERE model = $1", model
+                    )
+                )
+        self._sizes[key] = (count, total, now)
+        return count, total
+
+
+# --- SQL ------------------------------------------------------------------------------------
+
+_DECAY_KINDS = list(DECAY_BY_KIND)
+_DECAY_HALF = [d.half_life_days for d in DECAY_BY_KIND.values()]
+_DECAY_FLOOR = [d.floor for d in DECAY_BY_KIND.values()]
+_VALID_STATUS = list(VALIDITY_BY_STATUS)
+_VALID_VALUE = list(VALIDITY_BY_STATUS.values())
+
+# $1 chat, $2 now, $3 kinds, $4 half-lives, $5 floors, $6 statuses, $7 validities,
+# $8 live statuses, $9 candidates per arm, $10 tsquery text, $11 query vector (or NULL)
+_WEIGHT = f"""
+    (d.floor + (1 - d.floor) * exp(-ln(2) * greatest(
+        extract(epoch FROM ($2::timestamptz - p.last_seen)) / 86400.0, 0) / d.half_life))
+    * (1 + {MEMORY_WEIGHT} * least(ln(1 + greatest(p.strength, 0)), {MEMORY_LOG_CAP}))
+    * p.confidence * v.validity"""
+
+_FTS_ARM = """
+    fts AS MATERIALIZED (
+        SELECT s.id, row_number() OVER () AS rnk FROM (
+            SELECT p.id FROM patterns p, to_tsquery('english', $10) q
+            WHERE $10 <> '' AND p.chat_id = $1 AND p.status = ANY($8::text[])
+              AND p.text_search @@ q
+            ORDER BY ts_rank(p.text_search, q) DESC, p.id DESC
+            LIMIT $9) s)"""
+
+
+def _vec_arm(model: str, dims: int, plan: Plan) -> str:
+    if plan == "none":
+        return "vec AS (SELECT NULL::bigint AS id, NULL::bigint AS rnk WHERE false)"
+    # the HNSW index is on the cast expression; the exact plan orders by the bare column,
+    # which no index matches, so the planner scans the chat's rows through (model, chat_id)
+    dist = (
+        f"pe.embedding::vector({dims}) <=> $11::vector({dims})"
+        if plan == "hnsw"
+        else f"pe.embedding <=> $11::vector({dims})"
+    )
+    return f"""
+    vec AS MATERIALIZED (
+        SELECT s.id, row_number() OVER () AS rnk FROM (
+            SELECT pe.pattern_id AS id FROM pattern_embeddings pe
+            WHERE pe.model = '{model}' AND pe.chat_id = $1 AND pe.dims = {dims}
+            ORDER BY {dist} LIMIT $9) s)"""
+
+
+def candidates_sql(model: str, dims: int, plan: Plan) -> str:
+    """The one statement computing both arms, the similarity and the typed weight."""
+    check_model(model)
+    sim = f"1 - (pe.embedding <=> $11::vector({dims}))" if plan != "none" else "NULL::float8"
+    return f"""
+    WITH {_vec_arm(model, dims, plan)},{_FTS_ARM},
+    cand AS (
+        SELECT id, min(vrnk) AS vrnk, min(frnk) AS frnk FROM (
+            SELECT id, rnk AS vrnk, NULL::bigint AS frnk FROM vec
+            UNION ALL SELECT id, NULL, rnk FROM fts) u
+        GROUP BY id)
+    SELECT p.id, p.content, p.kind, p.confidence, p.strength, p.status, p.last_seen,
+           p.times_seen, c.vrnk, c.frnk, pe.embedding, {sim} AS similarity,
+           {_WEIGHT} AS weight
+    FROM cand c
+    JOIN patterns p ON p.id = c.id AND p.chat_id = $1 AND p.status = ANY($8::text[])
+    JOIN unnest($3::text[], $4::float8[], $5::float8[]) AS d(kind, half_life, floor)
+      ON d.kind = p.kind
+    JOIN unnest($6::text[], $7::float8[]) AS v(status, validity) ON v.status = p.status
+    LEFT JOIN pattern_embeddings pe
+      ON pe.pattern_id = p.id AND pe.model = '{model}' AND pe.dims = {dims}"""
+
+
+# --- ranking --------------------------------------------------------------------------------
+
+
+def _ranked(rows: Sequence[Any], key: str) -> list[int]:
+    return [int(r["id"]) for r in sorted((r for r in rows if r[key] is not None),
+                                         key=lambda r: int(r[key]))]  # fmt: skip
+
+
+def _as_array(vec: Any, dims: int) -> Any:
+    """A stored vector as numpy (pgvector's codec may give a ``Vector``); zeros when absent."""
+    if vec is None:
+        return np.zeros(dims, np.float32)
+    to_numpy = getattr(vec, "to_numpy", None)
+    return to_numpy() if to_numpy is not None else np.asarray(vec, dtype=np.float32)
+
+
+def fuse(
+    rows: Sequence[Any], min_similarity: float, dims: int, *, hybrid: bool
+) -> list[RankedPattern]:
+    """Rows of :func:`candidates_sql` -> scored patterns, best first (pure).
+
+    ``hybrid``: the rows carry similarities (a query vector was used), so candidates below
+    ``min_similarity`` or without a vector for the model are dropped."""
+    arms = [lst for lst in (_ranked(rows, "vrnk"), _ranked(rows, "frnk")) if lst]
+    if not arms:
+        return []
+    fused = dict(rrf(arms))
+    top = len(arms) / (RRF_K + 1)
+    out: list[RankedPattern] = []
+    for r in rows:
+        sim = None if r["similarity"] is None else float(r["similarity"])
+        if hybrid and (sim is None or sim < min_similarity):
+            continue
+        f = fused.get(int(r["id"]), 0.0) / top
+        weight = float(r["weight"])
+        if weight <= 0.0:
+            continue
+        vec = r["embedding"]
+        out.append(
+            RankedPattern(
+                id=int(r["id"]),
+                content=str(r["content"]),
+                kind=str(r["kind"]),
+                score=(sim if sim is not None else 1.0) * f * weight,
+                similarity=sim,
+                confidence=float(r["confidence"]),
+                strength=float(r["strength"]),
+                status=str(r["status"]),
+                last_seen=r["last_seen"],
+                vector=_as_array(vec, dims),
+                times_seen=int(r["times_seen"]),
+                fused=f,
+            )
+        )
+    out.sort(key=lambda p: (-p.score, -p.id))
+    return out
+
+
+async def _embed_query(embedder: Embedder, chat_id: int, query: str) -> Any | None:
+    try:
+        [vector] = await embedder.embed([query], purpose=PURPOSE, chat_id=chat_id)
+    except Exception as exc:  # any failure degrades to full-text; never fails the turn
+        log.warning("retrieval.embed_failed", chat_id=chat_id, error=f"{type(exc).__name__}: {exc}")
+        return None
+    return vector
+
+
+async def _fetch(db: PatternDb, sql: str, args: Sequence[Any], ef_search: int) -> Sequence[Any]:
+    if not ef_search:
+        return await db.fetch(sql, *args)
+    async with db.transaction() as conn:
+        await conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
+        return await conn.fetch(sql, *args)
+
+
+async def rank_patterns(
+    db: PatternDb,
+    embedder: Embedder,
+    chat_id: int,
+    query: str,
+    *,
+    limit: int = DEFAULT_CANDIDATES,
+    now: datetime | None = None,
+    thresholds: Thresholds | None = None,
+    planner: VectorPlanner | None = None,
+) -> tuple[list[RankedPattern], bool]:
+    """This chat's live patterns for ``query``, best first, and whether retrieval degraded.
+
+    ``limit`` is the number of candidates per arm (the result holds at most twice that).
+    ``db`` is a ``runtime.db.Database`` (a transaction is opened for the HNSW plan).
+    """
+    if not query.strip():
+        return [], False
+    now = now or datetime.now(UTC)
+    thresholds = thresholds or default_thresholds(embedder.model)
+    planner = planner or VectorPlanner()
+    model, dims = check_model(embedder.model), int(embedder.dims)
+    vector = await _embed_query(embedder, chat_id, query)
+    plan: Plan = "none"
+    ef = 0
+    if vector is not None:
+        count, total = await planner.sizes(db, chat_id, model)
+        plan, ef = planner.plan(count, total, limit)
+    args: list[Any] = [
+        chat_id, now, _DECAY_KINDS, _DECAY_HALF, _DECAY_FLOOR, _VALID_STATUS, _VALID_VALUE,
+        list(LIVE_STATUSES), limit, or_tsquery(query),
+    ]  # fmt: skip
+    if plan != "none":
+        args.append(np.asarray(vector, dtype=np.float32))
+    rows = await _fetch(db, candidates_sql(model, dims, plan), args, ef)
+    if plan == "hnsw" and sum(r["vrnk"] is not None for r in rows) < limit:
+        # the post-filtered graph walk came back short: scan the chat exactly instead
+        log.info("retrieval.hnsw_short", chat_id=chat_id, model=model, ef_search=ef)
+        plan = "exact"
+        rows = await _fetch(db, candidates_sql(model, dims, plan), args, 0)
+    planner.plans[plan] += 1
+    degraded = vector is None
+    return fuse(rows, thresholds.min_similarity, dims, hybrid=plan != "none"), degraded
+
+
+@attrs.define
+class SqlPatternRetriever:
+    """:class:`actors.context.PatternRetriever` over the ``patterns`` tables."""
+
+    db: PatternDb
+    embedder: Embedder
+    thresholds: Thresholds | None = None
+    budget_tokens: int = PATTERN_BUDGET_TOKENS
+    limit: int = DEFAULT_LIMIT
+    candidates: int = DEFAULT_CANDIDATES
+    lam: float = MMR_LAMBDA
+    planner: VectorPlanner = attrs.field(factory=VectorPlanner)
+
+    async def retrieve(self, chat_id: int, query: str) -> RetrievedMemory:
+        """Rank, MMR-rerank, cap at the token budget; the prompt block and pattern ids."""
+        ranked, degraded = await rank_patterns(
+            self.db,
+            self.embedder,
+            chat_id,
+            query,
+            limit=self.candidates,
+            thresholds=self.thresholds,
+            planner=self.planner,
+        )
+        chosen = apply_budget(mmr(ranked, k=self.limit, lam=self.lam), self.budget_tokens)
+        return RetrievedMemory(
+            text_block=memory_block(chosen, degraded),
+            degraded=degraded,
+            pattern_ids=tuple(p.id for p in chosen),
+        )
