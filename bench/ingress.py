@@ -3,7 +3,8 @@
 Starts, on this machine and in this run:
 
 * a stub Bot API server (answers getMe / sendMessage / sendChatAction / anything with
-  ``ok: true``), so engram's background replies never wait on the network;
+  ``ok: true``) that also answers Anthropic's ``POST /v1/messages`` with a short text reply, so
+  engram's background turns and replies never wait on the network (its embeddings are local);
 * the real ``engram serve`` (webhook mode) as a subprocess, with a throwaway ``ENGRAM_HOME``
   (embedded PostgreSQL) or ``--url``, ``LOG_LEVEL=WARNING``, ``TELEGRAM_API_BASE_URL`` at the
   stub; loading starts once ``/readyz`` answers 200;
@@ -105,6 +106,24 @@ def role_stub(port: int) -> None:
     def answer(method: str) -> bytes:
         counts[method] = counts.get(method, 0) + 1
         result: Any = True
+        if method == "messages":  # Anthropic Messages API (engram's turns): a short answer
+            message = {
+                "id": f"msg_bench{next_id[0]}",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5",
+                "content": [{"type": "text", "text": "Noted."}],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 50, "output_tokens": 3},
+            }
+            next_id[0] += 1
+            body = json.dumps(message).encode()
+            head = (
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n"
+            )
+            return head.encode() + body
         if method == "getMe":
             result = {
                 "id": 123456789,
@@ -571,6 +590,9 @@ def bench(args: argparse.Namespace, tmp: Path, children: list[Child]) -> None:
             "LOG_LEVEL": "WARNING",
             "LOG_FORMAT": "json",
             "OPENAI_API_KEY": "",
+            "ANTHROPIC_API_KEY": "bench-key-for-the-local-stub",
+            "ANTHROPIC_BASE_URL": f"http://{HOST}:{stub_port}",
+            "EMBEDDING_PROVIDER": "local",
             "SHUTDOWN_DEADLINE": "3",
             "PYTHONPATH": str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
         }
