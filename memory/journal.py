@@ -25,8 +25,10 @@ import re
 import zipfile
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
+from zoneinfo import ZoneInfo, available_timezones
 
 import attrs
 
@@ -190,6 +192,26 @@ def _opt(mapping: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
+@cache
+def _known_zones() -> frozenset[str]:
+    return frozenset(available_timezones()) - {"localtime"}  # the host's, not a zone name
+
+
+def known_timezone(name: str | None) -> str | None:
+    """``name`` when it is an IANA time zone, else None (the entry's dates then use the
+    reader's zone). Checked once here, so reads need not check (see migration 003)."""
+    if not name:
+        return None
+    zones = _known_zones()
+    if zones:
+        return name if name in zones else None
+    try:  # no zone list (no tzdata directory): ask zoneinfo itself
+        ZoneInfo(name)
+    except (KeyError, ValueError, OSError):  # not found (a KeyError), malformed, unreadable
+        return None
+    return name
+
+
 def _count(raw: Mapping[str, Any], key: str) -> int:
     items = raw.get(key)
     if items is None:
@@ -225,7 +247,7 @@ def parse_entry(raw: Any) -> JournalEntry:
         uuid=_clean(uuid.strip()),
         created_at=created,
         modified_at=_date(raw, "modifiedDate", False),
-        timezone=_clean(_opt(raw, "timeZone", str, "")),
+        timezone=known_timezone(_clean(_opt(raw, "timeZone", str, ""))),
         text=text,
         tags=tuple(dict.fromkeys(_clean(t).strip() for t in tags if t.strip())),
         city=_clean(_opt(loc, "localityName", str, "location.")),

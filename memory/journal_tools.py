@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from memory.embedding_store import check_model
 from memory.ranking import rrf
 from memory.tool_results import excerpt, usage_report, writing_stats
 from memory.tools import (
@@ -35,16 +36,23 @@ SNIPPET_CHARS = 300
 LIST_TEXT_CHARS = 2000
 MAX_ENTRY_CHARS = 20_000
 CANDIDATES_PER_ARM = 100
+#: full-text matches ranked per search (the newest ones; see ``_text_arm``)
+FTS_POOL = 300
+#: filters leaving at most this many entries: exact vector scan of them, else the HNSW index
+EXACT_MAX = 2000
+#: nearest rows taken from the index before filters (a filter passes > EXACT_MAX entries)
+ANN_K = 400
+#: ``hnsw.ef_search`` of a search (>= the rows asked of the index; pgvector's default is 40)
+EF_SEARCH = 100
 
-# Every query below takes the context time zone as $1 and reads entries through ``le``.
+# Every query below takes the context time zone as $1 and reads entries through ``le``. An
+# entry's zone is a valid one or NULL (checked on import, and by the trigger of migration 003
+# for any other writer), so it is used as is: no per-query lookup in pg_timezone_names.
+# NOT MATERIALIZED: a statement that reads ``le`` twice must not copy the whole journal.
 _LOCAL = """
-WITH le AS (
-    SELECT e.*, (e.created_at AT TIME ZONE z.tz) AS local_ts
+WITH le AS NOT MATERIALIZED (
+    SELECT e.*, (e.created_at AT TIME ZONE coalesce(e.timezone, $1)) AS local_ts
     FROM entries e
-    CROSS JOIN LATERAL (
-        SELECT CASE WHEN e.timezone IN (SELECT name FROM pg_timezone_names)
-                    THEN e.timezone ELSE $1 END AS tz
-    ) z
 )
 """
 _TOOLS: list[Tool[Any]] = []
@@ -69,10 +77,16 @@ class _Sql:
         tags: list[str] | None = None,
         city: str | None = None,
     ) -> _Sql:
+        # UTC offsets lie within -12 h .. +14 h, so a local day lies within one UTC day either
+        # side of it: the bounds on created_at change no result and let its index narrow
         if date_from is not None:
-            self.conds.append(f"le.local_ts >= {self.arg(date_from)}::date")
+            start = self.arg(date_from)
+            self.conds.append(f"le.local_ts >= {start}::date")
+            self.conds.append(f"le.created_at >= ({start}::date - 1)::timestamp AT TIME ZONE 'UTC'")
         if date_to is not None:
-            self.conds.append(f"le.local_ts < {self.arg(date_to)}::date + 1")
+            end = self.arg(date_to)
+            self.conds.append(f"le.local_ts < {end}::date + 1")
+            self.conds.append(f"le.created_at < ({end}::date + 2)::timestamp AT TIME ZONE 'UTC'")
         if tags:
             lowered = self.arg([t.lower() for t in tags])
             self.conds.append(
@@ -81,6 +95,10 @@ class _Sql:
         if city:
             self.conds.append(f"lower(le.city) = lower({self.arg(city)})")
         return self
+
+    @property
+    def filtered(self) -> bool:
+        return len(self.conds) > 1
 
     @property
     def where(self) -> str:
@@ -161,41 +179,92 @@ async def _embed_query(ctx: ToolContext, text: str) -> tuple[Any, str | None]:
     return vector, None
 
 
+def _text_arm(sql: _Sql, query: str) -> str:
+    """Full-text candidates: the ``FTS_POOL`` newest matches, ranked by ``ts_rank_cd``.
+
+    Reading a match's tsvector (detoasting it) is what costs, so only a bounded pool is
+    ranked: a common word matching thousands of entries costs the same as a rare one."""
+    q = sql.arg(query)
+    return (
+        f"SELECT e.id FROM (SELECT le.id FROM le WHERE le.text_search @@ "
+        f"websearch_to_tsquery('english', {q}) AND {sql.where} "
+        f"ORDER BY le.created_at DESC LIMIT {FTS_POOL}) pool JOIN entries e ON e.id = pool.id "
+        f"ORDER BY ts_rank_cd(e.text_search, websearch_to_tsquery('english', {q})) DESC, "
+        f"e.created_at DESC LIMIT {CANDIDATES_PER_ARM}"
+    )
+
+
+def _vector_arm(sql: _Sql, vector: Any, model: str, dims: int, exact: bool) -> str:
+    """Meaning candidates. ``exact``: every row passing the filters, by distance (few rows);
+    else the model's HNSW index (:func:`memory.embedding_store.ensure_vector_index`, partial
+    on the model: hence the model and dims as literals) gives the nearest ``k``, then the
+    filters. ``set_config`` in a one-time filter raises ``hnsw.ef_search`` to ``k`` for this
+    statement only, before the index scan starts (no transaction, no extra round trip)."""
+    v = sql.arg(vector)
+    lit = f"'{check_model(model)}'"
+    if exact:
+        return (
+            f"SELECT le.id FROM le JOIN entry_embeddings ee ON ee.entry_id = le.id "
+            f"AND ee.model = {lit} AND ee.dims = {int(dims)} WHERE {sql.where} "
+            f"ORDER BY ee.embedding <=> {v}::vector, le.created_at DESC "
+            f"LIMIT {CANDIDATES_PER_ARM}"
+        )
+    k = ANN_K if sql.filtered else CANDIDATES_PER_ARM
+    dist = f"embedding::vector({int(dims)}) <=> {v}::vector({int(dims)})"
+    return (
+        f"SELECT le.id FROM (SELECT entry_id, {dist} AS dist FROM entry_embeddings "
+        f"WHERE model = {lit} AND dims = {int(dims)} "
+        f"AND (SELECT set_config('hnsw.ef_search', '{max(k, EF_SEARCH)}', true)) IS NOT NULL "
+        f"ORDER BY {dist} LIMIT {k}) nn JOIN le ON le.id = nn.entry_id WHERE {sql.where} "
+        f"ORDER BY nn.dist, le.created_at DESC LIMIT {CANDIDATES_PER_ARM}"
+    )
+
+
+async def _exact_is_cheap(ctx: ToolContext, sql: _Sql) -> bool:
+    """True when the filters leave at most ``EXACT_MAX`` entries (an exact scan of them beats
+    the index, whose nearest rows would mostly be filtered out)."""
+    if not sql.filtered:
+        return False
+    rows = await ctx.db.fetch(
+        f"{_LOCAL} SELECT count(*) AS n FROM (SELECT 1 FROM le WHERE {sql.where} "
+        f"LIMIT {EXACT_MAX + 1}) f",
+        *sql.args,
+    )
+    return int(rows[0]["n"]) <= EXACT_MAX
+
+
+async def search_candidates(
+    ctx: ToolContext,
+    query: str,
+    vector: Any,
+    start: date | None = None,
+    end: date | None = None,
+    tags: list[str] | None = None,
+    city: str | None = None,
+) -> tuple[list[int], list[int]]:
+    """Entry ids found by words and by meaning (``vector`` None: words only), best first,
+    both arms in one statement."""
+    sql = _Sql(ctx.timezone).filters(start, end, tags, city)
+    semantic = vector is not None and ctx.embedder is not None
+    exact = semantic and await _exact_is_cheap(ctx, sql)
+    arms = [f"ARRAY({_text_arm(sql, query)}) AS text_ids"]
+    if semantic and ctx.embedder is not None:
+        arm = _vector_arm(sql, vector, ctx.embedder.model, ctx.embedder.dims, exact)
+        arms.append(f"ARRAY({arm}) AS vector_ids")
+    [row] = await ctx.db.fetch(f"{_LOCAL} SELECT {', '.join(arms)}", *sql.args)
+    vector_ids = row["vector_ids"] if len(arms) > 1 else []
+    return list(row["text_ids"]), list(vector_ids)
+
+
 @tool(_TOOLS, "search_entries", SearchEntriesInput)
 async def search_entries(ctx: ToolContext, inp: SearchEntriesInput) -> dict[str, Any]:
     """Search the journal by words and by meaning, optionally filtered by dates, tags
     (any of) and city. Returns entries with a snippet; use get_entry for the full text."""
     start, end = _range(inp.date_from, inp.date_to)
-    fts = _Sql(ctx.timezone).filters(start, end, inp.tags, inp.city)
-    q = fts.arg(inp.query)
-    fts_ids = [
-        r["id"]
-        for r in await ctx.db.fetch(
-            f"{_LOCAL} SELECT le.id FROM le, websearch_to_tsquery('english', {q}) q "
-            f"WHERE le.text_search @@ q AND {fts.where} "
-            f"ORDER BY ts_rank_cd(le.text_search, q) DESC, le.created_at DESC "
-            f"LIMIT {fts.arg(CANDIDATES_PER_ARM)}",
-            *fts.args,
-        )
-    ]
     vector, problem = await _embed_query(ctx, inp.query)
-    vec_ids: list[int] = []
-    if vector is not None and ctx.embedder is not None:
-        vs = _Sql(ctx.timezone).filters(start, end, inp.tags, inp.city)
-        v = vs.arg(vector)
-        join = (
-            f"JOIN entry_embeddings ee ON ee.entry_id = le.id "
-            f"AND ee.model = {vs.arg(ctx.embedder.model)} AND ee.dims = vector_dims({v}::vector)"
-        )
-        vec_ids = [
-            r["id"]
-            for r in await ctx.db.fetch(
-                f"{_LOCAL} SELECT le.id FROM le {join} WHERE {vs.where} "
-                f"ORDER BY ee.embedding <=> {v}::vector, le.created_at DESC "
-                f"LIMIT {vs.arg(CANDIDATES_PER_ARM)}",
-                *vs.args,
-            )
-        ]
+    fts_ids, vec_ids = await search_candidates(
+        ctx, inp.query, vector, start, end, inp.tags, inp.city
+    )
     ids = [i for i, _ in rrf([fts_ids, vec_ids])[: inp.limit]]
     rows = await ctx.db.fetch(
         f"{_LOCAL} SELECT {_SUMMARY_COLS}, CASE WHEN le.text_search @@ q THEN "

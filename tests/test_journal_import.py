@@ -24,6 +24,7 @@ from memory.journal import (
     JournalFormatError,
     MalformedEntry,
     import_dayone,
+    known_timezone,
     parse_entry,
     read_export,
     word_count,
@@ -43,7 +44,8 @@ def export() -> dict[str, Any]:
 
 def find(doc: dict[str, Any], prefix: str) -> dict[str, Any]:
     [entry] = [e for e in doc["entries"] if str(e.get("text", "")).startswith(prefix)]
-    return entry
+    found: dict[str, Any] = entry
+    return found
 
 
 class DownEmbedder:
@@ -111,6 +113,14 @@ def test_parse_entry_validates() -> None:
     ]:
         with pytest.raises(MalformedEntry, match=reason):
             parse_entry(bad)
+
+
+def test_time_zones_are_checked_on_import() -> None:
+    base = {"uuid": "A1", "creationDate": "2024-01-02T03:04:05Z"}
+    assert parse_entry({**base, "timeZone": "Europe/Lisbon"}).timezone == "Europe/Lisbon"
+    for bad in ("Mars/Base", "PST", "", "localtime", "../etc/passwd", "europe/lisbon"):
+        assert parse_entry({**base, "timeZone": bad}).timezone is None, bad
+    assert known_timezone(None) is None and known_timezone("UTC") == "UTC"
 
 
 def test_read_export_errors(tmp_path: Path) -> None:

@@ -13,10 +13,21 @@ import attrs
 import numpy as np
 import pytest
 
-from memory.journal_tools import JOURNAL_TOOLS, journal_registry
+from memory import journal_tools
+from memory.embedding_store import ensure_vector_index
+from memory.journal_tools import (
+    _LOCAL,
+    CANDIDATES_PER_ARM,
+    JOURNAL_TOOLS,
+    _Sql,
+    _vector_arm,
+    journal_registry,
+    search_candidates,
+)
 from memory.tools import ToolContext, ToolOutcome
 from memory.usage import log_api_usage
 from runtime.db import Database
+from runtime.migrate import apply_migrations, load_migrations
 
 DIMS = 64
 MODEL = "fake-bow-64"
@@ -562,3 +573,98 @@ async def test_handler_exception_is_a_tool_error() -> None:
         err = await call_error(ctx, name, raw)
         assert err == {"error": f"tool {name} failed (RuntimeError); try again later"}
     assert (await call_error(ctx, "no_such_tool", {}))["error"] == "unknown tool 'no_such_tool'"
+
+
+# --- search speed paths (issue 4): same rows whichever path runs ---------------------------------
+
+
+async def seed_vectors(db: Database, n: int) -> list[tuple[int, np.ndarray, str]]:
+    """``n`` entries, one a day from 2023-01-01 (every 10th tagged "rare"), random vectors."""
+    rng = np.random.default_rng(5)
+    rows = []
+    for i in range(n):
+        v = rng.standard_normal(DIMS).astype(np.float32)
+        v /= np.linalg.norm(v)
+        at = (datetime(2023, 1, 1, 12, tzinfo=UTC) + timedelta(days=i)).isoformat()[:16]
+        tags = ["rare"] if i % 10 == 0 else []
+        entry_id = await add_entry(db, f"v{i:03d}", at, f"note {i}", tags=tags, vector=v)
+        rows.append((entry_id, v, at[:10]))
+    return rows
+
+
+def nearest(rows: list[tuple[int, np.ndarray, str]], q: np.ndarray, k: int = 100) -> list[int]:
+    dist = sorted((1.0 - float(v @ q), -i, i) for i, v, _ in rows)
+    return [i for _, _, i in dist[:k]]
+
+
+async def test_vector_arm_uses_the_hnsw_index_with_more_than_40_rows(db: Database) -> None:
+    rows = await seed_vectors(db, 300)
+    await ensure_vector_index(db, "entry_embeddings", MODEL, DIMS)
+    q = rows[7][1]
+    async with db.connection() as conn:
+        await conn.execute("SET enable_seqscan = off")  # 300 rows: make the planner pick it
+        sql = _Sql("UTC")
+        plan = await conn.fetch(
+            f"EXPLAIN {_LOCAL} {_vector_arm(sql, q, MODEL, DIMS, exact=False)}", *sql.args
+        )
+        assert any("idx_entry_embeddings" in r["QUERY PLAN"] for r in plan), plan
+        _, vec_ids = await search_candidates(make_ctx(conn), "zzz", q)
+    # pgvector returns at most hnsw.ef_search rows (40 by default): raised for the statement
+    assert len(vec_ids) == CANDIDATES_PER_ARM
+    assert vec_ids[0] == rows[7][0]
+    assert len(set(vec_ids) & set(nearest(rows, q))) >= 95  # approximate, but close
+    assert await db.fetchval("SELECT current_setting('hnsw.ef_search')") == "40"
+
+
+async def test_filtered_vector_search_exact_and_index_paths_agree(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = await seed_vectors(db, 300)
+    await ensure_vector_index(db, "entry_embeddings", MODEL, DIMS)
+    q = rows[42][1]
+    rare = [r for r in rows if r[0] in {rows[i][0] for i in range(0, 300, 10)}]
+    in_range = [r for r in rows if "2023-03-01" <= r[2] <= "2023-05-31"]
+    ctx = make_ctx(db, tz="UTC")
+    got: dict[str, list[list[int]]] = {}
+    for path, exact_max in (("exact", 2000), ("index", 0)):
+        monkeypatch.setattr(journal_tools, "EXACT_MAX", exact_max)
+        by_tag = await search_candidates(ctx, "zzz", q, tags=["RARE"])
+        by_date = await search_candidates(
+            ctx, "zzz", q, date.fromisoformat("2023-03-01"), date.fromisoformat("2023-05-31")
+        )
+        got[path] = [by_tag[1], by_date[1]]
+    assert got["exact"] == got["index"]
+    assert got["exact"] == [nearest(rare, q), nearest(in_range, q)]
+
+
+async def test_text_arm_ranks_the_newest_matches(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await add_entry(db, "old-best", "2020-01-01T09:00", "walk walk walk walk by the walk path")
+    for i in range(6):
+        await add_entry(db, f"new{i}", f"2024-01-0{i + 1}T09:00", f"a short walk, day {i}")
+    ctx = make_ctx(db, embedder=None)
+    uuid_of = {r["id"]: r["uuid"] for r in await db.fetch("SELECT id, uuid FROM entries")}
+    text_ids, _ = await search_candidates(ctx, "walk", None)
+    assert uuid_of[text_ids[0]] == "old-best" and len(text_ids) == 7  # all matches ranked
+    monkeypatch.setattr(journal_tools, "FTS_POOL", 6)
+    text_ids, _ = await search_candidates(ctx, "walk", None)
+    assert sorted(uuid_of[i] for i in text_ids) == [f"new{i}" for i in range(6)]
+
+
+async def test_unknown_time_zones_are_stored_as_null(raw_db: Database) -> None:
+    [first, *rest] = load_migrations()
+    await apply_migrations(raw_db, [first])
+    await add_entry(raw_db, "old-bad", "2024-01-01T10:00", "x", tz="Mars/Base", embed=False)
+    await add_entry(raw_db, "old-abbrev", "2024-01-01T10:00", "x", tz="PST", embed=False)
+    await apply_migrations(raw_db, [first, *rest])  # 003 clears what the reads ignored
+    await add_entry(raw_db, "new-bad", "2024-01-01T10:00", "x", tz="Nowhere/Else", embed=False)
+    await add_entry(raw_db, "tokyo", "2024-01-01T10:00", "x", tz="Asia/Tokyo", embed=False)
+    zones = {
+        r["uuid"]: r["timezone"] for r in await raw_db.fetch("SELECT uuid, timezone FROM entries")
+    }
+    assert zones == {"old-bad": None, "old-abbrev": None, "new-bad": None, "tokyo": "Asia/Tokyo"}
+    await raw_db.execute("UPDATE entries SET timezone = 'Bad/Zone' WHERE uuid = 'tokyo'")
+    assert await raw_db.fetchval("SELECT timezone FROM entries WHERE uuid = 'tokyo'") is None
+    got = await call(make_ctx(raw_db, tz="Asia/Tokyo"), "get_entry", uuid="new-bad")
+    assert (got["date"], got["time"]) == ("2024-01-01", "19:00")  # the context zone
