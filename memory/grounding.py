@@ -1,27 +1,32 @@
-"""Text rules the extraction guardrails apply to a claim (seed 001: grounding check and
-injection-like text rejection). Pure functions, no I/O.
+"""Text rules and guardrails over the extractor's output (seed 000, "Pattern extraction during
+compaction"; seed 001: grounding check and injection-like text rejection). Pure, no I/O.
 
 **Grounding.** A claim is grounded in its cited evidence when enough of its *content words* occur
 in the evidence. Content words are the NFKC-casefolded alphanumeric tokens of the text, minus
-English stop words and the meta words every claim uses ("user", "the bot"...), each reduced by
-:func:`stem` (a light suffix stripper: plural/-ing/-ed/-ly/-ness...). A claim word matches an
-evidence word when their stems are equal or share a prefix of at least
-:data:`PREFIX_MATCH` characters ("prefers"/"preference", "anxious"/"anxiously").
-The rule (:func:`is_grounded`)::
+English stop words and the meta words every claim uses ("user", "assistant"...), each reduced by
+:func:`stem` (a light suffix stripper: plural/-ing/-ed/-ly/-ness..., final "e", doubled final
+consonant). A claim word matches an evidence word when the stems are equal or share a prefix of
+at least :data:`PREFIX_MATCH` characters reaching to within 3 characters of the shorter stem
+("prefer"/"preferenc"). The rule (:func:`is_grounded`), with ``m`` matched of ``n`` claim words::
 
     grounded  <=>  compact(claim) is a substring of compact(evidence)
-               or  matched / |claim words| >= GROUNDING_MIN_OVERLAP (0.45, as seed 001)
+               or  m / n >= 0.45                       (GROUNDING_MIN_OVERLAP, seed 001's ~45%)
+               or  m >= 3 and m / n >= 0.30            (long claims paraphrase more)
 
-with at least one match; a claim without content words is never grounded. Resolved names
-("Odei" for "he") therefore cost one word, which the threshold leaves room for; a claim that
-invents its subject matter does not pass.
+and never for a claim without content words. A resolved name ("Odei" for "he") costs one word.
+On LoCoMo's 1,210 extracted observations (speaker name read as "User") against the turns they
+cite, 89% are grounded; against a random turn of the same conversation, 1.4% (0.45 alone: 81% and
+0.7%).
 
 **Instruction-like text.** :func:`instruction_reason` names the first rule a text breaks
 (ignore/disregard previous instructions, "you must", system/developer prompt, role-play and
-jailbreak phrases, new instructions, secrets, a URL with an action verb, markup/tags) or returns
-None. A claim that tells the bot how to behave (always/never/must + assistant/bot/you) is
-rejected when all its evidence is tool output (:func:`directs_the_bot`): journal text may
-describe the user, it may not instruct the assistant.
+jailbreak phrases, new instructions, secrets, a URL with an action verb, markup/tags, chat
+template lines) or returns None (none of LoCoMo's 1,210 observations trips one). A claim that
+tells the bot how to behave (:func:`directs_the_bot`) is rejected when all its evidence is tool
+output: journal text may describe the user, it may not instruct the assistant.
+
+**Guardrails.** :func:`check_extraction` applies these and the structural rules (cap, evidence
+roles, known ids) to a parsed :class:`memory.extraction.Extraction`.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ if TYPE_CHECKING:  # memory.extraction imports this module; its types are only a
     from memory.extraction import ChunkMessage, Extraction, KnownPattern, MetaPattern
 
 GROUNDING_MIN_OVERLAP = 0.45
+LONG_CLAIM_MATCHES = 3
+LONG_CLAIM_MIN_OVERLAP = 0.30
 PREFIX_MATCH = 5
 
 STOP_WORDS = frozenset(
@@ -120,13 +127,17 @@ def _compact(text: str) -> str:
     return "".join(ch for ch in _fold(text) if ch.isalnum())
 
 
+def matched_words(claim: str, evidence: str) -> tuple[int, int]:
+    """``(m, n)``: how many of ``claim``'s ``n`` content words ``evidence`` has."""
+    words = content_words(claim)
+    found = set(content_words(evidence))
+    return sum(1 for w in words if _matches(w, found)), len(words)
+
+
 def overlap(claim: str, evidence: str) -> float:
     """The share of ``claim``'s content words found in ``evidence`` (0 when it has none)."""
-    words = content_words(claim)
-    if not words:
-        return 0.0
-    found = set(content_words(evidence))
-    return sum(1 for w in words if _matches(w, found)) / len(words)
+    m, n = matched_words(claim, evidence)
+    return m / n if n else 0.0
 
 
 def is_grounded(claim: str, evidence: str) -> bool:
@@ -134,7 +145,13 @@ def is_grounded(claim: str, evidence: str) -> bool:
     compact = _compact(claim)
     if len(compact) >= 8 and compact in _compact(evidence):
         return True
-    return overlap(claim, evidence) >= GROUNDING_MIN_OVERLAP
+    m, n = matched_words(claim, evidence)
+    if n == 0:
+        return False
+    share = m / n
+    return share >= GROUNDING_MIN_OVERLAP or (
+        m >= LONG_CLAIM_MATCHES and share >= LONG_CLAIM_MIN_OVERLAP
+    )
 
 
 # --- instruction-like text ---------------------------------------------------------------------

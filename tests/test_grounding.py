@@ -12,6 +12,7 @@ from memory.grounding import (
     entry_uuids_in,
     instruction_reason,
     is_grounded,
+    matched_words,
     overlap,
     stem,
 )
@@ -55,6 +56,18 @@ def test_ungrounded_claims_fail() -> None:
     assert not is_grounded("User's sister lives in Lisbon now", evidence)
     # a claim without content words is never grounded
     assert not is_grounded("User is.", evidence)
+
+
+def test_long_claims_need_three_matches_and_thirty_percent() -> None:
+    evidence = ("Yeah, my family is awesome - me, the missus, and the kids. Even when times are "
+                "hard, they always have my back. Best thing ever, really.")  # fmt: skip
+    long_claim = ("User values his family greatly and appreciates their support, considering "
+                  "them the best thing ever.")  # fmt: skip
+    assert matched_words(long_claim, evidence) == (3, 8)  # 0.375: under 0.45, 3 matches
+    assert is_grounded(long_claim, evidence)
+    short = "User praises the missus and kids warmly daily"
+    assert matched_words(short, evidence) == (2, 5)  # 0.4 with only 2 matches
+    assert not is_grounded(short, evidence)
 
 
 @pytest.mark.parametrize(
