@@ -22,8 +22,9 @@ from memory.dedup import (
     kinds_compatible,
 )
 from memory.embedding_store import store_vectors
+from memory.embeddings import LocalEmbedder
 from memory.llm_anthropic import AnthropicLLM
-from memory.thresholds import SEED
+from memory.thresholds import SEED, thresholds_for
 from runtime.db import Database
 
 CHAT, OTHER = 100, 200
@@ -309,3 +310,24 @@ async def test_find_duplicate_with_the_llm_adjudicator(
                              kind="behavior", vector=QUERY, model=MODEL, thresholds=SEED,
                              adjudicator=LLMAdjudicator(claude))  # fmt: skip
     assert d.action == "insert" and len(fake_claude.answered) == 2
+
+
+async def test_with_the_local_model_and_its_thresholds(db: Database) -> None:
+    embedder = LocalEmbedder()
+    thresholds = thresholds_for(embedder.model)
+    texts = ["User drinks green tea every morning", "User drinks green tea each morning",
+             "User has a cup of green tea every morning", "User is afraid of flying"]  # fmt: skip
+    vectors = await embedder.embed(texts, purpose="test")
+    stored = await add_pattern(db, texts[0], vectors[0], model=embedder.model)
+    judge = TinyAdjudicator(SAME)
+
+    async def run(i: int) -> tuple[str, int | None]:
+        d = await find_duplicate(db, chat_id=CHAT, content=texts[i], kind="behavior",
+                                 vector=vectors[i], model=embedder.model, thresholds=thresholds,
+                                 adjudicator=judge)  # fmt: skip
+        return d.action, d.pattern_id
+
+    assert await run(1) == ("reinforce", stored) and judge.calls == []  # near-identical wording
+    assert await run(2) == ("reinforce", stored)  # a paraphrase: in the band, adjudicated
+    assert judge.calls == [(texts[2], texts[0], CHAT)]
+    assert await run(3) == ("insert", None) and len(judge.calls) == 1  # unrelated
