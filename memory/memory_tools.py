@@ -7,7 +7,7 @@ chat's patterns (an id from another chat reads exactly like an unknown id).
   :func:`memory.retrieval.rank_patterns` (hybrid vector + full text, typed decay); when the
   query cannot be embedded the answer is ``degraded`` (keyword matches only).
 * ``remember(fact, kind)`` stores an explicit pattern through
-  :func:`memory.compaction.store_explicit_pattern` (canonical hash, then similarity dedup with
+  :func:`memory.pattern_writes.store_explicit_pattern` (canonical hash, then similarity dedup with
   adjudication in the grey zone); the answer says whether it is new or reinforced an existing id.
 * ``forget_memory(id, reason)`` deprecates one of this chat's patterns (``status='deprecated'``,
   the reason kept in ``status_reason``).
@@ -21,11 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal, Protocol, cast
+from typing import Any, Literal
 
 import attrs
 import numpy as np
 
+from memory.dedup import Adjudicator
+from memory.retrieval import rank_patterns
 from memory.thresholds import Thresholds
 from memory.tools import Tool, ToolContext, ToolError, ToolRegistry, spec, tool
 from runtime.logs import get_logger
@@ -35,41 +37,6 @@ log = get_logger(__name__)
 Kind = Literal["behavior", "emotion", "belief", "goal", "preference", "temporal", "causal"]
 RECALL_CANDIDATES = 60
 FORGET_PREFIX = "forget_memory: "
-
-
-class Adjudicator(Protocol):
-    """As :class:`memory.dedup.Adjudicator`: are ``a`` and ``b`` the same pattern?"""
-
-    async def __call__(self, a: str, b: str, chat_id: int) -> Any: ...
-
-
-class Decision(Protocol):
-    """As :class:`memory.dedup.DedupDecision`."""
-
-    @property
-    def action(self) -> str: ...
-
-    @property
-    def pattern_id(self) -> int | None: ...
-
-    @property
-    def similarity(self) -> float | None: ...
-
-
-class StoreExplicit(Protocol):
-    """As :func:`memory.compaction.store_explicit_pattern`."""
-
-    async def __call__(
-        self,
-        db: Any,
-        embedder: Any,
-        adjudicator: Any,
-        *,
-        chat_id: int,
-        content: str,
-        kind: str,
-        now: datetime,
-    ) -> Decision: ...
 
 
 async def never_same(a: str, b: str, chat_id: int) -> None:
@@ -86,12 +53,6 @@ class _NoEmbedder:
         self, texts: Sequence[str], *, purpose: str, chat_id: int | None = None
     ) -> list[np.ndarray]:
         raise RuntimeError("no embedding model configured")
-
-
-def _default_store() -> StoreExplicit:
-    from memory.compaction import store_explicit_pattern
-
-    return cast(StoreExplicit, store_explicit_pattern)
 
 
 # --- inputs -----------------------------------------------------------------------------------
@@ -145,8 +106,6 @@ def _local_date(ctx: ToolContext, value: datetime) -> str:
 async def _recall(
     ctx: ToolContext, inp: RecallMemoryInput, thresholds: Thresholds | None
 ) -> dict[str, Any]:
-    from memory.retrieval import rank_patterns
-
     embedder: Any = ctx.embedder if ctx.embedder is not None else _NoEmbedder()
     db: Any = ctx.db  # the Database (rank_patterns may open a transaction)
     ranked, degraded = await rank_patterns(
@@ -178,20 +137,23 @@ async def _recall(
 
 
 async def _remember(
-    ctx: ToolContext, inp: RememberInput, adjudicator: Adjudicator, store: StoreExplicit | None
+    ctx: ToolContext, inp: RememberInput, adjudicator: Adjudicator, thresholds: Thresholds | None
 ) -> dict[str, Any]:
+    from memory.pattern_writes import store_explicit_pattern
+
     fact = " ".join(inp.fact.split())
     if len(fact) < 3:
         raise ToolError("fact must say something", "fact")
-    save = store or _default_store()
-    decision = await save(
+    embedder: Any = ctx.embedder
+    decision = await store_explicit_pattern(
         ctx.db,
-        ctx.embedder,
+        embedder,
         adjudicator,
         chat_id=ctx.chat_id,
         content=fact,
         kind=inp.kind,
         now=ctx.now,
+        thresholds=thresholds,
     )
     reinforced = decision.action == "reinforce"
     out: dict[str, Any] = {
@@ -256,12 +218,10 @@ def memory_tools(
     adjudicator: Adjudicator | None = None,
     *,
     thresholds: Thresholds | None = None,
-    store: StoreExplicit | None = None,
 ) -> tuple[Tool[Any], ...]:
     """``recall_memory``, ``remember`` and ``forget_memory``, in that order.
 
-    ``thresholds`` default to the embedding model's calibrated ones; ``store`` defaults to
-    :func:`memory.compaction.store_explicit_pattern`.
+    ``thresholds`` default to the embedding model's calibrated ones.
     """
     judge: Adjudicator = adjudicator or never_same
     tools: list[Tool[Any]] = []
@@ -278,7 +238,7 @@ def memory_tools(
         """Store a fact about the person in long-term memory when they ask you to remember
         it or state something clearly lasting about themselves. If a memory with the same
         meaning exists it is reinforced instead; the answer says which, with the id."""
-        return await _remember(ctx, inp, judge, store)
+        return await _remember(ctx, inp, judge, thresholds)
 
     @tool(tools, "forget_memory", ForgetMemoryInput)
     async def forget_memory(ctx: ToolContext, inp: ForgetMemoryInput) -> dict[str, Any]:
@@ -293,7 +253,6 @@ def memory_registry(
     adjudicator: Adjudicator | None = None,
     *,
     thresholds: Thresholds | None = None,
-    store: StoreExplicit | None = None,
 ) -> ToolRegistry:
     """A registry with the three memory tools (see :func:`memory_tools`)."""
-    return ToolRegistry(memory_tools(adjudicator, thresholds=thresholds, store=store))
+    return ToolRegistry(memory_tools(adjudicator, thresholds=thresholds))

@@ -3,7 +3,8 @@
 For each chat (never across chats), every pair of *active* patterns whose vectors for the
 embedder's model have cosine similarity ``>= thresholds.merge`` is a candidate. Pairs are taken
 most similar first; each is adjudicated by the LLM (:class:`memory.dedup.Adjudicator`; no answer
-means "not the same"). A confirmed pair is merged in one transaction:
+means "not the same"; a merge needs both ``core_intent_match`` and ``merge_decision``). A
+confirmed pair is merged in one transaction:
 
 * the survivor is the stronger pattern (then the more often seen, then the older);
 * the loser gets ``status='merged'`` and ``status_reason='merged into #<survivor>: ...'``;
@@ -22,10 +23,11 @@ the pairs and decisions but changes nothing.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import attrs
 
+from memory.dedup import Adjudicator
 from memory.embedding_store import check_model, ensure_vector_index
 from memory.progress import Progress
 from memory.reinforcement import STRENGTH_CAP
@@ -36,20 +38,6 @@ from runtime.logs import get_logger
 log = get_logger(__name__)
 
 Decision = Literal["merge", "keep", "no-answer", "skipped"]
-
-
-class AdjudicationLike(Protocol):
-    @property
-    def differences(self) -> str: ...
-
-    @property
-    def merge_decision(self) -> bool: ...
-
-
-class Adjudicator(Protocol):
-    """As :class:`memory.dedup.Adjudicator`."""
-
-    async def __call__(self, a: str, b: str, chat_id: int) -> Any: ...
 
 
 @attrs.frozen
@@ -295,13 +283,11 @@ async def merge_patterns(
 async def _decide(
     db: Database, adjudicator: Adjudicator, pair: MergePair, *, dry_run: bool
 ) -> MergePair:
-    verdict: AdjudicationLike | None = await adjudicator(
-        pair.a_content, pair.b_content, pair.chat_id
-    )
+    verdict = await adjudicator(pair.a_content, pair.b_content, pair.chat_id)
     if verdict is None:
         return attrs.evolve(pair, decision="no-answer")
-    differences = str(verdict.differences or "")
-    if not verdict.merge_decision:
+    differences = verdict.differences
+    if not verdict.merge:  # both core_intent_match and merge_decision
         return attrs.evolve(pair, decision="keep", differences=differences)
     if dry_run:
         rows = await db.fetch(_LOCK.replace(" FOR UPDATE", ""), [pair.a_id, pair.b_id])

@@ -20,12 +20,16 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
+from memory.dedup import LLMAdjudicator
 from memory.embedding_store import ALL_TABLES
 from memory.embeddings import EmbeddingError, open_embedder
+from memory.merge import MergePair, MergeReport, merge_patterns
 from memory.progress import Progress
 from memory.reembed import ReembedReport, reembed
+from memory.thresholds import thresholds_for
 from runtime.cli import fail, open_settings_database
 from runtime.db import Database
+from runtime.errors import SettingsError
 from runtime.migrate import apply_migrations
 from runtime.settings import Settings
 
@@ -113,10 +117,113 @@ async def cmd_patterns_list(settings: Settings, args: argparse.Namespace) -> int
     return 0
 
 
+# --- patterns merge ----------------------------------------------------------------------------
+
+
+def check_llm_settings(settings: Settings) -> None:
+    """What adjudication needs of the configured LLM (one SettingsError naming the variable)."""
+    if settings.llm_provider == "anthropic" and not settings.anthropic_api_key:
+        raise SettingsError(
+            "ANTHROPIC_API_KEY", "is required to adjudicate merges with LLM_PROVIDER=anthropic"
+        )
+    if settings.llm_provider == "openai" and not (
+        settings.openai_api_key or settings.openai_base_url
+    ):
+        raise SettingsError(
+            "OPENAI_BASE_URL", "or OPENAI_API_KEY is required for LLM_PROVIDER=openai"
+        )
+
+
+def _quote(text: str, width: int = 60) -> str:
+    return '"' + _clip(" ".join(text.split()), width) + '"'
+
+
+def pair_line(p: MergePair) -> str:
+    """One pair and its decision, e.g. ``chat 7: #3 "..." ~ #9 "..." 0.934 -> merge into #3``."""
+    head = (
+        f"chat {p.chat_id}: #{p.a_id} {_quote(p.a_content)} ~ #{p.b_id} {_quote(p.b_content)} "
+        f"{p.similarity:.3f} -> "
+    )
+    if p.decision == "merge":
+        verdict = f"merge #{p.loser_id} into #{p.survivor_id}"
+    elif p.decision == "keep":
+        verdict = "keep both (different)"
+    elif p.decision == "no-answer":
+        verdict = "keep both (no adjudication answer)"
+    else:
+        verdict = "skipped (one of them is merged or changed)"
+    why = f" — {_clip(' '.join(p.differences.split()), 120)}" if p.differences else ""
+    return head + verdict + why
+
+
+def print_merge(report: MergeReport, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
+    for p in report.pairs:
+        print(pair_line(p), file=out)
+    counts: dict[str, int] = {}
+    for p in report.pairs:
+        counts[p.decision] = counts.get(p.decision, 0) + 1
+    detail = ", ".join(f"{n} {d}" for d, n in sorted(counts.items()))
+    print(
+        f"{len(report.pairs)} pair(s) in {report.chats} chat(s) at similarity >= "
+        f"{report.threshold:.2f} ({report.model})" + (f": {detail}" if detail else ""),
+        file=out,
+    )
+    if report.dry_run:
+        print("dry run: nothing was changed", file=out)
+    else:
+        print(f"merged {report.merged} pattern(s)", file=out)
+
+
+async def cmd_patterns_merge(settings: Settings, args: argparse.Namespace) -> int:
+    from actors.cli import open_llm  # the CLI module imports this one
+
+    check_llm_settings(settings)
+    async with open_settings_database(settings) as db:
+        await apply_migrations(db)
+        async with (
+            open_llm(settings, db) as llm,
+            open_embedder(
+                _provider(settings, args), _key(settings), settings.openai_base_url or None,
+                usage_db=db,
+            ) as embedder,
+        ):  # fmt: skip
+            with Progress(label="adjudicating") as bar:
+                report = await merge_patterns(
+                    db,
+                    embedder,
+                    LLMAdjudicator(llm),
+                    dry_run=args.dry_run,
+                    thresholds=thresholds_for(embedder.model, settings),
+                    chat_id=args.chat,
+                    progress=bar,
+                )
+    print_merge(report)
+    return 0
+
+
+# --- patterns purge ----------------------------------------------------------------------------
+
+
+async def cmd_patterns_purge(settings: Settings, args: argparse.Namespace) -> int:
+    from memory.purge import purge_compacted
+
+    days = settings.message_retention_days if args.days is None else args.days
+    if days == 0:
+        print("retention is 0 days (keep forever): nothing purged")
+        return 0
+    async with open_settings_database(settings) as db:
+        await apply_migrations(db)
+        deleted = await purge_compacted(db, days)
+    print(f"deleted {deleted} compacted message(s) older than {days} day(s)")
+    return 0
+
+
 # --- memory reembed ----------------------------------------------------------------------------
 
 
-def print_reembed(report: ReembedReport, out: TextIO = sys.stdout) -> None:
+def print_reembed(report: ReembedReport, out: TextIO | None = None) -> None:
+    out = out or sys.stdout
     parts = ", ".join(f"{_SHORT.get(t, t)} {n}" for t, n in report.embedded.items())
     print(f"re-embedded {report.total} row(s) with {report.model} ({parts})", file=out)
     if report.indexes_created:
@@ -164,6 +271,22 @@ def _positive(text: str) -> int:
     return value
 
 
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be >= 0")
+    return value
+
+
+def _embeddings_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--embeddings",
+        choices=("auto", "openai", "local"),
+        default=None,
+        help="embedding provider (default: EMBEDDING_PROVIDER)",
+    )
+
+
 def register(subparsers: Any) -> None:
     """Add ``patterns list|merge|purge`` and ``memory reembed`` to ``engram``'s subparsers."""
     patterns = subparsers.add_parser("patterns", help="pattern memory maintenance")
@@ -174,6 +297,21 @@ def register(subparsers: Any) -> None:
     p.add_argument("--status", choices=STATUSES, help="only patterns with this status")
     p.add_argument("--limit", type=_positive, default=100, help="at most this many (100)")
     p.set_defaults(handler=cmd_patterns_list)
+    p = sub.add_parser(
+        "merge", help="merge duplicate patterns (LLM-adjudicated pairs above the merge threshold)"
+    )
+    p.add_argument(
+        "--dry-run", action="store_true", help="print the pairs and decisions, change nothing"
+    )
+    p.add_argument("--chat", type=int, metavar="ID", help="only this chat")
+    _embeddings_option(p)
+    p.set_defaults(handler=cmd_patterns_merge)
+    p = sub.add_parser("purge", help="delete compacted messages older than MESSAGE_RETENTION_DAYS")
+    p.add_argument(
+        "--days", type=_non_negative, default=None,
+        help="retention in days instead of MESSAGE_RETENTION_DAYS (0 keeps forever)",
+    )  # fmt: skip
+    p.set_defaults(handler=cmd_patterns_purge)
 
     memory = subparsers.add_parser("memory", help="long-term memory maintenance")
     msub = memory.add_subparsers(dest="memory_command", metavar="COMMAND")
@@ -187,12 +325,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="re-embed every row, not only those lacking a vector for the model",
     )
-    p.add_argument(
-        "--embeddings",
-        choices=("auto", "openai", "local"),
-        default=None,
-        help="embedding provider (default: EMBEDDING_PROVIDER)",
-    )
+    _embeddings_option(p)
     p.add_argument("--table", dest="tables", action="append", choices=ALL_TABLES)
     p.add_argument("--batch", type=_positive, default=64, help="texts per request (64)")
     p.set_defaults(handler=cmd_memory_reembed)

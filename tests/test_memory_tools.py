@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from memory.canonical import canonical_hash
+from memory.dedup import Adjudication
 from memory.embedding_store import store_vectors
 from memory.embeddings import EmbeddingError, LocalEmbedder
 from memory.memory_tools import memory_registry, memory_tools
@@ -175,3 +176,69 @@ async def test_invalid_inputs_are_readable_errors(db: Database, local: LocalEmbe
     assert err and body["field"] == "id"
     body, err = await call(registry, "recall_memory", {"query": ""}, c)
     assert err and body["field"] == "query"
+
+
+# --- remember -----------------------------------------------------------------------------------
+
+
+class Judge:
+    """Adjudicator double: says yes to everything and records the questions."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, int]] = []
+
+    async def __call__(self, a: str, b: str, chat_id: int) -> Adjudication | None:
+        self.calls.append((a, b, chat_id))
+        return Adjudication("none", True, True)
+
+
+async def test_remember_new_then_reinforced(db: Database, local: LocalEmbedder) -> None:
+    registry = memory_registry()
+    as_a = ctx(db, local, CHAT_A)
+    fact = {"fact": "User drinks green tea every morning", "kind": "behavior"}
+    first, err = await call(registry, "remember", fact, as_a)
+    assert not err and first["status"] == "new"
+    assert first["content"] == "User drinks green tea every morning"
+    row = await db.fetchrow("SELECT * FROM patterns WHERE id = $1", first["id"])
+    assert row is not None and row["chat_id"] == CHAT_A and row["source"] == "explicit"
+    assert row["kind"] == "behavior" and row["status"] == "active"
+    assert await db.fetchval(
+        "SELECT count(*) FROM pattern_embeddings WHERE pattern_id = $1 AND model = $2",
+        first["id"],
+        local.model,
+    )
+    again, err = await call(registry, "remember", fact, as_a)
+    assert not err and again["status"] == "reinforced" and again["id"] == first["id"]
+    assert again["existing"] == "User drinks green tea every morning"
+    assert again["times_seen"] == 2
+    paraphrase = {"fact": "Every morning the user drinks green tea", "kind": "behavior"}
+    third, err = await call(registry, "remember", paraphrase, as_a)
+    assert not err and third["status"] == "reinforced" and third["id"] == first["id"]
+    assert third["similarity"] >= 0.92 and third["times_seen"] == 3
+    observations = await db.fetchval(
+        "SELECT count(*) FROM pattern_observations WHERE pattern_id = $1", first["id"]
+    )
+    assert observations == 3
+
+    # the same fact in another chat is that chat's own new memory
+    other, err = await call(registry, "remember", fact, ctx(db, local, CHAT_B))
+    assert not err and other["status"] == "new" and other["id"] != first["id"]
+    times = await db.fetchval("SELECT times_seen FROM patterns WHERE id = $1", first["id"])
+    assert times == 3
+
+
+async def test_remember_asks_the_adjudicator_in_the_grey_zone(
+    db: Database, local: LocalEmbedder
+) -> None:
+    as_a = ctx(db, local, CHAT_A)
+    base = {"fact": "User drinks green tea every morning", "kind": "preference"}
+    near = {"fact": "User prefers green tea over coffee", "kind": "preference"}
+    kept, _ = await call(memory_registry(), "remember", base, as_a)
+    apart, err = await call(memory_registry(), "remember", near, as_a)  # no adjudicator: new
+    assert not err and apart["status"] == "new" and apart["id"] != kept["id"]
+    judge = Judge()
+    other = {"fact": "User likes green tea better than coffee", "kind": "preference"}
+    same, err = await call(memory_registry(judge), "remember", other, as_a)
+    assert not err and same["status"] == "reinforced"
+    assert same["id"] in (kept["id"], apart["id"])
+    assert judge.calls and all(c[2] == CHAT_A for c in judge.calls)

@@ -12,6 +12,7 @@ import attrs
 import pytest
 
 from memory.canonical import canonical_hash
+from memory.dedup import Adjudication
 from memory.embedding_store import index_name, store_vectors
 from memory.embeddings import LocalEmbedder
 from memory.merge import PatternStats, choose_survivor, combine, merge_patterns, merge_reason
@@ -31,26 +32,22 @@ def local() -> LocalEmbedder:
     return LocalEmbedder()
 
 
-@attrs.frozen
-class Verdict:
-    differences: str
-    core_intent_match: bool
-    merge_decision: bool
-
-
 class Judge:
     """Adjudicator double: answers by a rule, records every question."""
 
-    def __init__(self, answer: Any = "yes") -> None:
+    def __init__(self, answer: Any = "yes", intent: bool | None = None) -> None:
+        self.intent = intent
         self.answer = answer
         self.calls: list[tuple[str, str, int]] = []
 
-    async def __call__(self, a: str, b: str, chat_id: int) -> Verdict | None:
+    async def __call__(self, a: str, b: str, chat_id: int) -> Adjudication | None:
         self.calls.append((a, b, chat_id))
         if self.answer is None:
             return None
         same = self.answer == "yes"
-        return Verdict("only the wording differs" if same else "different habits", same, same)
+        intent = same if self.intent is None else self.intent
+        why = "only the wording differs" if same else "different habits"
+        return Adjudication(why, intent, same)
 
 
 async def add(
@@ -246,6 +243,10 @@ async def test_rejected_or_unanswered_pairs_are_kept(db: Database, local: LocalE
     assert await snapshot(db) == before
     keep = await merge_patterns(db, local, Judge("no"), dry_run=True, thresholds=TH)
     assert keep.pairs[0].differences == "different habits"
+    for judge in (Judge("yes", intent=False), Judge("no", intent=True)):  # both must agree
+        half = await merge_patterns(db, local, judge, dry_run=False, thresholds=TH)
+        assert [p.decision for p in half.pairs] == ["keep"] * 3
+    assert await snapshot(db) == before
 
 
 async def test_only_the_given_chat(db: Database, local: LocalEmbedder) -> None:

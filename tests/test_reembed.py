@@ -5,11 +5,13 @@ permanent failures skipped; and ``engram memory reembed`` through ``actors.cli.m
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
+import structlog
 
 from memory.canonical import canonical_hash
 from memory.embedding_store import index_name
@@ -200,3 +202,6 @@ def test_cli_memory_reembed(
     assert f"re-embedded 0 row(s) with {MODEL}" in capsys.readouterr().out
     assert main(["memory", "reembed", "--embeddings", "local", "--all"]) == 0
     assert f"re-embedded 20 row(s) with {MODEL}" in capsys.readouterr().out
+    # the CLI pointed logging at this test's captured streams: point it back
+    logging.getLogger().handlers[:] = []
+    structlog.reset_defaults()

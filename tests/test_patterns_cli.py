@@ -1,0 +1,210 @@
+"""``engram patterns list|merge|purge`` through ``actors.cli.main`` against a test database, with
+the fake Anthropic server adjudicating merges (the CLI runs in a worker thread with its own trio
+loop while the fake serves on this one)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+import structlog
+import trio
+from fakes.anthropic_api import FakeAnthropic, run_fake_anthropic
+
+from actors.cli import main
+from memory.canonical import canonical_hash
+from memory.embedding_store import store_vectors
+from memory.embeddings import LocalEmbedder
+from memory.merge import MergePair
+from memory.patterns_cli import pair_line, render_table
+from runtime.db import Database
+
+T0 = datetime(2026, 10, 1, 9, 30, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalEmbedder:
+    return LocalEmbedder()
+
+
+@pytest.fixture
+def cli_env(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
+                "MESSAGE_RETENTION_DAYS", "PATTERN_MERGE_THRESHOLD"):  # fmt: skip
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DATABASE_URL", database_url)
+    monkeypatch.setenv("ENGRAM_HOME", str(tmp_path))
+    monkeypatch.setenv("EMBEDDING_PROVIDER", "local")
+    monkeypatch.setenv("LLM_PROVIDER", "anthropic")
+    yield
+    # the CLI pointed logging at this test's captured streams: point it back
+    logging.getLogger().handlers[:] = []
+    structlog.reset_defaults()
+
+
+@pytest.fixture
+async def claude(cli_env: None, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeAnthropic]:
+    async with run_fake_anthropic() as fake:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", fake.api_key)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", fake.base_url)
+        yield fake
+
+
+async def run(*argv: str) -> int:
+    """``engram ARGV`` in a worker thread (``main`` runs its own trio loop)."""
+    return await trio.to_thread.run_sync(main, list(argv))
+
+
+async def add(
+    db: Database,
+    chat_id: int,
+    content: str,
+    *,
+    emb: LocalEmbedder | None = None,
+    strength: float = 1.0,
+    status: str = "active",
+    kind: str = "preference",
+) -> int:
+    pid: int = await db.fetchval(
+        "INSERT INTO patterns (chat_id, content, kind, strength, confidence, status, "
+        "canonical_hash, first_seen, last_seen) VALUES ($1, $2, $3, $4, 0.7, $5, $6, $7, $7) "
+        "RETURNING id",
+        chat_id,
+        content,
+        kind,
+        strength,
+        status,
+        canonical_hash(content),
+        T0,
+    )
+    if emb is not None:
+        [vector] = await emb.embed([content], purpose="embedding")
+        await store_vectors(db, "pattern_embeddings", "pattern_id", [(pid, vector)], emb.model)
+    return pid
+
+
+def verdict(same: bool, differences: str) -> str:
+    return json.dumps(
+        {"differences": differences, "core_intent_match": same, "merge_decision": same}
+    )
+
+
+# --- pure ---------------------------------------------------------------------------------------
+
+
+def test_render_table_aligns_and_clips() -> None:
+    text = render_table(
+        ("id", "strength", "content"),
+        [(1, 2.5, "short"), (12, None, "a much longer content\nwith a newline")],
+        last_width=12,
+    )
+    assert text.splitlines() == [
+        "id  strength  content",
+        "1   2.50      short",
+        "12            a much long…",
+    ]
+
+
+def test_pair_line() -> None:
+    pair = MergePair(3, 1, 2, "User likes tea", "User enjoys tea", 0.9312, "merge", 1, 2, "none")
+    assert pair_line(pair) == (
+        'chat 3: #1 "User likes tea" ~ #2 "User enjoys tea" 0.931 -> merge #2 into #1 — none'
+    )
+
+
+# --- list ---------------------------------------------------------------------------------------
+
+
+async def test_patterns_list(
+    db: Database, cli_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    weak = await add(db, 5, "User drinks green tea every morning", strength=1.0)
+    strong = await add(db, 5, "User runs on Sundays", strength=4.0, kind="behavior")
+    old = await add(db, 5, "User smokes", status="deprecated")
+    await add(db, 6, "Another chat's pattern")
+    capsys.readouterr()
+    assert await run("patterns", "list", "--chat", "5") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == [
+        "id", "kind", "strength", "confidence", "status", "last_seen", "content",
+    ]  # fmt: skip
+    assert [int(line.split()[0]) for line in lines[1:-1]] == [strong, weak, old]
+    assert lines[1].split()[:6] == [str(strong), "behavior", "4.00", "0.70", "active", "2026-10-01"]
+    assert lines[1].endswith("User runs on Sundays")
+    assert lines[-1] == "3 pattern(s)"
+    assert "Another chat" not in "\n".join(lines)
+
+    assert await run("patterns", "list", "--chat", "5", "--status", "deprecated") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [int(line.split()[0]) for line in out[1:-1]] == [old]
+    assert await run("patterns", "list", "--chat", "77") == 0
+    assert capsys.readouterr().out.strip() == "no patterns for chat 77"
+
+
+# --- merge --------------------------------------------------------------------------------------
+
+
+async def test_patterns_merge_dry_run_then_merge(
+    db: Database, claude: FakeAnthropic, local: LocalEmbedder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = await add(db, 1, "User drinks green tea every morning", emb=local, strength=3.0)
+    b = await add(db, 1, "User drinks green tea each morning", emb=local)
+    await add(db, 1, "User is allergic to peanuts", emb=local)
+    await add(db, 2, "User drinks green tea every morning", emb=local)  # another chat
+
+    claude.queue_text(verdict(True, "only the wording differs"))
+    capsys.readouterr()
+    assert await run("patterns", "merge", "--dry-run") == 0
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines()
+    assert lines[0].startswith(f'chat 1: #{a} "User drinks green tea every morning" ~ #{b} ')
+    assert lines[0].endswith(f"-> merge #{b} into #{a} — only the wording differs")
+    assert lines[1].startswith("1 pair(s) in 1 chat(s) at similarity >= 0.87 (wordllama")
+    assert lines[2] == "dry run: nothing was changed"
+    assert "adjudicating: 1/1 in " in captured.err
+    assert await db.fetchval("SELECT count(*) FROM patterns WHERE status = 'active'") == 4
+    [request] = claude.answered
+    prompt = json.dumps(request.messages)
+    assert "User drinks green tea each morning" in prompt
+    usage = await db.fetchrow("SELECT purpose, chat_id FROM api_usage")
+    assert usage is not None and usage["purpose"] == "adjudication" and usage["chat_id"] == 1
+
+    claude.queue_text(verdict(True, "same habit"))
+    assert await run("patterns", "merge") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "merged 1 pattern(s)"
+    row = await db.fetchrow("SELECT status, status_reason FROM patterns WHERE id = $1", b)
+    assert row is not None and row["status"] == "merged"
+    assert row["status_reason"] == f"merged into #{a}: same habit"
+
+    assert await run("patterns", "merge") == 0  # nothing left to merge, no LLM call
+    assert capsys.readouterr().out.splitlines()[0].startswith("0 pair(s) in 0 chat(s)")
+    assert len(claude.answered) == 2
+
+
+async def test_patterns_merge_keeps_what_the_model_rejects(
+    db: Database, claude: FakeAnthropic, local: LocalEmbedder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    await add(db, 1, "User drinks green tea every morning", emb=local)
+    await add(db, 1, "User drinks green tea each morning", emb=local)
+    claude.queue_text(verdict(False, "one is daily, one is not"))
+    capsys.readouterr()
+    assert await run("patterns", "merge") == 0
+    out = capsys.readouterr().out
+    assert "keep both (different) — one is daily, one is not" in out
+    assert "merged 0 pattern(s)" in out
+    claude.queue_text("I think they are the same.")  # not the JSON verdict: no answer
+    assert await run("patterns", "merge") == 0
+    assert "keep both (no adjudication answer)" in capsys.readouterr().out
+    assert await db.fetchval("SELECT count(*) FROM patterns WHERE status = 'active'") == 2
+
+
+async def test_patterns_merge_needs_an_llm(
+    cli_env: None, db: Database, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await run("patterns", "merge", "--dry-run") == 2
+    assert "ANTHROPIC_API_KEY" in capsys.readouterr().err
