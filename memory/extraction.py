@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -48,7 +48,6 @@ SIGNALS = ("explicit", "implicit")
 EXTRACTOR_VERSION = "v1"
 EXTRACTION_MAX_TOKENS = 4096
 PURPOSE = "compaction"
-LISTS = ("new_patterns", "reinforcements", "contradictions", "supersedes", "meta_patterns")
 
 
 class ExtractionInvalid(EngramError):
@@ -225,7 +224,7 @@ def _id_list(obj: dict[str, Any], key: str, where: str) -> tuple[int, ...]:
     return tuple(values)
 
 
-def _uuid_list(obj: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+def _str_list(obj: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
     values = _list(obj, key, f"{where}.")
     if any(not isinstance(v, str) or not v for v in values):
         raise ExtractionInvalid(f"{where}.{key}: expected a list of strings")
@@ -239,16 +238,44 @@ def _int(obj: dict[str, Any], key: str, where: str) -> int:
     return value
 
 
-def _temporal(obj: dict[str, Any], where: str) -> dict[str, Any] | None:
-    value = obj.get("temporal")
+def _kind(obj: dict[str, Any], key: str, where: str) -> str:
+    return _choice(obj, key, where, KINDS)
+
+
+def _signal(obj: dict[str, Any], key: str, where: str) -> str:
+    return _choice(obj, key, where, SIGNALS)
+
+
+def _temporal(obj: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
+    value = obj.get(key)
     if value is None or value == {}:
         return None
     scalar = str | int | float | bool
     if not isinstance(value, dict) or not all(
         isinstance(k, str) and (v is None or isinstance(v, scalar)) for k, v in value.items()
     ):
-        raise ExtractionInvalid(f"{where}.temporal: expected an object of simple values")
+        raise ExtractionInvalid(f"{where}.{key}: expected an object of simple values")
     return dict(value)
+
+
+Reader = Callable[[dict[str, Any], str, str], Any]
+_EVIDENCE: tuple[tuple[str, Reader], ...] = (
+    ("signal", _signal),
+    ("evidence_message_ids", _id_list),
+)
+#: each list of the answer: its item class and the readers of the item's fields, in order
+SCHEMA: dict[str, tuple[type, tuple[tuple[str, Reader], ...]]] = {
+    "new_patterns": (NewPattern, (("content", _text), ("kind", _kind), ("confidence", _number),
+                                  *_EVIDENCE, ("entry_uuids", _str_list), ("temporal", _temporal))),
+    "reinforcements": (Reinforcement, (("pattern_id", _int), ("confidence", _number), *_EVIDENCE,
+                                       ("entry_uuids", _str_list))),
+    "contradictions": (Contradiction, (("pattern_id", _int), ("reason", _text), *_EVIDENCE)),
+    "supersedes": (Supersede, (("old_pattern_id", _int), ("reason", _text),
+                               ("new_pattern_content", _text), ("kind", _kind),
+                               ("confidence", _number), *_EVIDENCE, ("entry_uuids", _str_list))),
+    "meta_patterns": (MetaPattern, (("content", _text), ("kind", _kind), ("confidence", _number),
+                                    ("child_pattern_ids", _id_list))),
+}  # fmt: skip
 
 
 def _items(data: dict[str, Any], key: str) -> list[tuple[str, dict[str, Any]]]:
@@ -261,42 +288,19 @@ def _items(data: dict[str, Any], key: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def parse_extraction(text: str) -> Extraction:
-    """The validated extraction in the model's answer (raises :class:`ExtractionInvalid`)."""
+    """The validated extraction in the model's answer (raises :class:`ExtractionInvalid`).
+
+    Missing lists are empty, ``entry_uuids`` and ``temporal`` optional, every other field
+    required; unknown keys are ignored."""
     data = load_json_object(text)
-    if not any(key in data for key in (*LISTS, "episode_summary")):
+    if not any(key in data for key in (*SCHEMA, "episode_summary")):
         raise ExtractionInvalid("not an extraction object (none of its keys present)")
-    new = tuple(
-        NewPattern(_text(o, "content", w), _choice(o, "kind", w, KINDS),
-                   _number(o, "confidence", w), _choice(o, "signal", w, SIGNALS),
-                   _id_list(o, "evidence_message_ids", w), _uuid_list(o, "entry_uuids", w),
-                   _temporal(o, w))
-        for w, o in _items(data, "new_patterns")
-    )  # fmt: skip
-    reinforcements = tuple(
-        Reinforcement(_int(o, "pattern_id", w), _number(o, "confidence", w),
-                      _choice(o, "signal", w, SIGNALS), _id_list(o, "evidence_message_ids", w),
-                      _uuid_list(o, "entry_uuids", w))
-        for w, o in _items(data, "reinforcements")
-    )  # fmt: skip
-    contradictions = tuple(
-        Contradiction(_int(o, "pattern_id", w), _text(o, "reason", w),
-                      _choice(o, "signal", w, SIGNALS), _id_list(o, "evidence_message_ids", w))
-        for w, o in _items(data, "contradictions")
-    )  # fmt: skip
-    supersedes = tuple(
-        Supersede(_int(o, "old_pattern_id", w), _text(o, "reason", w),
-                  _text(o, "new_pattern_content", w), _choice(o, "kind", w, KINDS),
-                  _number(o, "confidence", w), _choice(o, "signal", w, SIGNALS),
-                  _id_list(o, "evidence_message_ids", w), _uuid_list(o, "entry_uuids", w))
-        for w, o in _items(data, "supersedes")
-    )  # fmt: skip
-    metas = tuple(
-        MetaPattern(_text(o, "content", w), _choice(o, "kind", w, KINDS),
-                    _number(o, "confidence", w), _id_list(o, "child_pattern_ids", w))
-        for w, o in _items(data, "meta_patterns")
-    )  # fmt: skip
-    summary = _text(data, "episode_summary", "extraction")
-    return Extraction(new, reinforcements, contradictions, supersedes, metas, summary)
+    lists = {
+        key: tuple(cls(**{name: read(o, name, w) for name, read in fields})
+                   for w, o in _items(data, key))
+        for key, (cls, fields) in SCHEMA.items()
+    }  # fmt: skip
+    return Extraction(**lists, episode_summary=_text(data, "episode_summary", "extraction"))
 
 
 # --- the prompt ---
