@@ -113,7 +113,12 @@ class RunningTurns:
 class ChatStore(Protocol):
     """The chat actor's view of the inbox and outbox (SQL in production, memory in timer tests)."""
 
-    async def open_rows(self, chat_id: int) -> list[inbox.InboxRow]: ...
+    async def take_open(
+        self, chat_id: int, after: int, max_attempts: int
+    ) -> tuple[list[inbox.InboxRow], int | None]:
+        """Open rows above ``after`` and the id of the first, claimed (see
+        :func:`actors.inbox.take_open`)."""
+        ...
 
     async def mark_processing(self, ids: Sequence[int]) -> None: ...
 
@@ -130,8 +135,10 @@ class SqlChatStore:
 
     db: Database
 
-    async def open_rows(self, chat_id: int) -> list[inbox.InboxRow]:
-        return await inbox.pending_for_chat(self.db, chat_id)
+    async def take_open(
+        self, chat_id: int, after: int, max_attempts: int
+    ) -> tuple[list[inbox.InboxRow], int | None]:
+        return await inbox.take_open(self.db, chat_id, after, max_attempts)
 
     async def mark_processing(self, ids: Sequence[int]) -> None:
         await inbox.mark_processing(self.db, ids)
@@ -142,17 +149,27 @@ class SqlChatStore:
     async def commit(
         self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
     ) -> None:
-        """Persist hook + outbox row + inbox rows final, atomically."""
+        """Persist hook + outbox row + inbox rows final, atomically. The outbox row and the
+        inbox rows done are one statement: without a persist hook it needs no transaction."""
+        if reply.persist is None and skipped is None:
+            await outbox.commit_turn(
+                self.db, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
+                parse_mode=reply.parse_mode,
+            )  # fmt: skip
+            return
         async with self.db.transaction() as conn:
             if reply.persist is not None:
                 await reply.persist(conn)
+            if skipped is None:
+                await outbox.commit_turn(
+                    conn, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
+                    parse_mode=reply.parse_mode,
+                )  # fmt: skip
+                return
             await outbox.enqueue_reply(
                 conn, chat_id, reply.text, reply.parse_mode, None, list(inbox_ids)
             )
-            if skipped is None:
-                await inbox.mark_done(conn, list(inbox_ids))
-            else:
-                await inbox.mark_skipped(conn, list(inbox_ids), skipped)
+            await inbox.mark_skipped(conn, list(inbox_ids), skipped)
 
 
 @attrs.define
@@ -184,12 +201,14 @@ class ChatActor:
 
     async def handle(self, msg: Wake) -> None:
         self.deps.wakes.release(self.chat_id)  # before reading: a later insert wakes us again
-        rows = await self.deps.store.open_rows(self.chat_id)
+        rows, claimed = await self.deps.store.take_open(
+            self.chat_id, self.cursor, self.deps.max_attempts
+        )
         for row in rows:
             if row.id <= self.cursor:
                 continue
             self.cursor = row.id
-            await self._take(row)
+            await self._take(row, claimed=row.id == claimed)
 
     def deadline(self) -> float | None:
         return fragments.deadline(self.state)
@@ -202,13 +221,14 @@ class ChatActor:
 
     # --- per row -------------------------------------------------------------------------------
 
-    async def _take(self, row: inbox.InboxRow) -> None:
+    async def _take(self, row: inbox.InboxRow, *, claimed: bool = False) -> None:
         store = self.deps.store
         if row.attempts >= self.deps.max_attempts:
             log.warning("chat.giving_up", inbox_id=row.id, attempts=row.attempts)
             await self._commit(TurnReply(GAVE_UP), [row.id], skipped="too many failed attempts")
             return
-        await store.mark_processing([row.id])
+        if not claimed:
+            await store.mark_processing([row.id])
         try:
             update = parse_update(row.payload)
         except MalformedUpdate as exc:

@@ -259,6 +259,32 @@ async def pending_for_chat(
     return [InboxRow.from_record(r) for r in recs]
 
 
+_TAKE_OPEN = f"""
+WITH open AS (
+    SELECT {_COLUMNS} FROM inbox
+    WHERE chat_id = $1 AND status = ANY($2::text[]) AND id > $3
+), claimed AS (
+    UPDATE inbox SET status = 'processing', attempts = attempts + 1
+    WHERE id = (SELECT min(id) FROM open) AND attempts < $4 AND status = ANY($2::text[])
+    RETURNING id
+)
+SELECT open.*, open.id IN (SELECT id FROM claimed) AS claimed FROM open ORDER BY id
+"""
+
+
+async def take_open(
+    db: Queryable, chat_id: int, after: int, max_attempts: int
+) -> tuple[list[InboxRow], int | None]:
+    """Open rows of one chat with ids above ``after``, oldest first, and the first of them
+    claimed (as :func:`mark_processing` would) unless it has ``max_attempts`` already: the
+    rows (as they were before the claim) and the claimed id. One round trip for the usual
+    wake (one new row): read and claim. The later rows are claimed when their turn comes, so
+    a row that crashes the process cannot use up its successors' attempts."""
+    recs = await db.fetch(_TAKE_OPEN, chat_id, list(OPEN_STATUSES), after, max_attempts)
+    claimed = next((r["id"] for r in recs if r["claimed"]), None)
+    return [InboxRow.from_record(r) for r in recs], claimed
+
+
 async def open_chats(db: Queryable) -> list[int]:
     """Chats with open rows, the one with the oldest open row first (crash recovery)."""
     recs = await db.fetch(

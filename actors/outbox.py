@@ -23,7 +23,6 @@ import structlog
 
 from actors import inbox
 from actors.inbox import Queryable
-from runtime.db import Database
 
 log = structlog.get_logger(__name__)
 
@@ -96,8 +95,20 @@ async def enqueue_reply(
     return row_id
 
 
+_COMMIT_TURN = """
+WITH reply AS (
+    INSERT INTO outbox (chat_id, text, parse_mode, reply_to_message_id, inbox_ids)
+    VALUES ($1, $2, $3, $4, $5::bigint[]) RETURNING id
+), done AS (
+    UPDATE inbox SET status = 'done', processed_at = now(), last_error = NULL
+    WHERE id = ANY($5::bigint[]) AND status <> 'done' RETURNING id
+)
+SELECT (SELECT id FROM reply) AS outbox_id, (SELECT count(*) FROM done) AS done
+"""
+
+
 async def commit_turn(
-    db: Database,
+    db: Queryable,
     *,
     chat_id: int,
     text: str,
@@ -105,12 +116,18 @@ async def commit_turn(
     parse_mode: ParseMode | None = None,
     reply_to_message_id: int | None = None,
 ) -> int:
-    """Enqueue a turn's reply and mark its inbox rows done, atomically; returns the outbox id."""
-    async with db.transaction() as conn:
-        row_id = await enqueue_reply(
-            conn, chat_id, text, parse_mode, reply_to_message_id, inbox_ids
-        )
-        await inbox.mark_done(conn, inbox_ids)
+    """Enqueue a turn's reply and mark its inbox rows done, atomically (one statement, so one
+    round trip; on a connection in a transaction it commits with the rest); the outbox id."""
+    row = await db.fetchrow(
+        _COMMIT_TURN,
+        chat_id,
+        text,
+        parse_mode,
+        reply_to_message_id,
+        list(dict.fromkeys(inbox_ids)),
+    )
+    assert row is not None
+    row_id: int = row["outbox_id"]
     return row_id
 
 

@@ -60,8 +60,19 @@ class MemoryStore:
         for i in ids:
             self.rows[i] = attrs.evolve(self.rows[i], **changes)
 
-    async def open_rows(self, chat_id: int) -> list[InboxRow]:
-        return [r for r in self.rows.values() if r.status in ("pending", "processing", "failed")]
+    async def take_open(
+        self, chat_id: int, after: int, max_attempts: int
+    ) -> tuple[list[InboxRow], int | None]:
+        rows = [
+            r
+            for r in sorted(self.rows.values(), key=lambda r: r.id)
+            if r.status in ("pending", "processing", "failed") and r.id > after
+        ]
+        claimed = None
+        if rows and rows[0].attempts < max_attempts:
+            claimed = rows[0].id
+            await self.mark_processing([claimed])
+        return rows, claimed
 
     async def mark_processing(self, ids: Sequence[int]) -> None:
         for i in ids:
@@ -133,7 +144,8 @@ class Harness:
 
 @pytest.fixture
 async def harness(nursery: trio.Nursery) -> Harness:
-    store, agent, bot, notified = MemoryStore(), Agent(), Bot(), []
+    store, agent, bot = MemoryStore(), Agent(), Bot()
+    notified: list[int] = []
     deps = ChatDeps(store=store, turns=agent, bot=bot, outbox_ready=notified.append)
 
     async def transcribe(chat_id: int, voice: Voice) -> str:

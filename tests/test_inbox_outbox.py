@@ -296,3 +296,37 @@ async def test_enqueue_and_mark_done_in_a_caller_transaction(db: dbmod.Database)
         await inbox.mark_done(conn, [a])
     assert await inbox.pending_for_chat(db, 8) == []
     assert len(await outbox.next_pending(db, 8)) == 1
+
+
+async def test_take_open_claims_the_first_row_only(db: dbmod.Database) -> None:
+    a, b, c = [await _insert(db, 70 + i, 9) for i in range(3)]
+    other = await _insert(db, 80, 10)
+    rows, claimed = await inbox.take_open(db, 9, 0, 3)
+    assert [r.id for r in rows] == [a, b, c] and claimed == a
+    assert [r.attempts for r in rows] == [0, 0, 0]  # as read, before the claim
+    stored = {r.id: r for r in await inbox.pending_for_chat(db, 9)}
+    assert (stored[a].status, stored[a].attempts) == ("processing", 1)
+    assert (stored[b].status, stored[b].attempts) == ("pending", 0)  # claimed when taken
+    rows, claimed = await inbox.take_open(db, 9, a, 3)
+    assert [r.id for r in rows] == [b, c] and claimed == b
+    await inbox.mark_done(db, [a, b, c])
+    assert await inbox.take_open(db, 9, 0, 3) == ([], None)
+    # a row out of attempts is returned but not claimed (the actor gives up on it)
+    await db.execute("UPDATE inbox SET attempts = 3 WHERE id = $1", other)
+    rows, claimed = await inbox.take_open(db, 10, 0, 3)
+    assert [(r.id, r.attempts) for r in rows] == [(other, 3)] and claimed is None
+    assert (await inbox.get(db, other)).attempts == 3  # type: ignore[union-attr]
+
+
+async def test_commit_turn_in_a_caller_transaction_rolls_back(db: dbmod.Database) -> None:
+    a = await _insert(db, 90, 11)
+    with pytest.raises(RuntimeError):
+        async with db.transaction() as conn:
+            await outbox.commit_turn(conn, chat_id=11, text="r", inbox_ids=[a, a])
+            raise RuntimeError("the persist hook failed after")
+    assert [r.id for r in await inbox.pending_for_chat(db, 11)] == [a]
+    assert await db.fetchval("SELECT count(*) FROM outbox") == 0
+    await outbox.commit_turn(db, chat_id=11, text="r", inbox_ids=[a, a])
+    assert await inbox.pending_for_chat(db, 11) == []
+    [row] = await outbox.next_pending(db, 11)
+    assert row.inbox_ids == (a,)
