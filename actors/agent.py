@@ -276,10 +276,9 @@ class Agent:
         deadline = trio.current_time() + self.guardrails.turn_seconds
         now = self.clock()
         external_id = turn.external_ids[0] if turn.external_ids else None
-        user_id = await self.conversation.add_user(chat_id, turn.text, external_id, now)
-        window = [
-            r for r in await self.conversation.recent(chat_id, self.window_limit) if r.id != user_id
-        ]
+        user_id, window = await self.conversation.add_user_and_recent(
+            chat_id, turn.text, external_id, now, self.window_limit
+        )
         memory = await self._retrieve(chat_id, turn.text)
         specs = tool_specs(self.tools)
         context = build_context(

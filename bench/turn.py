@@ -212,10 +212,15 @@ class Recorder:
 # --- SQL statement -> a short site name ----------------------------------------------------------
 
 _SITES: tuple[tuple[str, str], ...] = (
+    (r"AS text_ids", "search: both arms (full-text pool + kNN), one statement"),
+    (r"SELECT count\(\*\) AS n FROM \(SELECT 1 FROM le", "search: filter size (filtered only)"),
     (r"<=>", "search: vector arm (kNN over entry_embeddings)"),
     (r"ts_rank_cd", "search: text arm (full-text, ranked)"),
     (r"ts_headline", "search: result rows + headlines"),
     (r"INSERT INTO inbox", "webhook: inbox insert"),
+    (r"claimed AS", "chat: open inbox rows + claim the first"),
+    (r"WITH reply AS", "commit: outbox row + inbox rows done"),
+    (r"WITH ins AS", "agent: user row + recent window"),
     (r"SET status = 'processing'", "chat: claim inbox rows"),
     (r"SELECT chat_id FROM inbox", "router: recovery sweep (every 30 s)"),
     (r"FROM inbox", "chat: open inbox rows"),
@@ -352,6 +357,17 @@ class TimedConversation:
         start = now()
         try:
             return await self.inner.recent(chat_id, limit)
+        finally:
+            self.rec.span("recent", start, now())
+
+    async def add_user_and_recent(
+        self, chat_id: int, text: str, external_id: str | None, created_at: datetime, limit: int
+    ) -> tuple[int, list[ChatMessage]]:
+        start = now()
+        try:
+            return await self.inner.add_user_and_recent(
+                chat_id, text, external_id, created_at, limit
+            )
         finally:
             self.rec.span("recent", start, now())
 
@@ -942,8 +958,8 @@ def breakdown(t: TurnRecord) -> Breakdown:
 def agent_steps(t: TurnRecord) -> dict[str, float]:
     llm = t.spans_named("llm")
     steps = {
-        "user row": t.span_s("add_user"),
-        "recent window (query + rows)": t.span_s("recent"),
+        "user row (alone)": t.span_s("add_user"),
+        "user row + recent window (query + rows)": t.span_s("recent"),
         "model call 1 (JSON, usage row)": llm[0][1] - llm[0][0] if llm else 0.0,
         "search_entries tool": t.span_s("tool"),
         "model call 2 (JSON, usage row)": llm[1][1] - llm[1][0] if len(llm) > 1 else 0.0,

@@ -1,7 +1,8 @@
 """The conversation store: ``chat_messages`` rows (user, assistant and tool_result).
 
 A turn stores its user row at once, in its own transaction (:meth:`SqlConversationStore.
-add_user`), keyed by the source update's ``external_message_id`` so re-running the turn after
+add_user`, or :meth:`~SqlConversationStore.add_user_and_recent` with the recent window in the
+same round trip), keyed by the source update's ``external_message_id`` so re-running the turn after
 a crash finds the same row instead of adding a second one. The assistant and tool_result rows
 are written by :meth:`~SqlConversationStore.add_rows` inside the chat actor's outbox
 transaction. Assistant rows keep their ``tool_use`` blocks in ``tool_calls``; tool_result rows
@@ -87,6 +88,13 @@ class ConversationStore(Protocol):
         """The last ``limit`` uncompacted rows, oldest first, pairs repaired."""
         ...
 
+    async def add_user_and_recent(
+        self, chat_id: int, text: str, external_id: str | None, created_at: datetime, limit: int
+    ) -> tuple[int, list[ChatMessage]]:
+        """:meth:`add_user`, then :meth:`recent` (``limit`` rows, the user row included)
+        without the user row: its id and the window before it."""
+        ...
+
     async def add_rows(self, conn: Connection, chat_id: int, rows: Sequence[ChatMessage]) -> None:
         """Store assistant/tool_result rows on ``conn`` (the outbox transaction)."""
         ...
@@ -164,6 +172,26 @@ SELECT * FROM (
 ) w ORDER BY created_at, id
 """
 
+# the user row and the window before it in one statement: the window reads the snapshot taken
+# before the insert, and leaves out the row when a re-run finds it already stored
+_USER_AND_WINDOW = """
+WITH ins AS (
+    INSERT INTO chat_messages (chat_id, external_message_id, role, content, created_at)
+    VALUES ($1, $2, 'user', $3, $4)
+    ON CONFLICT (chat_id, external_message_id) DO UPDATE SET content = EXCLUDED.content
+    RETURNING id
+)
+SELECT ins.id AS user_id, w.* FROM ins LEFT JOIN LATERAL (
+    SELECT id, role, content, tool_calls, tool_call_id, tool_name, external_message_id,
+           created_at
+    FROM chat_messages
+    WHERE chat_id = $1 AND compacted_at IS NULL AND id <> ins.id
+    ORDER BY created_at DESC, id DESC
+    LIMIT $5
+) w ON TRUE
+ORDER BY w.created_at, w.id
+"""
+
 
 def _calls_json(row: ChatMessage) -> str | None:
     return json.dumps([c.as_json() for c in row.tool_calls]) if row.tool_calls else None
@@ -230,6 +258,16 @@ class SqlConversationStore:
 
     async def recent(self, chat_id: int, limit: int) -> list[ChatMessage]:
         return await recent_window(self.db, chat_id, limit)
+
+    async def add_user_and_recent(
+        self, chat_id: int, text: str, external_id: str | None, created_at: datetime, limit: int
+    ) -> tuple[int, list[ChatMessage]]:
+        """One round trip (the insert commits with the statement)."""
+        recs = await self.db.fetch(
+            _USER_AND_WINDOW, chat_id, external_id, text, created_at, max(0, limit - 1)
+        )
+        window = repair_rows(from_record(r) for r in recs if r["id"] is not None)
+        return int(recs[0]["user_id"]), window
 
     async def add_rows(self, conn: Connection, chat_id: int, rows: Sequence[ChatMessage]) -> None:
         await insert_rows(conn, chat_id, rows)

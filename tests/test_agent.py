@@ -25,7 +25,7 @@ from actors.agent import (
 )
 from actors.context import DEGRADED_NOTE, RetrievedMemory
 from actors.turn import TurnInput, TurnReply
-from memory.conversation import ChatMessage, repair_rows
+from memory.conversation import ChatMessage, SqlConversationStore, repair_rows
 from memory.errors import LLMError, LLMInvalidResponse, LLMOverloaded
 from memory.llm import Completion, Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 from memory.llm_anthropic import message_params
@@ -66,6 +66,12 @@ class MemoryConversation:
 
     async def recent(self, chat_id: int, limit: int) -> list[ChatMessage]:
         return repair_rows(self.chats.get(chat_id, [])[-limit:])
+
+    async def add_user_and_recent(
+        self, chat_id: int, text: str, external_id: str | None, created_at: datetime, limit: int
+    ) -> tuple[int, list[ChatMessage]]:
+        user_id = await self.add_user(chat_id, text, external_id, created_at)
+        return user_id, [r for r in await self.recent(chat_id, limit) if r.id != user_id]
 
     async def add_rows(self, conn: Connection, chat_id: int, rows: Sequence[ChatMessage]) -> None:
         for row in rows:
@@ -391,3 +397,26 @@ async def test_failing_or_slow_retrieval_degrades(
     assert (await agent.run_turn(turn())).text == "still here"
     assert DEGRADED_NOTE in llm.requests[0].system
     assert trio.current_time() - start <= 12
+
+
+# --- the SQL store: user row and window in one statement ----------------------------------------
+
+
+async def test_sql_user_row_and_window_in_one_statement(db: Any) -> None:
+    store = SqlConversationStore(db)
+    at = datetime(2024, 5, 1, 9, tzinfo=UTC)
+    first_id, window = await store.add_user_and_recent(CHAT, "first", "u:1", at, 3)
+    assert window == []  # an empty chat still gives the row id
+    await store.add_rows(db, CHAT, [ChatMessage(role="assistant", content="a1", created_at=at)])
+    for n in (2, 3):
+        await store.add_user(CHAT, f"m{n}", f"u:{n}", at)
+    user_id, window = await store.add_user_and_recent(CHAT, "hello", "u:4", at, 3)
+    assert [r.content for r in window] == ["m2", "m3"]  # limit 3 = 2 before + the user row
+    assert [r.content for r in await store.recent(CHAT, 3)] == ["m2", "m3", "hello"]
+    # a re-run finds the same row and leaves it out of its window
+    again_id, again = await store.add_user_and_recent(CHAT, "hello!", "u:4", at, 3)
+    assert again_id == user_id and [r.content for r in again] == ["m2", "m3"]
+    assert await db.fetchval(
+        "SELECT content FROM chat_messages WHERE id = $1", user_id
+    ) == "hello!"  # fmt: skip
+    assert first_id < user_id
