@@ -198,6 +198,24 @@ def instruction_reason(text: str) -> str | None:
     return None
 
 
+#: the rules that make a tool result (journal text) unusable as evidence: an injection attempt
+#: there must not steer memory even through an innocent-looking claim. Narrower than the claim
+#: rules: journal prose says "you should", "act as" and "password" innocently.
+EVIDENCE_RULES = frozenset(
+    {"ignore instructions", "system prompt", "new instructions", "jailbreak", "markup",
+     "chat template"}
+)  # fmt: skip
+
+
+def injection_in(text: str) -> str | None:
+    """The name of the first :data:`EVIDENCE_RULES` rule ``text`` breaks, or None."""
+    folded = unicodedata.normalize("NFKC", text)
+    for name, pattern in INSTRUCTION_RULES:
+        if name in EVIDENCE_RULES and pattern.search(folded):
+            return name
+    return None
+
+
 def directs_the_bot(text: str) -> bool:
     """Whether ``text`` tells the assistant how to behave (always/never/must + bot/you)."""
     return bool(_DIRECTIVE.search(unicodedata.normalize("NFKC", text)))
@@ -276,9 +294,12 @@ class _Guard:
         self.rows = {m.id: m for m in chunk}
         self.known = {p.id: p for p in known}
         self.uuids = set(uuids)
+        self.tainted: dict[int, str] = {}  # tool results holding an injection attempt
         for row in chunk:
             if row.role == "tool_result":
                 self.uuids |= entry_uuids_in(row.content)
+                if (rule := injection_in(row.content)) is not None:
+                    self.tainted[row.id] = rule
         self.rejections: list[Rejection] = []
 
     def reject(self, what: str, reason: str) -> None:
@@ -293,8 +314,14 @@ class _Guard:
             if row is None:
                 self.reject(f"{what} evidence #{message_id}", "not a message of this chunk")
             elif row.role not in CITABLE_ROLES:
+                self.reject(
+                    f"{what} evidence #{message_id}",
+                    f"{row.role} row (only user and tool_result rows are evidence)",
+                )
+            elif message_id in self.tainted:
                 self.reject(f"{what} evidence #{message_id}",
-                            f"cites a {row.role} message (only user or tool_result)")  # fmt: skip
+                            f"tool result holds instruction-like text "
+                            f"({self.tainted[message_id]})")  # fmt: skip
             else:
                 kept.append(message_id)
         if not kept:
@@ -350,7 +377,8 @@ def check_extraction(
     """Apply every guardrail to ``ex``; what survives and a Rejection for each thing dropped.
 
     - evidence ids must be ``user``/``tool_result`` rows of ``chunk`` (assistant and unknown
-      ids are dropped; an item left without evidence is rejected), supersedes included;
+      ids are dropped, and tool results holding an injection attempt (:func:`injection_in`);
+      an item left without evidence is rejected), supersedes included;
     - pattern ids (reinforced, contradicted, superseded, meta children) must be ``known``;
     - entry uuids must be in ``known_entry_uuids`` or in a tool result of the chunk (unknown
       ones are dropped, the item kept);
