@@ -151,6 +151,30 @@ async def next_pending(
     return [OutboxRow.from_record(r) for r in recs]
 
 
+_NEXT_CLAIMED = f"""
+WITH open AS (
+    SELECT {_COLUMNS} FROM outbox
+    WHERE status = ANY($1::text[]) AND chat_id = $2 ORDER BY id LIMIT $3
+), claimed AS (
+    UPDATE outbox SET status = 'sending', attempts = attempts + 1
+    WHERE id = (SELECT min(id) FROM open) AND status = ANY($1::text[])
+    RETURNING id
+)
+SELECT open.*, open.id IN (SELECT id FROM claimed) AS claimed FROM open ORDER BY id
+"""
+
+
+async def next_pending_claimed(
+    db: Queryable, chat_id: int, limit: int = 100
+) -> tuple[list[OutboxRow], int | None]:
+    """:func:`next_pending` of one chat with the first row's send attempt started (as
+    :func:`mark_sending` would) in the same statement: the rows, as read before the claim,
+    and the claimed id (None when there is no open row)."""
+    recs = await db.fetch(_NEXT_CLAIMED, list(OPEN_STATUSES), chat_id, limit)
+    claimed = next((r["id"] for r in recs if r["claimed"]), None)
+    return [OutboxRow.from_record(r) for r in recs], claimed
+
+
 async def chats_with_pending(db: Queryable) -> list[int]:
     """Chats with open rows, the one with the oldest open row first."""
     recs = await db.fetch(

@@ -103,6 +103,13 @@ class OutboxStore(Protocol):
 
     async def next_pending(self, chat_id: int, limit: int) -> list[OutboxRow]: ...
 
+    async def next_pending_claimed(
+        self, chat_id: int, limit: int
+    ) -> tuple[list[OutboxRow], int | None]:
+        """The chat's open rows and the id of the first, whose send attempt is started
+        (as :meth:`mark_sending`), in one round trip."""
+        ...
+
     async def mark_sending(self, row_id: int) -> int | None: ...
 
     async def record_chunk_sent(self, row_id: int, telegram_message_id: int) -> int | None: ...
@@ -125,6 +132,11 @@ class DbOutbox:
 
     async def next_pending(self, chat_id: int, limit: int) -> list[OutboxRow]:
         return await outbox.next_pending(self.db, chat_id, limit)
+
+    async def next_pending_claimed(
+        self, chat_id: int, limit: int
+    ) -> tuple[list[OutboxRow], int | None]:
+        return await outbox.next_pending_claimed(self.db, chat_id, limit)
 
     async def mark_sending(self, row_id: int) -> int | None:
         return await outbox.mark_sending(self.db, row_id)
@@ -316,11 +328,13 @@ class SenderActor:
             try:
                 while not self._stopping:
                     self._again.discard(chat_id)
-                    rows = await self.store.next_pending(chat_id, self.settings.batch_size)
+                    rows, claimed = await self.store.next_pending_claimed(
+                        chat_id, self.settings.batch_size
+                    )
                     if not rows and chat_id not in self._again:
                         return
                     for row in rows:
-                        await self._send_row(row)
+                        await self._send_row(row, claimed=row.id == claimed)
                         if self._stopping:
                             return
             finally:
@@ -334,8 +348,9 @@ class SenderActor:
             if chat_id not in self._workers:
                 del self._last_request[chat_id]
 
-    async def _send_row(self, row: OutboxRow) -> None:
-        """Deliver the row's remaining chunks, then mark it sent (or failed/uncertain)."""
+    async def _send_row(self, row: OutboxRow, *, claimed: bool = False) -> None:
+        """Deliver the row's remaining chunks, then mark it sent (or failed/uncertain).
+        ``claimed``: its next send attempt is already started (``next_pending_claimed``)."""
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id)
         plan = plan_chunks(row.text, row.parse_mode, self.settings.chunk_limit)
         if not plan.chunks:
@@ -345,7 +360,10 @@ class SenderActor:
             rlog.info("sender.resuming", chunks_sent=row.chunks_sent, chunks=len(plan.chunks))
         message_ids = list(row.telegram_message_ids)
         for index in range(row.chunks_sent, len(plan.chunks)):
-            result = await self._deliver(row, index, plan.chunks[index], plan.parse_mode)
+            result = await self._deliver(
+                row, index, plan.chunks[index], plan.parse_mode, claimed=claimed
+            )
+            claimed = False
             if isinstance(result, _Final):
                 await self._finish(row, index, len(plan.chunks), result)
                 return
@@ -366,7 +384,7 @@ class SenderActor:
             rlog.warning("sender.failed", error=result.error)
 
     async def _deliver(
-        self, row: OutboxRow, index: int, chunk: str, parse_mode: str | None
+        self, row: OutboxRow, index: int, chunk: str, parse_mode: str | None, *, claimed: bool
     ) -> int | _Final:
         """Send one chunk, applying the retry policy; the message id, or why it was not sent."""
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id, chunk=index + 1)
@@ -375,7 +393,9 @@ class SenderActor:
         failures = rate_limited = 0
         while True:
             await self._pace(row.chat_id)
-            if await self.store.mark_sending(row.id) is None:
+            if claimed:
+                claimed = False
+            elif await self.store.mark_sending(row.id) is None:
                 return _Final("closed")
             try:
                 return await self.client.send_message(

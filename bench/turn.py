@@ -220,6 +220,7 @@ _SITES: tuple[tuple[str, str], ...] = (
     (r"INSERT INTO inbox", "webhook: inbox insert"),
     (r"claimed AS", "chat: open inbox rows + claim the first"),
     (r"WITH reply AS", "commit: outbox row + inbox rows done"),
+    (r"SET status = 'sending'[\s\S]*AS claimed", "sender: next pending + mark sending"),
     (r"WITH ins AS", "agent: user row + recent window"),
     (r"SET status = 'processing'", "chat: claim inbox rows"),
     (r"SELECT chat_id FROM inbox", "router: recovery sweep (every 30 s)"),

@@ -330,3 +330,20 @@ async def test_commit_turn_in_a_caller_transaction_rolls_back(db: dbmod.Database
     assert await inbox.pending_for_chat(db, 11) == []
     [row] = await outbox.next_pending(db, 11)
     assert row.inbox_ids == (a,)
+
+
+async def test_next_pending_claimed_starts_the_first_send_only(db: dbmod.Database) -> None:
+    o1 = await outbox.enqueue_reply(db, 12, "first")
+    o2 = await outbox.enqueue_reply(db, 12, "second")
+    await outbox.enqueue_reply(db, 13, "other chat")
+    rows, claimed = await outbox.next_pending_claimed(db, 12)
+    assert [(r.id, r.status, r.attempts) for r in rows] == [(o1, "pending", 0), (o2, "pending", 0)]
+    assert claimed == o1
+    first, second = await outbox.get(db, o1), await outbox.get(db, o2)
+    assert first is not None and (first.status, first.attempts) == ("sending", 1)
+    assert second is not None and (second.status, second.attempts) == ("pending", 0)
+    assert await outbox.mark_sent(db, o1)
+    rows, claimed = await outbox.next_pending_claimed(db, 12)
+    assert [r.id for r in rows] == [o2] and claimed == o2
+    assert await outbox.mark_failed(db, o2, "blocked")
+    assert await outbox.next_pending_claimed(db, 12) == ([], None)

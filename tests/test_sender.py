@@ -117,6 +117,15 @@ class MemoryOutbox:
         await trio.sleep(self.query_delay)
         return snapshot
 
+    async def next_pending_claimed(
+        self, chat_id: int, limit: int
+    ) -> tuple[list[OutboxRow], int | None]:
+        rows = await self.next_pending(chat_id, limit)
+        if not rows:
+            return rows, None
+        claimed = rows[0].id if await self.mark_sending(rows[0].id) is not None else None
+        return rows, claimed
+
     async def mark_sending(self, row_id: int) -> int | None:
         await trio.lowlevel.checkpoint()
         row = self.rows[row_id]
