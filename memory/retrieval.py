@@ -40,6 +40,7 @@ table's row estimate:
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections import Counter
@@ -75,13 +76,14 @@ log = get_logger(__name__)
 LIVE_STATUSES = tuple(s for s, v in VALIDITY_BY_STATUS.items() if v > 0.0)
 DEFAULT_LIMIT = 20  # patterns injected at most (the token budget usually binds first)
 DEFAULT_CANDIDATES = 60  # rows per arm
-EXACT_MAX = 20_000  # chats up to this many vectors are scanned exactly
-EF_SEARCH_MAX = 1_000  # above this an exact scan of the chat is cheaper than the graph walk
+EXACT_MAX = 2_000  # chats up to this many vectors are scanned exactly
+EF_SEARCH_MAX = 400  # above this the shared graph walk costs more than the chat's own
 EF_SLACK = 1.5
+HNSW_EF_LIMIT = 1_000  # pgvector's maximum hnsw.ef_search
 SIZE_TTL = 300.0  # seconds a chat's vector count is trusted
 DEGRADED_MARK = "[memory: degraded]"
 
-Plan = Literal["exact", "hnsw", "none"]
+Plan = Literal["exact", "hnsw", "chat_index", "none"]
 
 
 class Queries(Protocol):
@@ -142,77 +144,144 @@ def memory_block(patterns: Sequence[RankedPattern], degraded: bool) -> str:
 # --- the vector arm's plan ------------------------------------------------------------------
 
 
+def chat_index_name(chat_id: int, model: str, dims: int) -> str:
+    """The name of ``chat_id``'s own partial HNSW index for ``model`` (<= 63 bytes)."""
+    chat = f"m{-chat_id}" if chat_id < 0 else str(chat_id)
+    digest = hashlib.sha1(f"{check_model(model)}/{dims}".encode()).hexdigest()[:8]
+    return f"idx_pattern_emb_chat_{chat}_{digest}"
+
+
 def choose_plan(
     chat_count: int,
     total: int,
     candidates: int,
     *,
+    chat_index: bool = False,
     exact_max: int = EXACT_MAX,
     ef_max: int = EF_SEARCH_MAX,
 ) -> tuple[Plan, int]:
-    """The vector arm's plan and ``hnsw.ef_search`` (0 unless ``hnsw``). Pure."""
+    """The vector arm's plan and its ``hnsw.ef_search`` (0 for ``exact``/``none``). Pure."""
     if chat_count <= 0:
         return "none", 0
     if chat_count <= exact_max:
         return "exact", 0
+    ef_max = min(ef_max, HNSW_EF_LIMIT)
     share = chat_count / max(total, chat_count)
-    ef = math.ceil(candidates / share * EF_SLACK)
-    if ef > ef_max:
-        return "exact", 0
-    return "hnsw", max(ef, candidates)
+    ef = max(math.ceil(candidates / share * EF_SLACK), candidates)
+    if ef <= ef_max:
+        return "hnsw", ef
+    if chat_index:
+        return "chat_index", max(math.ceil(candidates * EF_SLACK), candidates)
+    return "exact", 0
+
+
+@attrs.frozen
+class ChatSize:
+    count: int  # the chat's vectors for the model
+    total: int  # estimated vectors in the table
+    chat_index: bool  # the chat has its own valid partial HNSW index
+    at: float
 
 
 @attrs.define
 class VectorPlanner:
-    """Caches each chat's vector count per model for :data:`SIZE_TTL` seconds."""
+    """Caches each chat's vector count (and own-index flag) per model for ``ttl`` seconds."""
 
     ttl: float = SIZE_TTL
     exact_max: int = EXACT_MAX
     ef_max: int = EF_SEARCH_MAX
     plans: Counter[str] = attrs.field(factory=Counter)  # plans run, for tests and benches
-    _sizes: dict[tuple[int, str], tuple[int, int, float]] = attrs.field(factory=dict)
-
-    def plan(self, chat_count: int, total: int, candidates: int) -> tuple[Plan, int]:
-        return choose_plan(
-            chat_count, total, candidates, exact_max=self.exact_max, ef_max=self.ef_max
-        )
+    _sizes: dict[tuple[int, str], ChatSize] = attrs.field(factory=dict)
 
     def forget(self, chat_id: int | None = None) -> None:
-        """Drop cached counts (of one chat, or all)."""
-        if chat_id is None:
-            self._sizes.clear()
-        else:
-            for key in [k for k in self._sizes if k[0] == chat_id]:
-                del self._sizes[key]
+        """Drop cached sizes (of one chat, or all)."""
+        for key in [k for k in self._sizes if chat_id is None or k[0] == chat_id]:
+            del self._sizes[key]
 
-    async def sizes(self, db: Queries, chat_id: int, model: str) -> tuple[int, int]:
-        """``(chat's vectors for model, estimated vectors in the table)``."""
+    async def plan(
+        self, db: Queries, chat_id: int, model: str, dims: int, candidates: int
+    ) -> tuple[Plan, int]:
+        size = await self.size(db, chat_id, model, dims)
+        return choose_plan(
+            size.count, size.total, candidates, chat_index=size.chat_index,
+            exact_max=self.exact_max, ef_max=self.ef_max,
+        )  # fmt: skip
+
+    async def size(self, db: Queries, chat_id: int, model: str, dims: int) -> ChatSize:
         key = (chat_id, model)
         hit = self._sizes.get(key)
         now = time.monotonic()
-        if hit is not None and now - hit[2] < self.ttl:
-            return hit[0], hit[1]
-        count = int(
-            await db.fetchval(
-                "SELECT count(*) FROM pattern_embeddings WHERE model = $1 AND chat_id = $2",
-                model,
-                chat_id,
+        if hit is not None and now - hit.at < self.ttl:
+            return hit
+        [row] = await db.fetch(
+            "SELECT (SELECT count(*) FROM pattern_embeddings WHERE model = $1 AND chat_id = $2)"
+            " AS n, (SELECT reltuples::bigint FROM pg_class"
+            "        WHERE oid = 'pattern_embeddings'::regclass) AS est,"
+            " coalesce((SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($3)),"
+            " false) AS own",
+            model, chat_id, chat_index_name(chat_id, model, dims),
+        )  # fmt: skip
+        count = int(row["n"])
+        total = int(row["est"]) if row["est"] is not None else -1
+        if count > self.exact_max and total < count:  # never analysed yet: count them
+            total = int(
+                await db.fetchval("SELECT count(*) FROM pattern_embeddings WHERE model = $1", model)
             )
+        size = ChatSize(count, max(total, count), bool(row["own"]), now)
+        self._sizes[key] = size
+        return size
+
+
+async def ensure_chat_indexes(
+    db: Queries,
+    model: str,
+    dims: int,
+    *,
+    candidates: int = DEFAULT_CANDIDATES,
+    exact_max: int = EXACT_MAX,
+    ef_max: int = EF_SEARCH_MAX,
+    concurrently: bool = True,
+) -> list[int]:
+    """Give every chat that needs one its own partial HNSW index; the chats indexed now.
+
+    A chat needs one when it is too big for an exact scan and too small a share of the
+    model's index for the shared graph walk (see :func:`choose_plan`). A maintenance job
+    (or ``engram patterns``) runs this; retrieval uses an index once it is valid. Built
+    ``CONCURRENTLY`` by default, so writes to other chats are not blocked meanwhile.
+    """
+    check_model(model)
+    rows = await db.fetch(
+        "SELECT chat_id, count(*) AS n FROM pattern_embeddings WHERE model = $1 AND dims = $2"
+        " GROUP BY chat_id HAVING count(*) > $3",
+        model, dims, exact_max,
+    )  # fmt: skip
+    total = sum(int(r["n"]) for r in rows)
+    total = max(total, int(await db.fetchval(
+        "SELECT count(*) FROM pattern_embeddings WHERE model = $1", model)))  # fmt: skip
+    made: list[int] = []
+    for r in rows:
+        chat_id, n = int(r["chat_id"]), int(r["n"])
+        plan, _ = choose_plan(n, total, candidates, chat_index=True, exact_max=exact_max,
+                              ef_max=ef_max)  # fmt: skip
+        name = chat_index_name(chat_id, model, dims)
+        if plan != "chat_index":
+            continue
+        valid = await db.fetchval(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)", name
         )
-        total = count
-        if count > self.exact_max:  # only then does the share matter
-            est = await db.fetchval(
-                "SELECT reltuples::bigint FROM pg_class WHERE oid = 'pattern_embeddings'::regclass"
-            )
-            total = int(est) if est is not None and est > 0 else count
-            if total < count:  # never analysed yet: count
-                total = int(
-                    await db.fetchval(
-                        "SELECT count(*) FROM pattern_embeddings WHERE model = $1", model
-                    )
-                )
-        self._sizes[key] = (count, total, now)
-        return count, total
+        if valid:
+            continue
+        if valid is not None:  # a failed concurrent build left an invalid index
+            await db.execute(f"DROP INDEX {'CONCURRENTLY ' if concurrently else ''}{name}")
+        await db.execute(
+            f"CREATE INDEX {'CONCURRENTLY ' if concurrently else ''}IF NOT EXISTS {name} "
+            f"ON pattern_embeddings USING hnsw ((embedding::vector({dims})) vector_cosine_ops) "
+            f"WITH (m = 16, ef_construction = 64) "
+            f"WHERE model = '{model}' AND chat_id = {chat_id}"
+        )
+        log.info("retrieval.chat_index_created", chat_id=chat_id, model=model, rows=n)
+        made.append(chat_id)
+    return made
 
 
 # --- SQL ------------------------------------------------------------------------------------
@@ -241,30 +310,32 @@ _FTS_ARM = """
             LIMIT $9) s)"""
 
 
-def _vec_arm(model: str, dims: int, plan: Plan) -> str:
+def _vec_arm(model: str, dims: int, plan: Plan, chat_id: int) -> str:
     if plan == "none":
         return "vec AS (SELECT NULL::bigint AS id, NULL::bigint AS rnk WHERE false)"
     # the HNSW index is on the cast expression; the exact plan orders by the bare column,
     # which no index matches, so the planner scans the chat's rows through (model, chat_id)
     dist = (
-        f"pe.embedding::vector({dims}) <=> $11::vector({dims})"
-        if plan == "hnsw"
-        else f"pe.embedding <=> $11::vector({dims})"
+        f"pe.embedding <=> $11::vector({dims})"
+        if plan == "exact"
+        else f"pe.embedding::vector({dims}) <=> $11::vector({dims})"
     )
+    # the chat's own partial index is only matched against a literal chat id
+    chat = str(int(chat_id)) if plan == "chat_index" else "$1"
     return f"""
     vec AS MATERIALIZED (
         SELECT s.id, row_number() OVER () AS rnk FROM (
             SELECT pe.pattern_id AS id FROM pattern_embeddings pe
-            WHERE pe.model = '{model}' AND pe.chat_id = $1 AND pe.dims = {dims}
+            WHERE pe.model = '{model}' AND pe.chat_id = {chat} AND pe.dims = {dims}
             ORDER BY {dist} LIMIT $9) s)"""
 
 
-def candidates_sql(model: str, dims: int, plan: Plan) -> str:
+def candidates_sql(model: str, dims: int, plan: Plan, chat_id: int = 0) -> str:
     """The one statement computing both arms, the similarity and the typed weight."""
     check_model(model)
     sim = f"1 - (pe.embedding <=> $11::vector({dims}))" if plan != "none" else "NULL::float8"
     return f"""
-    WITH {_vec_arm(model, dims, plan)},{_FTS_ARM},
+    WITH {_vec_arm(model, dims, plan, chat_id)},{_FTS_ARM},
     cand AS (
         SELECT id, min(vrnk) AS vrnk, min(frnk) AS frnk FROM (
             SELECT id, rnk AS vrnk, NULL::bigint AS frnk FROM vec
@@ -272,6 +343,7 @@ def candidates_sql(model: str, dims: int, plan: Plan) -> str:
         GROUP BY id)
     SELECT p.id, p.content, p.kind, p.confidence, p.strength, p.status, p.last_seen,
            p.times_seen, c.vrnk, c.frnk, pe.embedding, {sim} AS similarity,
+           (SELECT count(*) FROM vec) AS vec_rows,
            {_WEIGHT} AS weight
     FROM cand c
     JOIN patterns p ON p.id = c.id AND p.chat_id = $1 AND p.status = ANY($8::text[])
@@ -383,16 +455,15 @@ async def rank_patterns(
     plan: Plan = "none"
     ef = 0
     if vector is not None:
-        count, total = await planner.sizes(db, chat_id, model)
-        plan, ef = planner.plan(count, total, limit)
+        plan, ef = await planner.plan(db, chat_id, model, dims, limit)
     args: list[Any] = [
         chat_id, now, _DECAY_KINDS, _DECAY_HALF, _DECAY_FLOOR, _VALID_STATUS, _VALID_VALUE,
         list(LIVE_STATUSES), limit, or_tsquery(query),
     ]  # fmt: skip
     if plan != "none":
         args.append(np.asarray(vector, dtype=np.float32))
-    rows = await _fetch(db, candidates_sql(model, dims, plan), args, ef)
-    if plan == "hnsw" and sum(r["vrnk"] is not None for r in rows) < limit:
+    rows = await _fetch(db, candidates_sql(model, dims, plan, chat_id), args, ef)
+    if plan in ("hnsw", "chat_index") and (rows[0]["vec_rows"] if rows else 0) < limit:
         # the post-filtered graph walk came back short: scan the chat exactly instead
         log.info("retrieval.hnsw_short", chat_id=chat_id, model=model, ef_search=ef)
         plan = "exact"

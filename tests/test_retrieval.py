@@ -22,7 +22,9 @@ from memory.retrieval import (
     RankedPattern,
     SqlPatternRetriever,
     VectorPlanner,
+    chat_index_name,
     choose_plan,
+    ensure_chat_indexes,
     pattern_line,
     rank_patterns,
 )
@@ -128,11 +130,14 @@ async def rank(
 
 def test_choose_plan() -> None:
     assert choose_plan(0, 100, 60) == ("none", 0)
-    assert choose_plan(5_000, 1_000_000, 60) == ("exact", 0)  # small chat: always exact
+    assert choose_plan(2_000, 1_000_000, 60) == ("exact", 0)  # small chat: always exact
     assert choose_plan(100_000, 100_000, 60) == ("hnsw", 90)  # the whole index: ef = 60 * 1.5
-    assert choose_plan(100_000, 1_000_000, 60) == ("hnsw", 900)
-    assert choose_plan(30_000, 10_000_000, 60) == ("exact", 0)  # ef would exceed the cap
-    assert choose_plan(50, 100, 60, exact_max=0, ef_max=1000) == ("hnsw", 180)
+    assert choose_plan(100_000, 1_000_000, 60) == ("exact", 0)  # ef 900: too dear, no own index
+    assert choose_plan(100_000, 1_000_000, 60, chat_index=True) == ("chat_index", 90)
+    assert choose_plan(30_000, 100_000, 60) == ("hnsw", 300)
+    assert choose_plan(50, 100, 60, exact_max=0, ef_max=10**6) == ("hnsw", 180)
+    assert choose_plan(50, 10**6, 60, exact_max=0, ef_max=10**6) == ("exact", 0)  # pgvector cap
+    assert len(chat_index_name(-1001234567890123, "x" * 100, 1536)) <= 63
 
 
 def test_pattern_line() -> None:
@@ -375,6 +380,7 @@ async def _bulk(
     db: Database, chat_id: int, vectors: Mapping[int, np.ndarray] | np.ndarray, word: str
 ) -> None:
     n = len(vectors)
+    before = await db.fetchval("SELECT coalesce(max(id), 0) FROM patterns")
     await db.copy_records(
         "patterns",
         [
@@ -394,7 +400,9 @@ async def _bulk(
     )
     ids = [
         r["id"]
-        for r in await db.fetch("SELECT id FROM patterns WHERE chat_id = $1 ORDER BY id", chat_id)
+        for r in await db.fetch(
+            "SELECT id FROM patterns WHERE chat_id = $1 AND id > $2 ORDER BY id", chat_id, before
+        )
     ]
     await db.copy_records(
         "pattern_embeddings",
@@ -418,16 +426,23 @@ async def test_small_chat_among_many_still_finds_its_matches(db: Database) -> No
     mine = [
         await add_pattern(db, f"tiny chat {i}", at_cos(0.6 - 0.05 * i, 1 + i)) for i in range(3)
     ]
-    ranked, _ = await rank(db, "q", query_embedder())
+    planner = VectorPlanner()
+    ranked, _ = await rank(db, "q", query_embedder(), planner=planner)
     assert [p.id for p in ranked] == mine
-    # even a planner pushed to the graph walk keeps recall: the short walk falls back
+    assert planner.plans == {"exact": 1}
+    # 300 patterns (the 3 plus 297 pointing away): a planner pushed to the shared graph walk
+    # gets nothing of this chat back from it and falls back to the exact scan
+    away = -np.abs(rng.normal(size=(297, DIMS))).astype(np.float32)
+    away /= np.linalg.norm(away, axis=1, keepdims=True)
+    await _bulk(db, CHAT, away, "away")
+    await db.execute("ANALYZE pattern_embeddings")
     planner = VectorPlanner(exact_max=0, ef_max=1000)
     ranked, _ = await rank(db, "q", query_embedder(), planner=planner, limit=5)
     assert [p.id for p in ranked] == mine
-    assert planner.plans["exact"] == 1
+    assert planner.plans == {"exact": 1}
 
 
-async def test_hnsw_plan_for_a_large_share(db: Database) -> None:
+async def test_hnsw_and_chat_index_plans_keep_recall(db: Database) -> None:
     rng = np.random.default_rng(2)
     vecs = rng.normal(size=(3000, DIMS)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
@@ -435,22 +450,30 @@ async def test_hnsw_plan_for_a_large_share(db: Database) -> None:
     await _bulk(db, OTHER, vecs[:1000], "other")
     await ensure_vector_index(db, "pattern_embeddings", MODEL, DIMS)
     await db.execute("ANALYZE pattern_embeddings")
+    # CHAT holds 75% of the index: shared walk (ef 40); OTHER 25%: ef 120 > 50, own index
+    made = await ensure_chat_indexes(
+        db, MODEL, DIMS, candidates=20, exact_max=500, ef_max=50, concurrently=True
+    )
+    assert made == [OTHER]
+    assert await ensure_chat_indexes(db, MODEL, DIMS, candidates=20, exact_max=500, ef_max=50) == []
     low = Thresholds(min_similarity=0.0, dedup=0.9, adjudicate=0.8, merge=0.88)
-    planner = VectorPlanner(exact_max=1000)
-    exact_planner = VectorPlanner()
-    overlap = []
-    for i in range(10):
-        q = rng.normal(size=DIMS).astype(np.float32)
-        text = f"query {i}"
-        emb = KeyedEmbedder({text: q / np.linalg.norm(q)})
-        approx, _ = await rank(db, text, emb, thresholds=low, planner=planner, limit=20)
-        exact, _ = await rank(db, text, emb, thresholds=low, planner=exact_planner, limit=20)
-        assert all(p.id in {e.id for e in exact} or p.similarity is not None for p in approx)
-        overlap.append(len({p.id for p in approx} & {p.id for p in exact}) / len(exact))
-        chats = await db.fetch(
-            "SELECT DISTINCT chat_id FROM patterns WHERE id = ANY($1::bigint[])",
-            [p.id for p in approx],
-        )
-        assert [r["chat_id"] for r in chats] == [CHAT]
-    assert planner.plans["hnsw"] == 10 and exact_planner.plans["exact"] == 10
-    assert float(np.mean(overlap)) >= 0.9  # HNSW recall on a 16-d toy set
+    for chat, plan in ((CHAT, "hnsw"), (OTHER, "chat_index")):
+        planner = VectorPlanner(exact_max=500, ef_max=50)
+        exact_planner = VectorPlanner(exact_max=10**9)
+        overlap = []
+        for i in range(10):
+            q = rng.normal(size=DIMS).astype(np.float32)
+            text = f"query {i}"
+            emb = KeyedEmbedder({text: q / np.linalg.norm(q)})
+            approx, _ = await rank(db, text, emb, chat, thresholds=low, planner=planner, limit=20)
+            exact, _ = await rank(
+                db, text, emb, chat, thresholds=low, planner=exact_planner, limit=20
+            )
+            overlap.append(len({p.id for p in approx} & {p.id for p in exact}) / len(exact))
+            chats = await db.fetch(
+                "SELECT DISTINCT chat_id FROM patterns WHERE id = ANY($1::bigint[])",
+                [p.id for p in approx],
+            )
+            assert [r["chat_id"] for r in chats] == [chat]
+        assert planner.plans == {plan: 10} and exact_planner.plans == {"exact": 10}
+        assert float(np.mean(overlap)) >= 0.9  # HNSW recall on a 16-d toy set
