@@ -51,8 +51,8 @@ os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
 from memory.canonical import canonical_hash
 from memory.embedding_store import store_vectors
 from memory.embeddings import LocalEmbedder
-from memory.query_text import or_tsquery
-from memory.ranking import memory_factor, recency
+from memory.query_text import content_words, or_tsquery
+from memory.ranking import memory_factor, mmr, recency
 from runtime import db as dbmod
 from runtime.embedded_pg import embedded_postgres
 from runtime.migrate import apply_migrations
@@ -64,6 +64,7 @@ CANDIDATES = 60  # rows per arm (the product's default)
 KIND = "behavior"
 CONFIDENCE = 0.5
 SYNTHETIC_SET = Path(__file__).resolve().parent / "data" / "paraphrases.jsonl"
+DIALOG_SET = Path(__file__).resolve().parent / "data" / "dialog_recall.json"
 
 
 @attrs.frozen
@@ -157,6 +158,22 @@ def load_synthetic(path: Path = SYNTHETIC_SET) -> Conversation:
     return Conversation("synthetic", 9_000, observations, tuple(questions), at)
 
 
+def load_dialog_set(path: Path = DIALOG_SET) -> Conversation:
+    """bench/data/dialog_recall.json (written for engram, in the style of a two-person
+    multi-session chat): claims per dated session, questions citing claim ids ``S<n>:<i>``."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    observations = []
+    for n, session in enumerate(data["sessions"], start=1):
+        at = datetime.fromisoformat(session["date"]).replace(tzinfo=UTC)
+        for i, claim in enumerate(session["claims"], start=1):
+            observations.append(Observation(claim, frozenset({f"S{n}:{i}"}), at))
+    questions = tuple(
+        Question(q["question"], 0, frozenset(q["evidence"])) for q in data["questions"]
+    )
+    now = max(o.at for o in observations)
+    return Conversation("dialog", 9_001, tuple(observations), questions, now)
+
+
 # --- database -----------------------------------------------------------------------------------
 
 
@@ -205,16 +222,52 @@ async def fulltext_arm(
     return [(int(r["id"]), float(r["rank"])) for r in rows]
 
 
+#: The lexical arm recommended for memory.retrieval: BM25 (k1 1.2, b 0.75, tf taken as 1 since
+#: claims rarely repeat a word) with document frequencies counted over the chat's live patterns
+#: through the GIN index. $1 chat, $2 the query's content words, $3 limit, $4 live statuses.
+BM25_SQL = """
+WITH terms AS (
+    SELECT DISTINCT lex FROM unnest(tsvector_to_array(to_tsvector('english', $2))) AS t(lex)),
+live AS (
+    SELECT count(*)::float8 AS n, coalesce(avg(length(text_search)), 1)::float8 AS avglen
+    FROM patterns WHERE chat_id = $1 AND status = ANY($4::text[])),
+df AS (
+    SELECT t.lex, quote_literal(t.lex)::tsquery AS q,
+           (SELECT count(*) FROM patterns p WHERE p.chat_id = $1 AND p.status = ANY($4::text[])
+              AND p.text_search @@ quote_literal(t.lex)::tsquery)::float8 AS df
+    FROM terms t)
+SELECT p.id, sum(ln(1 + (live.n - df.df + 0.5) / (df.df + 0.5))
+                 * 2.2 / (1 + 1.2 * (0.25 + 0.75 * length(p.text_search) / live.avglen))) AS score
+FROM df
+JOIN patterns p ON p.text_search @@ df.q AND p.chat_id = $1 AND p.status = ANY($4::text[])
+CROSS JOIN live
+WHERE df.df > 0
+GROUP BY p.id
+ORDER BY score DESC, p.id DESC
+LIMIT $3"""
+
+
+async def bm25_arm(
+    db: dbmod.Database, chat_id: int, text: str, limit: int
+) -> list[tuple[int, float]]:
+    words = " ".join(content_words(text))
+    if not words:
+        return []
+    rows = await db.fetch(BM25_SQL, chat_id, words, limit, ["active", "disputed"])
+    return [(int(r["id"]), float(r["score"])) for r in rows]
+
+
 async def hybrid_arm(
     db: dbmod.Database, embedder: LocalEmbedder, chat_id: int, query: str, now: datetime
-) -> list[int] | None:
-    """The product path: ``memory.retrieval.rank_patterns`` (None until the module exists)."""
+) -> tuple[list[int], list[int]] | None:
+    """The product path: ``memory.retrieval.rank_patterns`` order, and that order after the
+    retriever's MMR (lambda 0.7) as injected; None until the module exists."""
     try:
         from memory.retrieval import rank_patterns
     except ImportError:
         return None
     ranked, _degraded = await rank_patterns(db, embedder, chat_id, query, limit=CANDIDATES, now=now)
-    return [p.id for p in ranked]
+    return [p.id for p in ranked], [p.id for p in mmr(ranked, k=max(KS))]
 
 
 # --- scoring ------------------------------------------------------------------------------------
@@ -224,17 +277,28 @@ async def hybrid_arm(
 class Recall:
     """Hits per arm and k over the questions seen."""
 
-    hits: dict[tuple[str, int], int] = attrs.field(factory=lambda: defaultdict(int))
-    questions: int = 0
+    hits: dict[tuple[str, int, int], int] = attrs.field(factory=lambda: defaultdict(int))
+    per_category: dict[int, int] = attrs.field(factory=lambda: defaultdict(int))
 
-    def add(self, arm: str, ranking: Sequence[int], evidence: dict[int, Observation],
-            gold: frozenset[str]) -> None:  # fmt: skip
+    @property
+    def questions(self) -> int:
+        return sum(self.per_category.values())
+
+    def count(self, q: Question) -> None:
+        self.per_category[q.category] += 1
+
+    def add(
+        self, arm: str, ranking: Sequence[int], evidence: dict[int, Observation], q: Question
+    ) -> None:
         for k in KS:
-            if any(evidence[i].evidence & gold for i in ranking[:k]):
-                self.hits[(arm, k)] += 1
+            if any(evidence[i].evidence & q.evidence for i in ranking[:k]):
+                self.hits[(arm, k, q.category)] += 1
 
-    def value(self, arm: str, k: int) -> float:
-        return self.hits.get((arm, k), 0) / self.questions if self.questions else 0.0
+    def value(self, arm: str, k: int, category: int | None = None) -> float:
+        cats = list(self.per_category) if category is None else [category]
+        hits = sum(self.hits.get((arm, k, c), 0) for c in cats)
+        total = sum(self.per_category[c] for c in cats)
+        return hits / total if total else 0.0
 
 
 Variant = Callable[["Arms"], list[int]]
@@ -247,6 +311,66 @@ class Arms:
     vec: list[tuple[int, float]]
     fts: list[tuple[int, float]]
     days: dict[int, float]
+    bm25: list[tuple[int, float]] = attrs.field(factory=list)
+    allsims: dict[int, float] = attrs.field(factory=dict)
+    vec_cw: list[tuple[int, float]] = attrs.field(factory=list)
+    allsims_cw: dict[int, float] = attrs.field(factory=dict)
+    qvec: Any = None  # the query vector
+    qvec_cw: Any = None  # the query's content words' vector
+    ids: tuple[int, ...] = ()  # the chat's pattern ids, rows of ``mat``
+    mat: Any = None  # the chat's pattern vectors
+    bm25_sql: list[tuple[int, float]] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class Lexicon:
+    """The chat's lexemes as Postgres stems them (``unnest(text_search)``), for BM25."""
+
+    tf: dict[int, dict[str, int]]
+    df: dict[str, int]
+    avg_len: float
+
+    def bm25(
+        self, terms: Sequence[str], k1: float = 1.2, b: float = 0.75
+    ) -> list[tuple[int, float]]:
+        n = len(self.tf)
+        out = []
+        for pid, doc in self.tf.items():
+            length = sum(doc.values())
+            score = 0.0
+            for t in terms:
+                f = doc.get(t, 0)
+                if f:
+                    idf = np.log(1 + (n - self.df[t] + 0.5) / (self.df[t] + 0.5))
+                    score += idf * f * (k1 + 1) / (f + k1 * (1 - b + b * length / self.avg_len))
+            if score > 0:
+                out.append((pid, float(score)))
+        out.sort(key=lambda kv: (-kv[1], -kv[0]))
+        return out[:CANDIDATES]
+
+
+async def lexicon(db: dbmod.Database, chat_id: int) -> Lexicon:
+    rows = await db.fetch(
+        "SELECT p.id, u.lexeme, coalesce(array_length(u.positions, 1), 1) AS tf"
+        " FROM patterns p, unnest(p.text_search) u WHERE p.chat_id = $1",
+        chat_id,
+    )
+    tf: dict[int, dict[str, int]] = defaultdict(dict)
+    df: dict[str, int] = defaultdict(int)
+    for r in rows:
+        tf[int(r["id"])][str(r["lexeme"])] = int(r["tf"])
+        df[str(r["lexeme"])] += 1
+    avg = sum(sum(d.values()) for d in tf.values()) / max(len(tf), 1)
+    return Lexicon(dict(tf), dict(df), avg)
+
+
+async def query_lexemes(db: dbmod.Database, tsquery: str) -> list[str]:
+    if not tsquery:
+        return []
+    found = await db.fetchval(
+        "SELECT tsvector_to_array(to_tsvector('english', replace($1, ' | ', ' ')))", tsquery
+    )
+    return list(found or [])
 
 
 def _weight(arms: Arms, pid: int, with_recency: bool = True) -> float:
@@ -254,11 +378,13 @@ def _weight(arms: Arms, pid: int, with_recency: bool = True) -> float:
     return rec * memory_factor(1.0) * CONFIDENCE
 
 
-def _rrf_ids(arms: Arms, k: int = 60, fts_weight: float = 1.0) -> dict[int, float]:
+def _rrf_ids(
+    arms: Arms, k: int = 60, fts_weight: float = 1.0, bm25: bool = False
+) -> dict[int, float]:
     out: dict[int, float] = defaultdict(float)
     for r, (pid, _) in enumerate(arms.vec, 1):
         out[pid] += 1.0 / (k + r)
-    for r, (pid, _) in enumerate(arms.fts, 1):
+    for r, (pid, _) in enumerate(arms.bm25 if bm25 else arms.fts, 1):
         out[pid] += fts_weight / (k + r)
     return out
 
@@ -268,44 +394,100 @@ def _best(scores: dict[int, float]) -> list[int]:
 
 
 def variant_rankings(min_sim: float) -> dict[str, Variant]:
-    """Fusion/scoring variants, from the arms of one question (for the report)."""
+    """Fusion/scoring variants, from the arms of one question (for the report).
 
-    def sims(a: Arms) -> dict[int, float]:
-        return dict(a.vec)
+    ``relevance`` is one of: ``rrf`` (k = 60, vector + ts_rank arms), ``product`` (the product's
+    ``cosine x RRF / max RRF``), ``convex`` (``0.5 cosine + 0.5 lexical / max lexical``, cosine
+    of every candidate); ``_bm25`` uses BM25 instead of ts_rank for the lexical arm, ``_cw`` the
+    query's content words (memory.query_text) for the query vector. The typed weight is then
+    applied with recency at strength ``beta``: ``relevance x (1 - beta + beta x recency)``
+    (beta 1 = the seed's formula, 0 = no recency; memory and confidence are constant here).
+    """
 
-    def product(a: Arms, with_recency: bool) -> list[int]:
-        fused = _rrf_ids(a)
+    def soft(a: Arms, pid: int, beta: float) -> float:
+        return 1.0 - beta + beta * recency(KIND, a.days[pid])
+
+    def rrf_rel(a: Arms, bm25: bool = False) -> dict[int, float]:
+        return _rrf_ids(a, bm25=bm25)
+
+    def product_rel(a: Arms, bm25: bool = False) -> dict[int, float]:
+        fused = _rrf_ids(a, bm25=bm25)
         top = max(fused.values(), default=1.0)
-        s = sims(a)
-        return _best({
-            pid: s[pid] * (f / top) * _weight(a, pid, with_recency)
-            for pid, f in fused.items() if pid in s and s[pid] >= min_sim
-        })  # fmt: skip
+        return {
+            pid: a.allsims[pid] * f / top
+            for pid, f in fused.items()
+            if a.allsims.get(pid, 0.0) >= min_sim
+        }
 
-    def convex(a: Arms, alpha: float, with_recency: bool = False) -> list[int]:
-        s = sims(a)
-        fmax = max((v for _, v in a.fts), default=0.0) or 1.0
-        f = {pid: v / fmax for pid, v in a.fts}
-        ids = set(s) | set(f)
-        return _best({
-            pid: ((1 - alpha) * s.get(pid, 0.0) + alpha * f.get(pid, 0.0))
-            * (_weight(a, pid, True) / _weight(a, pid, False) if with_recency else 1.0)
-            for pid in ids
-        })  # fmt: skip
+    def convex_rel(
+        a: Arms,
+        bm25: bool | str = False,
+        cw: bool = False,
+        alpha: float = 0.5,
+        override: dict[int, float] | None = None,
+    ) -> dict[int, float]:
+        sims = override or (a.allsims_cw if cw else a.allsims)
+        lexical = (a.bm25_sql if bm25 == "sql" else a.bm25) if bm25 else a.fts
+        fmax = max((v for _, v in lexical), default=0.0) or 1.0
+        lex = {pid: v / fmax for pid, v in lexical}
+        vec_ids = [pid for pid, _ in (a.vec_cw if cw else a.vec)]
+        if override:
+            vec_ids = sorted(sims, key=lambda pid: -sims[pid])[:CANDIDATES]
+        ids = set(vec_ids) | set(lex)
+        return {pid: (1 - alpha) * sims[pid] + alpha * lex.get(pid, 0.0) for pid in ids}
 
-    return {
-        "rrf": lambda a: _best(_rrf_ids(a)),
-        "rrf_fts2": lambda a: _best(_rrf_ids(a, fts_weight=2.0)),
-        "rrf_k10": lambda a: _best(_rrf_ids(a, k=10)),
-        "product": lambda a: product(a, True),
-        "product_no_recency": lambda a: product(a, False),
-        "rrf_x_recency": lambda a: _best(
-            {pid: f * _weight(a, pid) for pid, f in _rrf_ids(a).items()}
-        ),
-        "convex_0.3": lambda a: convex(a, 0.3),
-        "convex_0.5": lambda a: convex(a, 0.5),
-        "convex_0.5_recency": lambda a: convex(a, 0.5, True),
+    def prf_rel(a: Arms, m: int = 3, gamma: float = 0.5) -> dict[int, float]:
+        """Rocchio pseudo-relevance feedback: the query vector plus ``gamma`` x the mean of the
+        first pass's top ``m`` pattern vectors, then ``convex_bm25`` with the new cosines."""
+        first = _best(convex_rel(a, bm25=True))[:m]
+        row = {pid: i for i, pid in enumerate(a.ids)}
+        q2 = np.asarray(a.qvec, np.float64) + gamma * a.mat[[row[pid] for pid in first]].mean(0)
+        q2 /= np.linalg.norm(q2)
+        sims2 = dict(zip(a.ids, (a.mat @ q2).tolist(), strict=True))
+        return convex_rel(a, bm25=True, override=sims2)
+
+    def centered(a: Arms, cw: bool = False) -> dict[int, float]:
+        """Cosine after removing the chat's mean pattern vector from both sides (the common
+        component: "User ..." / the speaker's name in every claim)."""
+        mu = a.mat.mean(0)
+        m = a.mat - mu
+        m /= np.linalg.norm(m, axis=1, keepdims=True)
+        q = np.asarray(a.qvec_cw if cw else a.qvec, np.float64) - mu
+        q /= np.linalg.norm(q)
+        return dict(zip(a.ids, (m @ q).tolist(), strict=True))
+
+    def ranked(rel: dict[int, float], a: Arms, beta: float) -> list[int]:
+        return _best({pid: r * soft(a, pid, beta) for pid, r in rel.items()})
+
+    out: dict[str, Variant] = {
+        "vector_cw": lambda a: [pid for pid, _ in a.vec_cw],
+        "bm25": lambda a: [pid for pid, _ in a.bm25],
+        "bm25_sql": lambda a: [pid for pid, _ in a.bm25_sql],
+        "vector_centered": lambda a: _best(centered(a)),
+        "vector_centered_cw": lambda a: _best(centered(a, cw=True)),
     }
+    relevances: dict[str, Callable[[Arms], dict[int, float]]] = {
+        "rrf": rrf_rel,
+        "rrf_bm25": lambda a: rrf_rel(a, bm25=True),
+        "product": product_rel,
+        "product_bm25": lambda a: product_rel(a, bm25=True),
+        "convex": convex_rel,
+        "convex_bm25": lambda a: convex_rel(a, bm25=True),
+        "convex_bm25_cw": lambda a: convex_rel(a, bm25=True, cw=True),
+        "convex_bm25sql": lambda a: convex_rel(a, bm25="sql"),
+        "convex_bm25_a0.3": lambda a: convex_rel(a, bm25=True, alpha=0.3),
+        "convex_bm25_prf": prf_rel,
+        "convex_bm25_centered": lambda a: convex_rel(a, bm25=True, override=centered(a)),
+        "convex_bm25_centered_cw": lambda a: convex_rel(
+            a, bm25=True, override=centered(a, cw=True)
+        ),
+    }
+    for name, rel in relevances.items():
+        for beta in (0.0, 0.25, 1.0):
+            out[f"{name} b={beta:g}"] = (
+                lambda a, rel=rel, beta=beta: ranked(rel(a), a, beta)  # type: ignore[misc]
+            )
+    return out
 
 
 # --- run ----------------------------------------------------------------------------------------
@@ -327,20 +509,39 @@ async def evaluate(
         evidence = await load_chat(db, embedder, conv)
         days = {pid: (conv.now - o.at).total_seconds() / 86400 for pid, o in evidence.items()}
         vectors = await embedder.embed([q.text for q in conv.questions], purpose="bench")
+        lex = await lexicon(db, conv.chat_id) if experiments else Lexicon({}, {}, 1.0)
+        ids = tuple(evidence)
+        mat = (
+            np.stack(await embedder.embed([evidence[i].content for i in ids], purpose="bench"))
+            if experiments
+            else None
+        )
         for q, vector in zip(conv.questions, vectors, strict=True):
-            recall.questions += 1
+            recall.count(q)
             vec = await vector_arm(db, embedder.model, conv.chat_id, vector, CANDIDATES)
             fts = await fulltext_arm(db, conv.chat_id, or_tsquery(q.text), CANDIDATES)
-            recall.add("vector", [i for i, _ in vec], evidence, q.evidence)
-            recall.add("fulltext", [i for i, _ in fts], evidence, q.evidence)
+            recall.add("vector", [i for i, _ in vec], evidence, q)
+            recall.add("fulltext", [i for i, _ in fts], evidence, q)
             hybrid = await hybrid_arm(db, embedder, conv.chat_id, q.text, conv.now)
             if hybrid is None:
                 have_hybrid = False
             else:
-                recall.add("hybrid", hybrid, evidence, q.evidence)
-            arms = Arms(vec, fts, days)
+                recall.add("hybrid", hybrid[0], evidence, q)
+                recall.add("hybrid+mmr", hybrid[1], evidence, q)
+            if variants:
+                bm25 = lex.bm25(await query_lexemes(db, or_tsquery(q.text)))
+                bm25_sql = await bm25_arm(db, conv.chat_id, q.text, CANDIDATES)
+                every = await vector_arm(db, embedder.model, conv.chat_id, vector, 100_000)
+                [cw] = await embedder.embed(
+                    [" ".join(content_words(q.text)) or q.text], purpose="bench"
+                )
+                every_cw = await vector_arm(db, embedder.model, conv.chat_id, cw, 100_000)
+                arms = Arms(vec, fts, days, bm25, dict(every), every_cw[:CANDIDATES],
+                            dict(every_cw), vector, cw, ids, mat, bm25_sql)  # fmt: skip
+            else:
+                arms = Arms(vec, fts, days)
             for name, rank in variants.items():
-                recall.add(name, rank(arms), evidence, q.evidence)
+                recall.add(name, rank(arms), evidence, q)
         print(
             f"  {conv.name}: {len(conv.observations)} patterns, {len(conv.questions)} questions,"
             f" {time.perf_counter() - started:.1f} s",
@@ -350,10 +551,22 @@ async def evaluate(
 
 
 def print_table(title: str, recall: Recall, arms: Sequence[str]) -> None:
+    cats = sorted(c for c in recall.per_category if c)
     print(f"\n{title} ({recall.questions} questions)")
-    print(f"{'arm':<22}" + "".join(f"{'@' + str(k):>8}" for k in KS))
+    print(
+        f"{'arm':<26}"
+        + "".join(f"{'@' + str(k):>8}" for k in KS)
+        + "".join(f"{f'c{c}@5':>8}" for c in cats)
+    )
     for arm in arms:
-        print(f"{arm:<22}" + "".join(f"{recall.value(arm, k):>8.3f}" for k in KS))
+        print(
+            f"{arm:<26}"
+            + "".join(f"{recall.value(arm, k):>8.3f}" for k in KS)
+            + "".join(f"{recall.value(arm, 5, c):>8.3f}" for c in cats)
+        )
+    if cats:
+        counts = ", ".join(f"c{c} {recall.per_category[c]}" for c in cats)
+        print(f"questions per category: {counts}")
 
 
 async def run(url: str, args: argparse.Namespace) -> None:
@@ -361,13 +574,18 @@ async def run(url: str, args: argparse.Namespace) -> None:
 
     embedder = LocalEmbedder()
     min_sim = default_thresholds(embedder.model).min_similarity
-    arms = ["hybrid", "vector", "fulltext", *(variant_rankings(min_sim) if args.experiments
-                                               else {})]  # fmt: skip
+    arms = ["hybrid", "hybrid+mmr", "vector", "fulltext"]
+    if args.experiments:
+        arms += list(variant_rankings(min_sim))
     async with dbmod.asyncio_loop(), dbmod.open_database(url, max_size=4) as db:
         await apply_migrations(db)
         if args.synthetic:
-            syn, _ = await evaluate(db, embedder, [load_synthetic()], args.experiments, min_sim)
-            print_table("synthetic (bench/data/paraphrases.jsonl)", syn, arms)
+            for title, conv in (
+                ("synthetic: bench/data/paraphrases.jsonl", load_synthetic()),
+                ("synthetic: bench/data/dialog_recall.json", load_dialog_set()),
+            ):
+                syn, _ = await evaluate(db, embedder, [conv], args.experiments, min_sim)
+                print_table(title, syn, arms)
         if args.path is None:
             return
         conversations, dropped = load_locomo(args.path)
