@@ -16,6 +16,7 @@ import trio
 from actors import telegram_commands
 from actors.agent import sql_agent
 from actors.chat import Transcriber
+from actors.compactor import sql_compactor
 from actors.system import BotSystem
 from actors.telegram_client import BotApiClient
 from actors.telegram_types import Voice
@@ -25,6 +26,7 @@ from memory.embeddings import open_embedder
 from memory.llm import LLM
 from memory.llm_anthropic import AnthropicLLM
 from memory.llm_openai import OpenAICompatibleLLM
+from memory.purge import PurgeJob
 from runtime.cli import base_parser, open_settings_database, run_cli
 from runtime.db import Database
 from runtime.errors import SettingsError
@@ -138,6 +140,8 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             embedder=embedder,
             context_token_budget=settings.context_token_budget,
         )
+        compactor = sql_compactor(database, llm, embedder, settings, tools=agent.tools)
+        agent.on_over_budget = compactor.request
 
         def build(s: Settings, db: Database, shutdown: Shutdown) -> BotSystem:
             return BotSystem(
@@ -147,7 +151,15 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
                 polling=args.polling,
                 turns=agent,
                 transcribe=transcribe,
-                background=[EmbeddingBackfill(db, embedder).run],
+                background=[
+                    EmbeddingBackfill(db, embedder).run,
+                    PurgeJob(
+                        db,
+                        retention_days=s.message_retention_days,
+                        interval=s.maintenance_interval,
+                    ).run,
+                ],
+                compactor=compactor,
             )
 
         return await serve(settings, database, build)

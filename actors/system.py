@@ -5,12 +5,16 @@
     ├─ Registry[chat_id] -> ChatActor   (on demand, idle stop, restart on crash)
     ├─ Router               inbox notifications -> chat actors; recovery sweep
     ├─ Poller               (only with --polling) getUpdates -> inbox
-    └─ InboxWriter          (only with the webhook) group commit of webhook updates -> inbox
+    ├─ InboxWriter          (only with the webhook) group commit of webhook updates -> inbox
+    ├─ CompactorActor       (when given) singleton: chats over their context budget -> patterns
+    └─ background jobs      (embedding backfill, retention purge, ...)
 
 It hands back a :class:`~runtime.serve.SystemHandle`: the webhook route (webhook mode),
 and the drains run at shutdown in order: stop the poller and router (no new work), close the
-chat mailboxes (each actor finishes the message in hand and drains its buffer), then stop the
-sender after the row in hand. Whatever is left waits in the inbox/outbox for the next start.
+chat mailboxes (each actor finishes the message in hand and drains its buffer), stop the
+compactor after the compaction in hand (queued chats are asked again by their next turn), then
+stop the sender after the row in hand. Whatever is left waits in the inbox/outbox for the next
+start.
 The inbox writer has no drain: like the HTTP server it serves until the final cancel.
 """
 
@@ -23,6 +27,7 @@ import attrs
 import trio
 
 from actors.chat import ChatDeps, RunningTurns, SqlChatStore, Transcriber, chat_factory
+from actors.compactor import CompactorActor
 from actors.dedupe import DedupeCache
 from actors.inbox_writer import InboxWriter
 from actors.router import Router
@@ -69,6 +74,8 @@ class BotSystem:
     #: long-lived jobs started with the system, each ``run(*, task_status)`` (e.g. the
     #: embedding backfill); cancelled with it at shutdown
     background: list[Callable[..., Awaitable[None]]] = attrs.field(factory=list)
+    #: the singleton compactor (its ``request`` is the agent's ``on_over_budget``)
+    compactor: CompactorActor | None = None
 
     def _bot(self) -> BotApiClient:
         if self.bot_factory is not None:
@@ -120,6 +127,8 @@ class BotSystem:
                     key_name="chat_id",
                 ).run
             )
+            if self.compactor is not None:
+                await nursery.start(self.compactor.run)
             for job in self.background:
                 await nursery.start(job)
             router: Router = await nursery.start(
@@ -169,11 +178,10 @@ class BotSystem:
                 sender.close()
                 await sender_done.wait()
 
-            drains += [
-                ("router", router.aclose),
-                ("chats", registry.aclose),
-                ("sender", stop_sender),
-            ]
+            drains += [("router", router.aclose), ("chats", registry.aclose)]
+            if self.compactor is not None:
+                drains.append(("compactor", self.compactor.aclose))
+            drains.append(("sender", stop_sender))
             task_status.started(SystemHandle(routes=routes, drains=drains))
 
 
