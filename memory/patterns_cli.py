@@ -25,6 +25,7 @@ from memory.embedding_store import ALL_TABLES
 from memory.embeddings import EmbeddingError, open_embedder
 from memory.merge import MergePair, MergeReport, merge_patterns
 from memory.progress import Progress
+from memory.purge import purge_compacted
 from memory.reembed import ReembedReport, reembed
 from memory.thresholds import thresholds_for
 from runtime.cli import fail, open_settings_database
@@ -206,8 +207,6 @@ async def cmd_patterns_merge(settings: Settings, args: argparse.Namespace) -> in
 
 
 async def cmd_patterns_purge(settings: Settings, args: argparse.Namespace) -> int:
-    from memory.purge import purge_compacted
-
     days = settings.message_retention_days if args.days is None else args.days
     if days == 0:
         print("retention is 0 days (keep forever): nothing purged")

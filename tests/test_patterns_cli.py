@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -208,3 +208,38 @@ async def test_patterns_merge_needs_an_llm(
 ) -> None:
     assert await run("patterns", "merge", "--dry-run") == 2
     assert "ANTHROPIC_API_KEY" in capsys.readouterr().err
+
+
+# --- purge --------------------------------------------------------------------------------------
+
+
+async def add_message(db: Database, chat_id: int, text: str, compacted: datetime | None) -> None:
+    await db.execute(
+        "INSERT INTO chat_messages (chat_id, role, content, compacted_at) "
+        "VALUES ($1, 'user', $2, $3)",
+        chat_id,
+        text,
+        compacted,
+    )
+
+
+async def test_patterns_purge(
+    db: Database, cli_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    now = datetime.now(UTC)
+    await add_message(db, 1, "old and compacted", now - timedelta(days=10))
+    await add_message(db, 1, "recently compacted", now - timedelta(days=2))
+    await add_message(db, 1, "not compacted", None)
+    monkeypatch.setenv("MESSAGE_RETENTION_DAYS", "0")
+    capsys.readouterr()
+    assert await run("patterns", "purge") == 0
+    assert "keep forever" in capsys.readouterr().out
+    assert await db.fetchval("SELECT count(*) FROM chat_messages") == 3
+
+    monkeypatch.setenv("MESSAGE_RETENTION_DAYS", "7")
+    assert await run("patterns", "purge") == 0
+    assert capsys.readouterr().out.strip() == ("deleted 1 compacted message(s) older than 7 day(s)")
+    left = [r["content"] for r in await db.fetch("SELECT content FROM chat_messages ORDER BY id")]
+    assert left == ["recently compacted", "not compacted"]
+    assert await run("patterns", "purge", "--days", "1") == 0
+    assert "deleted 1 compacted message(s) older than 1 day(s)" in capsys.readouterr().out
