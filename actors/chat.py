@@ -20,7 +20,7 @@ that keeps failing is skipped after ``max_attempts`` so a poison update cannot c
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import attrs
 import trio
@@ -31,7 +31,7 @@ from actors.telegram_types import Message, Voice, parse_update
 from actors.turn import TurnHandler, TurnInput, TurnReply
 from actors.typing_indicator import typing_while
 from actors.voice import VoiceError
-from runtime.db import Database
+from runtime.db import Connection, Database
 from runtime.errors import DatabaseError
 from runtime.logs import get_logger
 
@@ -149,14 +149,24 @@ class SqlChatStore:
     async def commit(
         self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
     ) -> None:
-        """Persist hook + outbox row + inbox rows final, atomically. The outbox row and the
-        inbox rows done are one statement: without a persist hook it needs no transaction."""
-        if reply.persist is None and skipped is None:
-            await outbox.commit_turn(
-                self.db, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
-                parse_mode=reply.parse_mode,
-            )  # fmt: skip
-            return
+        """Persist hook + outbox row + inbox rows final, atomically.
+
+        Usually one statement, no transaction: the outbox row, the inbox rows done and the
+        hook's writes, collected (:class:`actors.outbox.StatementCollector`). A hook that
+        needs more runs in a transaction with the rest, as do skipped rows."""
+        if skipped is None:
+            collector = outbox.StatementCollector()
+            try:
+                if reply.persist is not None:
+                    await reply.persist(cast(Connection, collector))
+            except outbox.NotCollectable:
+                pass
+            else:
+                await outbox.commit_turn(
+                    self.db, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
+                    parse_mode=reply.parse_mode, before=collector.statements,
+                )  # fmt: skip
+                return
         async with self.db.transaction() as conn:
             if reply.persist is not None:
                 await reply.persist(conn)

@@ -14,6 +14,7 @@ A reply is enqueued in the same transaction that marks its turn's inbox rows don
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -23,6 +24,7 @@ import structlog
 
 from actors import inbox
 from actors.inbox import Queryable
+from runtime.errors import EngramError
 
 log = structlog.get_logger(__name__)
 
@@ -96,7 +98,7 @@ async def enqueue_reply(
 
 
 _COMMIT_TURN = """
-WITH reply AS (
+reply AS (
     INSERT INTO outbox (chat_id, text, parse_mode, reply_to_message_id, inbox_ids)
     VALUES ($1, $2, $3, $4, $5::bigint[]) RETURNING id
 ), done AS (
@@ -105,6 +107,37 @@ WITH reply AS (
 )
 SELECT (SELECT id FROM reply) AS outbox_id, (SELECT count(*) FROM done) AS done
 """
+_WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE)\s", re.IGNORECASE)
+_PARAM = re.compile(r"\$(\d+)")
+
+Statement = tuple[str, Sequence[Any]]
+
+
+class NotCollectable(EngramError):
+    """A persist hook did more than ``execute`` single INSERT/UPDATE/DELETE statements."""
+
+
+@attrs.define
+class StatementCollector:
+    """Stands in for the connection given to a reply's persist hook: its ``execute`` calls
+    are kept (not run) for :func:`commit_turn` to run in the commit statement. Anything else
+    (a query whose result the hook needs, a transaction, a statement with its own WITH)
+    raises :class:`NotCollectable`: the caller then runs the hook in a real transaction."""
+
+    statements: list[Statement] = attrs.field(factory=list)
+
+    async def execute(self, query: str, *args: Any) -> str:
+        if not _WRITE.match(query) or ";" in query.strip().rstrip(";"):
+            raise NotCollectable("only single INSERT/UPDATE/DELETE statements are collected")
+        self.statements.append((query.strip().rstrip(";"), args))
+        return ""
+
+    def __getattr__(self, name: str) -> Any:
+        raise NotCollectable(f"a persist hook used {name}(): not collectable")
+
+
+def _shift_params(query: str, offset: int) -> str:
+    return _PARAM.sub(lambda m: f"${int(m[1]) + offset}", query)
 
 
 async def commit_turn(
@@ -115,17 +148,21 @@ async def commit_turn(
     inbox_ids: Sequence[int],
     parse_mode: ParseMode | None = None,
     reply_to_message_id: int | None = None,
+    before: Sequence[Statement] = (),
 ) -> int:
-    """Enqueue a turn's reply and mark its inbox rows done, atomically (one statement, so one
-    round trip; on a connection in a transaction it commits with the rest); the outbox id."""
-    row = await db.fetchrow(
-        _COMMIT_TURN,
-        chat_id,
-        text,
-        parse_mode,
-        reply_to_message_id,
-        list(dict.fromkeys(inbox_ids)),
-    )
+    """Enqueue a turn's reply and mark its inbox rows done, atomically, in one statement (one
+    round trip; on a connection in a transaction it commits with the rest); the outbox id.
+
+    ``before``: more writes (e.g. a :class:`StatementCollector`'s) run in the same statement,
+    as data-modifying CTEs: all or nothing with the reply. They run on one snapshot, so they
+    must not depend on each other's effects; ``$n`` in their text must be parameters only."""
+    args: list[Any] = [chat_id, text, parse_mode, reply_to_message_id]
+    args.append(list(dict.fromkeys(inbox_ids)))
+    ctes = []
+    for n, (query, params) in enumerate(before):
+        ctes.append(f"w{n} AS ({_shift_params(query, len(args))}),")
+        args.extend(params)
+    row = await db.fetchrow(f"WITH {' '.join(ctes)} {_COMMIT_TURN}", *args)
     assert row is not None
     row_id: int = row["outbox_id"]
     return row_id

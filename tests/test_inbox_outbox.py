@@ -10,6 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors import inbox, outbox
+from actors.chat import SqlChatStore
+from actors.turn import TurnReply
 from runtime import db as dbmod
 from runtime import errors
 
@@ -347,3 +349,72 @@ async def test_next_pending_claimed_starts_the_first_send_only(db: dbmod.Databas
     assert [r.id for r in rows] == [o2] and claimed == o2
     assert await outbox.mark_failed(db, o2, "blocked")
     assert await outbox.next_pending_claimed(db, 12) == ([], None)
+
+
+# --- SqlChatStore.commit: the persist hook's writes in the commit statement ---------------------
+
+
+class CountingDb:
+    """A Database whose transactions and one-shot statements are counted."""
+
+    def __init__(self, inner: dbmod.Database) -> None:
+        self.inner, self.transactions, self.statements = inner, 0, 0
+
+    def transaction(self) -> Any:
+        self.transactions += 1
+        return self.inner.transaction()
+
+    def __getattr__(self, name: str) -> Any:
+        self.statements += 1
+        return getattr(self.inner, name)
+
+
+def _note(text: str) -> Any:
+    async def persist(conn: Any) -> None:
+        await conn.execute(
+            "INSERT INTO chat_messages (chat_id, role, content, created_at) "
+            "VALUES ($1, 'assistant', $2, now())",
+            21,
+            text,
+        )
+
+    return persist
+
+
+async def test_persist_writes_fused_into_the_commit_statement(db: dbmod.Database) -> None:
+    spy = CountingDb(db)
+    store = SqlChatStore(spy)  # type: ignore[arg-type]
+    a = await _insert(db, 100, 21)
+    await store.commit(21, TurnReply("hello", persist=_note("kept")), [a], None)
+    assert (spy.transactions, spy.statements) == (0, 1)  # one round trip
+    assert await db.fetchval("SELECT content FROM chat_messages WHERE chat_id = 21") == "kept"
+    assert await inbox.pending_for_chat(db, 21) == []
+    [row] = await outbox.next_pending(db, 21)
+    assert row.text == "hello" and row.inbox_ids == (a,)
+
+
+async def test_fused_commit_is_all_or_nothing(db: dbmod.Database) -> None:
+    async def bad(conn: Any) -> None:
+        await _note("lost")(conn)
+        await conn.execute("INSERT INTO outbox (chat_id, text, parse_mode) VALUES ($1, 'x', $2)",
+                           21, "nope")  # fmt: skip
+
+    b = await _insert(db, 101, 21)
+    with pytest.raises(errors.IntegrityViolation):
+        await SqlChatStore(db).commit(21, TurnReply("reply", persist=bad), [b], None)
+    assert [r.id for r in await inbox.pending_for_chat(db, 21)] == [b]
+    assert await db.fetchval("SELECT count(*) FROM outbox") == 0
+    assert await db.fetchval("SELECT count(*) FROM chat_messages") == 0
+
+
+async def test_persist_needing_results_runs_in_a_transaction(db: dbmod.Database) -> None:
+    async def reads(conn: Any) -> None:
+        n = await conn.fetchval("SELECT count(*) FROM chat_messages")
+        await _note(f"after {n}")(conn)
+
+    spy = CountingDb(db)
+    c = await _insert(db, 102, 21)
+    await SqlChatStore(spy).commit(21, TurnReply("r", persist=reads), [c], None)  # type: ignore[arg-type]
+    assert spy.transactions == 1
+    assert await db.fetchval("SELECT content FROM chat_messages") == "after 0"
+    assert await inbox.pending_for_chat(db, 21) == []
