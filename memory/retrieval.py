@@ -26,16 +26,19 @@ alone ranks (``similarity`` is ``None``, score = ``fused × typed weight``) and 
 failure fail the turn.
 
 **Vector arm plan.** pgvector 0.6 filters HNSW results *after* the graph walk (no iterative
-scan), so a chat holding a small share of the model's index can get too few rows back. The plan
-per (chat, model), from the chat's vector count (cached for :data:`SIZE_TTL` seconds) and the
-table's row estimate:
+scan), so a chat holding a small share of the model's index can get too few rows back; an exact
+scan costs ~1-2 µs per 256-d vector. The plan per (chat, model) comes from the chat's vector
+count and whether it has its own index (cached for :data:`SIZE_TTL` seconds) and the table's
+row estimate (:func:`choose_plan`):
 
-* ``exact``: the chat holds at most :data:`EXACT_MAX` vectors, or so small a share that the
-  needed ``hnsw.ef_search`` would exceed :data:`EF_SEARCH_MAX`: an exact scan of the chat's
-  rows through ``(model, chat_id)`` — always full recall;
-* ``hnsw``: the model's partial HNSW index with ``SET LOCAL hnsw.ef_search =
-  candidates × total / chat_count × 1.5`` in a transaction; if it yields fewer rows than the
-  chat could give, the exact scan runs instead (recall never silently drops).
+* ``exact``: the chat holds at most :data:`EXACT_MAX` vectors: scan them all (full recall);
+* ``hnsw``: the model's shared partial HNSW index with ``hnsw.ef_search = candidates × total /
+  chat_count × 1.5`` (set for this one statement), when that is at most :data:`EF_SEARCH_MAX`;
+* ``chat_index``: the chat's own partial HNSW index (``WHERE model = ... AND chat_id = ...``),
+  which :func:`ensure_chat_indexes` builds for chats too big for an exact scan and too small a
+  share of the shared index (a maintenance job's work, not the turn's);
+* otherwise ``exact`` again. If a graph walk yields fewer rows than asked, the exact scan runs
+  instead: recall never silently drops.
 """
 
 from __future__ import annotations
@@ -45,7 +48,6 @@ import math
 import time
 from collections import Counter
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
@@ -94,12 +96,6 @@ class Queries(Protocol):
     async def fetchval(self, query: str, *args: Any) -> Any: ...
 
     async def execute(self, query: str, *args: Any) -> str: ...
-
-
-class PatternDb(Queries, Protocol):
-    """A ``runtime.db.Database``: queries plus transactions (for ``SET LOCAL``)."""
-
-    def transaction(self) -> AbstractAsyncContextManager[Queries]: ...
 
 
 @attrs.frozen
@@ -293,7 +289,8 @@ _VALID_STATUS = list(VALIDITY_BY_STATUS)
 _VALID_VALUE = list(VALIDITY_BY_STATUS.values())
 
 # $1 chat, $2 now, $3 kinds, $4 half-lives, $5 floors, $6 statuses, $7 validities,
-# $8 live statuses, $9 candidates per arm, $10 tsquery text, $11 query vector (or NULL)
+# $8 live statuses, $9 candidates per arm, $10 tsquery text, $11 query vector (or NULL),
+# $12 hnsw.ef_search (graph-walk plans)
 _WEIGHT = f"""
     (d.floor + (1 - d.floor) * exp(-ln(2) * greatest(
         extract(epoch FROM ($2::timestamptz - p.last_seen)) / 86400.0, 0) / d.half_life))
@@ -322,12 +319,21 @@ def _vec_arm(model: str, dims: int, plan: Plan, chat_id: int) -> str:
     )
     # the chat's own partial index is only matched against a literal chat id
     chat = str(int(chat_id)) if plan == "chat_index" else "$1"
+    # A graph walk returns at most hnsw.ef_search rows. It is set for this statement only
+    # (set_config(..., is_local) ends with the statement's implicit transaction): a Limit node
+    # evaluates its count, and so this InitPlan, before it pulls the first row from the index
+    # scan, and pgvector reads the setting on that first pull. One round trip, no BEGIN/SET.
+    limit = (
+        "$9"
+        if plan == "exact"
+        else "(SELECT $9::bigint FROM (SELECT set_config('hnsw.ef_search', $12::text, true)) ef)"
+    )
     return f"""
     vec AS MATERIALIZED (
         SELECT s.id, row_number() OVER () AS rnk FROM (
             SELECT pe.pattern_id AS id FROM pattern_embeddings pe
             WHERE pe.model = '{model}' AND pe.chat_id = {chat} AND pe.dims = {dims}
-            ORDER BY {dist} LIMIT $9) s)"""
+            ORDER BY {dist} LIMIT {limit}) s)"""
 
 
 def candidates_sql(model: str, dims: int, plan: Plan, chat_id: int = 0) -> str:
@@ -421,16 +427,12 @@ async def _embed_query(embedder: Embedder, chat_id: int, query: str) -> Any | No
     return vector
 
 
-async def _fetch(db: PatternDb, sql: str, args: Sequence[Any], ef_search: int) -> Sequence[Any]:
-    if not ef_search:
-        return await db.fetch(sql, *args)
-    async with db.transaction() as conn:
-        await conn.execute(f"SET LOCAL hnsw.ef_search = {int(ef_search)}")
-        return await conn.fetch(sql, *args)
+async def _fetch(db: Queries, sql: str, args: Sequence[Any], ef_search: int) -> Sequence[Any]:
+    return await db.fetch(sql, *args, *([str(ef_search)] if ef_search else []))
 
 
 async def rank_patterns(
-    db: PatternDb,
+    db: Queries,
     embedder: Embedder,
     chat_id: int,
     query: str,
@@ -443,7 +445,8 @@ async def rank_patterns(
     """This chat's live patterns for ``query``, best first, and whether retrieval degraded.
 
     ``limit`` is the number of candidates per arm (the result holds at most twice that).
-    ``db`` is a ``runtime.db.Database`` (a transaction is opened for the HNSW plan).
+    One round trip (two when a graph walk comes back short). Inside a caller's explicit
+    transaction the statement's ``hnsw.ef_search`` stays set until that transaction ends.
     """
     if not query.strip():
         return [], False
@@ -477,7 +480,7 @@ async def rank_patterns(
 class SqlPatternRetriever:
     """:class:`actors.context.PatternRetriever` over the ``patterns`` tables."""
 
-    db: PatternDb
+    db: Queries
     embedder: Embedder
     thresholds: Thresholds | None = None
     budget_tokens: int = PATTERN_BUDGET_TOKENS

@@ -477,3 +477,13 @@ async def test_hnsw_and_chat_index_plans_keep_recall(db: Database) -> None:
             assert [r["chat_id"] for r in chats] == [chat]
         assert planner.plans == {plan: 10} and exact_planner.plans == {"exact": 10}
         assert float(np.mean(overlap)) >= 0.9  # HNSW recall on a 16-d toy set
+    # ef_search is raised for the statement itself (the default 40 would come back short and
+    # fall back to the exact scan), and not left behind on the pooled connection
+    planner = VectorPlanner(exact_max=500, ef_max=400)
+    ranked, _ = await rank(
+        db, "query 0", KeyedEmbedder({"query 0": axis(0)}), CHAT, thresholds=low,
+        planner=planner, limit=150,
+    )  # fmt: skip
+    assert planner.plans == {"hnsw": 1}
+    assert sum(p.similarity is not None for p in ranked) >= 150
+    assert await db.fetchval("SHOW hnsw.ef_search") == "40"
