@@ -51,7 +51,7 @@ os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
 from memory.canonical import canonical_hash
 from memory.embedding_store import store_vectors
 from memory.embeddings import LocalEmbedder
-from memory.query_text import content_words, or_tsquery
+from memory.query_text import content_text, content_words, or_tsquery
 from memory.ranking import memory_factor, mmr, recency
 from runtime import db as dbmod
 from runtime.embedded_pg import embedded_postgres
@@ -250,7 +250,7 @@ LIMIT $3"""
 async def bm25_arm(
     db: dbmod.Database, chat_id: int, text: str, limit: int
 ) -> list[tuple[int, float]]:
-    words = " ".join(content_words(text))
+    words = content_text(text)
     if not words:
         return []
     rows = await db.fetch(BM25_SQL, chat_id, words, limit, ["active", "disputed"])

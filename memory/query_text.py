@@ -4,6 +4,13 @@
 group?") matches almost nothing: a stored claim never contains all of its words. The full-text
 arms of retrieval instead OR the query's content words (stop words dropped, Postgres stemming
 still applied by ``to_tsquery('english', ...)``) and let ``ts_rank`` order the matches.
+
+:func:`content_text` is the same words as plain text, for ``to_tsvector('english', ...)`` when
+the query's stemmed lexemes are needed one by one (a BM25-style arm counting each term's
+document frequency; see ``bench/locomo.py``).
+
+Tried on the synthetic sets of ``bench/data`` and not adopted (no gain): prefix matching
+(``word:*``), dropping names, more question-scaffolding stop words.
 """
 
 from __future__ import annotations
@@ -45,3 +52,8 @@ def or_tsquery(text: str) -> str:
     Only letters and digits reach the result, so it is always valid ``to_tsquery`` syntax.
     """
     return " | ".join(content_words(text))
+
+
+def content_text(text: str) -> str:
+    """The content words of ``text`` joined by spaces ('' when there are none)."""
+    return " ".join(content_words(text))
