@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import trio
 from fakes.anthropic_api import FakeAnthropic, run_fake_anthropic
 
 from memory.canonical import canonical_hash
@@ -463,6 +464,12 @@ async def test_under_budget_or_nothing_to_compact_is_not_needed(
     assert await db.fetchval("SELECT count(*) FROM compaction_runs") == 0
 
 
+async def advisory_locks(db: Database) -> int:
+    return int(await db.fetchval(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = "
+        "(SELECT oid FROM pg_database WHERE datname = current_database())"))  # fmt: skip
+
+
 async def test_a_held_lock_skips_at_once(
     db: Database, claude: AnthropicLLM, fake_claude: FakeAnthropic, local: LocalEmbedder
 ) -> None:
@@ -477,8 +484,7 @@ async def test_a_held_lock_skips_at_once(
     # released: the next one runs (and releases the lock in turn)
     fake_claude.queue_text(extraction())
     assert (await compact(db, claude, local)).status == "ok"
-    locks = await db.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
-    assert locks == 0
+    assert await advisory_locks(db) == 0
 
 
 async def test_explicit_pattern_hash_duplicate_reinforces(
@@ -497,3 +503,25 @@ async def test_explicit_pattern_hash_duplicate_reinforces(
     assert await db.fetchval("SELECT count(*) FROM pattern_embeddings") == 1
     thresholds = default_thresholds(local.model)
     assert thresholds.dedup > thresholds.adjudicate
+
+
+async def test_cancelled_compaction_releases_the_lock_and_keeps_messages(
+    db: Database, claude: AnthropicLLM, fake_claude: FakeAnthropic, local: LocalEmbedder
+) -> None:
+    from fakes.anthropic_api import Failure
+
+    r = await store(db, conversation())
+    fake_claude.fail_next(Failure.slow(30.0))
+    with trio.move_on_after(20) as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(compact, db, claude, local)
+            while not fake_claude.requests:  # noqa: ASYNC110 - the fake server changes it
+                await trio.sleep(0.02)
+            nursery.cancel_scope.cancel()  # e.g. shutdown while the model is thinking
+    assert not scope.cancelled_caught
+    assert await uncompacted(db) == r
+    run = await db.fetchrow("SELECT status, error FROM compaction_runs")
+    assert run is not None and (run["status"], run["error"]) == ("failed", "cancelled")
+    assert await advisory_locks(db) == 0
+    fake_claude.queue_text(extraction())
+    assert (await compact(db, claude, local)).status == "ok"
