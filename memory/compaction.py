@@ -134,9 +134,29 @@ def compaction_lock_key(chat_id: int) -> int:
 
 
 _UNCOMPACTED = """
-SELECT id, role, content, tool_calls, tool_call_id, tool_name, external_message_id, created_at
+SELECT id, role, content, tool_calls, tool_call_id, tool_name, external_message_id, created_at,
+       count(*) OVER () AS total
 FROM chat_messages WHERE chat_id = $1 AND compacted_at IS NULL ORDER BY created_at, id
 """
+#: rows read beyond a chunk: room to extend a cut to the end of a tool exchange (a turn makes
+#: at most 15 tool calls, so at most 31 rows)
+EXTENSION_ROWS = 64
+
+
+async def oldest_uncompacted(
+    conn: Connection, chat_id: int, keep_recent: int, max_messages: int
+) -> list[ChatMessage]:
+    """:func:`select_chunk` over the chat's uncompacted rows, reading only the oldest
+    ``max_messages + keep_recent + EXTENSION_ROWS`` of them (a backlog is not loaded whole)."""
+    limit = max_messages + keep_recent + EXTENSION_ROWS
+    records = await conn.fetch(_UNCOMPACTED + " LIMIT $2", chat_id, limit)
+    if not records:
+        return []
+    unread = int(records[0]["total"]) - len(records)  # newer rows beyond the ones read
+    rows = [from_record(r) for r in records]
+    return select_chunk(rows, max(0, keep_recent - unread), max_messages)
+
+
 _KNOWN = """
 SELECT id, content, kind, strength, confidence FROM patterns
 WHERE chat_id = $1 AND status IN ('active', 'disputed')
@@ -206,10 +226,9 @@ async def _locked(
         if tokens <= opts.budget:
             log.info("compaction.not_needed", chat_id=chat_id, tokens=tokens, budget=opts.budget)
             return CompactionOutcome("not_needed", chat_id)
-    rows = [from_record(r) for r in await conn.fetch(_UNCOMPACTED, chat_id)]
-    chunk = select_chunk(rows, opts.keep_recent, opts.max_messages)
+    chunk = await oldest_uncompacted(conn, chat_id, opts.keep_recent, opts.max_messages)
     if not chunk:
-        log.info("compaction.nothing_to_compact", chat_id=chat_id, uncompacted=len(rows))
+        log.info("compaction.nothing_to_compact", chat_id=chat_id)
         return CompactionOutcome("not_needed", chat_id)
     run_id = await _record_run(conn, chat_id, "running", None)
     started = trio.current_time()

@@ -20,6 +20,7 @@ from memory.compaction import (
     CompactionOutcome,
     compact_chat,
     compaction_lock_key,
+    oldest_uncompacted,
     select_chunk,
     store_explicit_pattern,
 )
@@ -132,6 +133,17 @@ async def store(db: Database, rows: Sequence[ChatMessage]) -> list[int]:
     return [r["id"] for r in got]
 
 
+async def test_oldest_uncompacted_reads_a_backlog_in_part(db: Database) -> None:
+    r = await store(db, [msg("user", f"m{i}", i) for i in range(150)])
+    async with db.connection() as conn:
+        assert ids(await oldest_uncompacted(conn, CHAT, 20, 10)) == r[:10]  # reads 94 of 150
+        assert ids(await oldest_uncompacted(conn, CHAT, 140, 40)) == r[:10]  # reads all
+        assert await oldest_uncompacted(conn, CHAT, 150, 40) == []
+    await db.execute("UPDATE chat_messages SET compacted_at = now() WHERE id = ANY($1)", r[:145])
+    async with db.connection() as conn:
+        assert ids(await oldest_uncompacted(conn, CHAT, 2, 40)) == r[145:148]
+
+
 def extraction(**parts: Any) -> str:
     body = {"new_patterns": [], "reinforcements": [], "contradictions": [], "supersedes": [],
             "meta_patterns": [], "episode_summary": "User talked about running."}  # fmt: skip
@@ -185,7 +197,7 @@ async def test_scripted_compaction_writes_patterns_and_episode(
     fake_claude.queue_text(extraction(
         new_patterns=[
             new("User runs 10 km along the river every Sunday morning", [r[0], r[2]],
-                entry_uuids=["e1", "made-up-uuid"]),
+                entry_uuids=["e1", "made-up-uuid"], temporal={"day_of_week": "Sunday"}),
             # the assistant row and an invented id are dropped, the user row kept
             new("User drinks a double espresso before running", [r[3], 999_999, r[4]],
                 kind="preference"),
@@ -210,6 +222,8 @@ async def test_scripted_compaction_writes_patterns_and_episode(
         ("User drinks a double espresso before running", "preference", "active", "compaction"),
     ]  # fmt: skip
     assert pats[0]["last_seen"] == T0 + timedelta(minutes=2)  # the newest evidence message
+    assert json.loads(pats[0]["temporal"]) == {"day_of_week": "Sunday"}
+    assert pats[1]["temporal"] is None
     obs = await db.fetch("SELECT * FROM pattern_observations ORDER BY pattern_id")
     assert [list(o["chat_message_ids"]) for o in obs] == [[r[0], r[2]], [r[4]]]
     assert [list(o["evidence_roles"]) for o in obs] == [["user", "tool_result"], ["user"]]
