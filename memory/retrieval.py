@@ -77,7 +77,8 @@ log = get_logger(__name__)
 
 LIVE_STATUSES = tuple(s for s, v in VALIDITY_BY_STATUS.items() if v > 0.0)
 DEFAULT_LIMIT = 20  # patterns injected at most (the token budget usually binds first)
-DEFAULT_CANDIDATES = 60  # rows per arm
+DEFAULT_CANDIDATES = 40  # rows per arm
+MMR_POOL = 3  # MMR picks ``limit`` patterns among the best ``limit * MMR_POOL`` by score
 EXACT_MAX = 2_000  # chats up to this many vectors are scanned exactly
 EF_SEARCH_MAX = 400  # above this the shared graph walk costs more than the chat's own
 EF_SLACK = 1.5
@@ -500,7 +501,8 @@ class SqlPatternRetriever:
             thresholds=self.thresholds,
             planner=self.planner,
         )
-        chosen = apply_budget(mmr(ranked, k=self.limit, lam=self.lam), self.budget_tokens)
+        pool = ranked[: self.limit * MMR_POOL]  # MMR over the best by score only
+        chosen = apply_budget(mmr(pool, k=self.limit, lam=self.lam), self.budget_tokens)
         return RetrievedMemory(
             text_block=memory_block(chosen, degraded),
             degraded=degraded,
