@@ -27,6 +27,7 @@ import attrs
 import numpy as np
 
 from memory.dedup import Adjudicator
+from memory.pattern_writes import store_explicit_pattern
 from memory.retrieval import rank_patterns
 from memory.thresholds import Thresholds
 from memory.tools import Tool, ToolContext, ToolError, ToolRegistry, spec, tool
@@ -139,8 +140,6 @@ async def _recall(
 async def _remember(
     ctx: ToolContext, inp: RememberInput, adjudicator: Adjudicator, thresholds: Thresholds | None
 ) -> dict[str, Any]:
-    from memory.pattern_writes import store_explicit_pattern
-
     fact = " ".join(inp.fact.split())
     if len(fact) < 3:
         raise ToolError("fact must say something", "fact")

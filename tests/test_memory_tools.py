@@ -242,3 +242,15 @@ async def test_remember_asks_the_adjudicator_in_the_grey_zone(
     assert not err and same["status"] == "reinforced"
     assert same["id"] in (kept["id"], apart["id"])
     assert judge.calls and all(c[2] == CHAT_A for c in judge.calls)
+
+
+async def test_remember_without_an_embedding_model(db: Database) -> None:
+    as_a = ctx(db, None, CHAT_A)
+    fact = {"fact": "User's sister is called Ana", "kind": "belief"}
+    first, err = await call(memory_registry(), "remember", fact, as_a)
+    assert not err and first["status"] == "new"
+    again, err = await call(memory_registry(), "remember", fact, as_a)  # same text: by hash
+    assert not err and again["status"] == "reinforced" and again["id"] == first["id"]
+    assert await db.fetchval("SELECT count(*) FROM pattern_embeddings") == 0  # for the backfill
+    found, _ = await call(memory_registry(), "recall_memory", {"query": "sister Ana"}, as_a)
+    assert found["degraded"] is True and [m["id"] for m in found["memories"]] == [first["id"]]
