@@ -9,13 +9,21 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
+import numpy as np
 import pytest
 
 from memory.canonical import canonical_hash
 from memory.dedup import Adjudication
 from memory.embedding_store import index_name, store_vectors
 from memory.embeddings import LocalEmbedder
-from memory.merge import PatternStats, choose_survivor, combine, merge_patterns, merge_reason
+from memory.merge import (
+    PatternStats,
+    choose_survivor,
+    combine,
+    merge_patterns,
+    merge_reason,
+    similar_pairs,
+)
 from memory.thresholds import Thresholds
 from runtime.db import Database
 
@@ -144,6 +152,20 @@ def test_survivor_and_combined_statistics() -> None:
     assert combine(attrs.evolve(b, strength=15.0), attrs.evolve(a, strength=9.0)).strength == 20.0
     assert merge_reason(7, " same\n thing ") == "merged into #7: same thing"
     assert merge_reason(7, "") == "merged into #7"
+
+
+def test_similar_pairs_in_blocks() -> None:
+    v = np.array(
+        [[1, 0, 0], [0.99, 0.1, 0], [0, 1, 0], [0, 0, 5], [0, 0.05, 1], [0, 0, 0]],
+        dtype=np.float32,
+    )
+    expected = similar_pairs(v, 0.9, block=1024)
+    assert [(i, j) for i, j, _ in expected] == [(3, 4), (0, 1)]  # most similar first
+    assert expected[0][2] == pytest.approx(1 / np.sqrt(1.0025), abs=1e-6)
+    for block in (1, 2, 4):  # the block size changes nothing
+        assert similar_pairs(v, 0.9, block=block) == expected
+    assert similar_pairs(v[:1], 0.0) == []
+    assert len(similar_pairs(v[:3], -1.0)) == 3  # every i < j once, never (i, i)
 
 
 # --- the job ------------------------------------------------------------------------------------
