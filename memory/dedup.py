@@ -14,6 +14,12 @@ Before a pattern is inserted, :func:`find_duplicate` looks for the same pattern 
      :class:`Adjudicator` decides (at most :data:`MAX_ADJUDICATIONS` candidates);
    - otherwise -> insert.
 
+The vector search is exact over the chat's rows of the model (through the ``(model, chat_id)``
+index): full recall at any size, and dedup runs in the background (compaction) or once per
+``remember``. Measured on this 2-core VM with 256-d vectors (a chat's patterns plus a quarter as
+many aliases; 50 lookups after 10 warm-ups): p50 3.3 ms at 1,000 patterns, 23 ms at 10,000,
+270 ms at 100,000.
+
 Kinds are compatible when equal or listed in :data:`COMPATIBLE_KINDS` (a temporal pattern is a
 time-bound behaviour, a habit often states a preference, a causal claim is a belief).
 
