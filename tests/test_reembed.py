@@ -193,15 +193,16 @@ def test_cli_memory_reembed(
             await seed(d, 5)
 
     trio.run(prepare)
-    assert main(["memory", "reembed", "--embeddings", "local"]) == 0
-    captured = capsys.readouterr()
-    assert f"re-embedded 20 row(s) with {MODEL}" in captured.out
-    assert "patterns 5" in captured.out and "entries 5" in captured.out
-    assert "re-embedding: 20/20 in " in captured.err
-    assert main(["memory", "reembed", "--embeddings", "local"]) == 0
-    assert f"re-embedded 0 row(s) with {MODEL}" in capsys.readouterr().out
-    assert main(["memory", "reembed", "--embeddings", "local", "--all"]) == 0
-    assert f"re-embedded 20 row(s) with {MODEL}" in capsys.readouterr().out
-    # the CLI pointed logging at this test's captured streams: point it back
-    logging.getLogger().handlers[:] = []
-    structlog.reset_defaults()
+    try:
+        assert main(["memory", "reembed", "--embeddings", "local"]) == 0
+        captured = capsys.readouterr()
+        assert f"re-embedded 20 row(s) with {MODEL}" in captured.out
+        assert "patterns 5" in captured.out and "entries 5" in captured.out
+        assert "re-embedding: 20/20 in " in captured.err
+        assert main(["memory", "reembed", "--embeddings", "local"]) == 0
+        assert f"re-embedded 0 row(s) with {MODEL}" in capsys.readouterr().out
+        assert main(["memory", "reembed", "--embeddings", "local", "--all"]) == 0
+        assert f"re-embedded 20 row(s) with {MODEL}" in capsys.readouterr().out
+    finally:  # the CLI pointed logging at this test's captured streams: point it back
+        logging.getLogger().handlers[:] = []
+        structlog.reset_defaults()
