@@ -35,14 +35,22 @@ import json
 import re
 import unicodedata
 from collections.abc import Collection, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import attrs
 
 from memory.canonical import canonical_hash
 
 if TYPE_CHECKING:  # memory.extraction imports this module; its types are only annotations here
-    from memory.extraction import ChunkMessage, Extraction, KnownPattern, MetaPattern
+    from memory.extraction import (
+        ChunkMessage,
+        Extraction,
+        KnownPattern,
+        MetaPattern,
+        NewPattern,
+        Reinforcement,
+        Supersede,
+    )
 
 GROUNDING_MIN_OVERLAP = 0.45
 LONG_CLAIM_MATCHES = 3
@@ -250,6 +258,7 @@ def entry_uuids_in(text: str) -> set[str]:
 # --- the guardrails over one extraction ---------------------------------------------------------
 
 CITABLE_ROLES = ("user", "tool_result")
+Linked = TypeVar("Linked", "NewPattern", "Reinforcement", "Supersede")
 MAX_NEW_PATTERNS = 5
 MAX_META_PATTERNS = 2
 META_KINDS = ("causal", "belief")
@@ -341,6 +350,11 @@ class _Guard:
                 self.reject(f"{what} entry {uuid[:40]}", "unknown entry uuid")
         return tuple(kept)
 
+    def linked(self, what: str, item: Linked, ids: tuple[int, ...]) -> Linked:
+        """``item`` with the kept evidence ids and its known entry uuids only."""
+        uuids = self.entry_uuids(what, item.entry_uuids)
+        return attrs.evolve(item, evidence_message_ids=ids, entry_uuids=uuids)
+
     def claim(self, what: str, content: str, ids: tuple[int, ...]) -> bool:
         """Length, instruction-likeness, bot directives from tool output, grounding."""
         if len(content) > MAX_CONTENT_CHARS:
@@ -428,22 +442,14 @@ def check_extraction(
             continue
         if fresh(what, s.new_pattern_content):
             superseded.add(s.old_pattern_id)
-            supersedes.append(
-                attrs.evolve(
-                    s, evidence_message_ids=ids, entry_uuids=g.entry_uuids(what, s.entry_uuids)
-                )
-            )
+            supersedes.append(g.linked(what, s, ids))
 
     new = []
     for i, p in enumerate(ex.new_patterns):
         what = f"new_patterns[{i}]"
         ids = g.evidence(what, p.evidence_message_ids)
         if ids is not None and g.claim(what, p.content, ids) and fresh(what, p.content):
-            new.append(
-                attrs.evolve(
-                    p, evidence_message_ids=ids, entry_uuids=g.entry_uuids(what, p.entry_uuids)
-                )
-            )
+            new.append(g.linked(what, p, ids))
 
     reinforcements = []
     reinforced: set[int] = set()
@@ -458,11 +464,7 @@ def check_extraction(
         ids = g.evidence(what, r.evidence_message_ids)
         if ids is not None and g.related(what, pattern, ids):
             reinforced.add(r.pattern_id)
-            reinforcements.append(
-                attrs.evolve(
-                    r, evidence_message_ids=ids, entry_uuids=g.entry_uuids(what, r.entry_uuids)
-                )
-            )
+            reinforcements.append(g.linked(what, r, ids))
 
     contradictions = []
     contradicted: set[int] = set()
