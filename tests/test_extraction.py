@@ -11,8 +11,9 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from fakes.anthropic_api import FakeAnthropic, run_fake_anthropic
+from fakes.anthropic_api import Failure, FakeAnthropic, run_fake_anthropic
 
+from memory.errors import LLMUnavailable
 from memory.extraction import (
     EXTRACTION_SYSTEM,
     ChunkMessage,
@@ -499,3 +500,12 @@ async def test_extract_applies_the_guardrails(
     extraction, rejections = result
     assert extraction.new_patterns == () and len(extraction.supersedes) == 1
     assert [r.what for r in rejections] == ["new_patterns[0] evidence #2", "new_patterns[0]"]
+
+
+async def test_llm_errors_propagate_to_the_caller(
+    claude: AnthropicLLM, fake_claude: FakeAnthropic
+) -> None:
+    fake_claude.fail_next(Failure.server_error(503))
+    with pytest.raises(LLMUnavailable):
+        await extract(claude, CHUNK, KNOWN, set(), chat_id=CHAT, timezone="UTC")
+    assert [r.status for r in fake_claude.requests] == [503]  # no retry of an LLM error here
