@@ -25,6 +25,8 @@ from typing import Any, Literal, Protocol
 import attrs
 import structlog
 
+from runtime.db import Connection
+
 log = structlog.get_logger(__name__)
 
 InboxStatus = Literal["pending", "processing", "done", "skipped", "failed"]
@@ -259,6 +261,20 @@ async def pending_for_chat(
     return [InboxRow.from_record(r) for r in recs]
 
 
+#: in a statement's RETURNING: its implicit transaction commits without waiting for the WAL
+#: flush. Only for writes that a crash may lose without harm because the turn's own commit,
+#: synchronous and later in the same WAL, makes them durable with it (a claim, the user row, a
+#: usage row); an engram process crash loses nothing (the server still flushes its WAL).
+#: Never inside a caller's transaction (a ``Connection``): it would apply to all of it.
+ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true)"
+
+
+def async_commit(db: object) -> str:
+    """:data:`ASYNC_COMMIT` for a statement that is its own transaction (``db`` is the pool);
+    a plain NULL on a held connection, whose transaction is the caller's."""
+    return "NULL" if isinstance(db, Connection) else ASYNC_COMMIT
+
+
 _TAKE_OPEN = f"""
 WITH open AS (
     SELECT {_COLUMNS} FROM inbox
@@ -266,7 +282,7 @@ WITH open AS (
 ), claimed AS (
     UPDATE inbox SET status = 'processing', attempts = attempts + 1
     WHERE id = (SELECT min(id) FROM open) AND attempts < $4 AND status = ANY($2::text[])
-    RETURNING id
+    RETURNING id, {{commit}}
 )
 SELECT open.*, open.id IN (SELECT id FROM claimed) AS claimed FROM open ORDER BY id
 """
@@ -279,8 +295,11 @@ async def take_open(
     claimed (as :func:`mark_processing` would) unless it has ``max_attempts`` already: the
     rows (as they were before the claim) and the claimed id. One round trip for the usual
     wake (one new row): read and claim. The later rows are claimed when their turn comes, so
-    a row that crashes the process cannot use up its successors' attempts."""
-    recs = await db.fetch(_TAKE_OPEN, chat_id, list(OPEN_STATUSES), after, max_attempts)
+    a row that crashes the process cannot use up its successors' attempts. The claim commits
+    asynchronously (:data:`ASYNC_COMMIT`): lost only with a database crash before the turn's
+    commit, when the row is simply open again, as after any crash."""
+    query = _TAKE_OPEN.format(commit=async_commit(db))
+    recs = await db.fetch(query, chat_id, list(OPEN_STATUSES), after, max_attempts)
     claimed = next((r["id"] for r in recs if r["claimed"]), None)
     return [InboxRow.from_record(r) for r in recs], claimed
 

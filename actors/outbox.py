@@ -195,7 +195,7 @@ WITH open AS (
 ), claimed AS (
     UPDATE outbox SET status = 'sending', attempts = attempts + 1
     WHERE id = (SELECT min(id) FROM open) AND status = ANY($1::text[])
-    RETURNING id
+    RETURNING id, {{commit}}
 )
 SELECT open.*, open.id IN (SELECT id FROM claimed) AS claimed FROM open ORDER BY id
 """
@@ -206,8 +206,12 @@ async def next_pending_claimed(
 ) -> tuple[list[OutboxRow], int | None]:
     """:func:`next_pending` of one chat with the first row's send attempt started (as
     :func:`mark_sending` would) in the same statement: the rows, as read before the claim,
-    and the claimed id (None when there is no open row)."""
-    recs = await db.fetch(_NEXT_CLAIMED, list(OPEN_STATUSES), chat_id, limit)
+    and the claimed id (None when there is no open row). The claim commits asynchronously
+    (:data:`actors.inbox.ASYNC_COMMIT`): ``sending`` and ``attempts`` are advisory (an open
+    row resumes after its last recorded chunk either way), and the chunk records that matter
+    stay synchronous."""
+    query = _NEXT_CLAIMED.format(commit=inbox.async_commit(db))
+    recs = await db.fetch(query, list(OPEN_STATUSES), chat_id, limit)
     claimed = next((r["id"] for r in recs if r["claimed"]), None)
     return [OutboxRow.from_record(r) for r in recs], claimed
 

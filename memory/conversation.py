@@ -172,14 +172,19 @@ SELECT * FROM (
 ) w ORDER BY created_at, id
 """
 
+#: commit without waiting for the WAL flush (see below; never inside a caller's transaction)
+ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true)"
 # the user row and the window before it in one statement: the window reads the snapshot taken
-# before the insert, and leaves out the row when a re-run finds it already stored
+# before the insert, and leaves out the row when a re-run finds it already stored. It commits
+# without waiting for the WAL flush: the turn's reply commit (synchronous, later in the same
+# WAL) makes it durable; a database crash before that loses it with the turn, and the re-run
+# stores it again
 _USER_AND_WINDOW = """
 WITH ins AS (
     INSERT INTO chat_messages (chat_id, external_message_id, role, content, created_at)
     VALUES ($1, $2, 'user', $3, $4)
     ON CONFLICT (chat_id, external_message_id) DO UPDATE SET content = EXCLUDED.content
-    RETURNING id
+    RETURNING id, {commit}
 )
 SELECT ins.id AS user_id, w.* FROM ins LEFT JOIN LATERAL (
     SELECT id, role, content, tool_calls, tool_call_id, tool_name, external_message_id,
@@ -263,9 +268,11 @@ class SqlConversationStore:
         self, chat_id: int, text: str, external_id: str | None, created_at: datetime, limit: int
     ) -> tuple[int, list[ChatMessage]]:
         """One round trip (the insert commits with the statement)."""
+        commit = "NULL" if isinstance(self.db, Connection) else ASYNC_COMMIT
         recs = await self.db.fetch(
-            _USER_AND_WINDOW, chat_id, external_id, text, created_at, max(0, limit - 1)
-        )
+            _USER_AND_WINDOW.format(commit=commit),
+            chat_id, external_id, text, created_at, max(0, limit - 1),
+        )  # fmt: skip
         window = repair_rows(from_record(r) for r in recs if r["id"] is not None)
         return int(recs[0]["user_id"]), window
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import attrs
 
 from memory.cost import DEFAULT_RATES, Cost, RateTable, duration_cost, token_cost
+from runtime.db import Connection
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -45,11 +46,17 @@ _SECRET_SHAPES = re.compile(
     r"|(?:\b[0-9]{6,12}:[A-Za-z0-9_\-]{30,})"  # Telegram bot tokens
 )
 
+# Committed without waiting for the WAL flush when the row is its own transaction (on the pool;
+# on a held connection the transaction is the caller's, so it commits as the caller does):
+# accounting is best effort already (see the module docstring), and the next
+# synchronous commit of anything (a turn's reply) flushes the row with it; only a database
+# crash within a fraction of a second of the call can lose it.
 _INSERT = """
 INSERT INTO api_usage (chat_id, provider, model, purpose, input_tokens, output_tokens,
                        duration_seconds, cost_usd, latency_ms, ok, error)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 """
+_INSERT_ASYNC = _INSERT + "RETURNING set_config('synchronous_commit', 'off', true)"
 
 
 class Queries(Protocol):
@@ -141,7 +148,7 @@ async def log_api_usage(
     clean_error = None if error is None else scrub_error(error, secrets)
     try:
         await db.execute(
-            _INSERT,
+            _INSERT if isinstance(db, Connection) else _INSERT_ASYNC,
             chat_id,
             provider,
             model,

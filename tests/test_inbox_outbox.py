@@ -418,3 +418,18 @@ async def test_persist_needing_results_runs_in_a_transaction(db: dbmod.Database)
     assert spy.transactions == 1
     assert await db.fetchval("SELECT content FROM chat_messages") == "after 0"
     assert await inbox.pending_for_chat(db, 21) == []
+
+
+async def test_claims_commit_asynchronously_only_on_their_own(db: dbmod.Database) -> None:
+    assert inbox.async_commit(db) == inbox.ASYNC_COMMIT
+    a = await _insert(db, 110, 22)
+    await outbox.enqueue_reply(db, 22, "x")
+    async with db.transaction() as conn:
+        assert inbox.async_commit(conn) == "NULL"
+        _, claimed = await inbox.take_open(conn, 22, 0, 3)
+        _, sending = await outbox.next_pending_claimed(conn, 22)
+        # the caller's transaction keeps its synchronous commit
+        assert await conn.fetchval("SHOW synchronous_commit") == "on"
+    assert claimed == a and sending is not None
+    await inbox.take_open(db, 22, a, 3)  # on the pool: its own transaction
+    assert await db.fetchval("SHOW synchronous_commit") == "on"  # nothing leaks to a session
