@@ -16,11 +16,16 @@ the embedder replaced by fakes that answer at once:
   hybrid search runs against the stored vectors.
 
 So a measured turn is: POST on a keep-alive connection to ``/api/telegram`` (real HTTP on
-127.0.0.1) -> webhook checks and JSON -> inbox insert -> router -> chat actor (open rows,
-claim, typing indicator) -> agent (user row, recent window, context, model call, hybrid search
-over the journal, model call) -> one transaction (assistant/tool rows, outbox row, inbox done)
--> sender (outbox row, pacing, ``sendMessage`` over httpx) -> the clock stops when the stub
-Bot API (in this process, trio) has read the ``sendMessage`` request for that chat.
+127.0.0.1) -> webhook checks and JSON -> inbox insert -> router -> chat actor (open rows and
+claim, typing indicator) -> agent (user row and recent window, context, model call, hybrid
+search over the journal, model call) -> the commit (assistant/tool rows, outbox row, inbox
+done: one statement) -> sender (outbox row and its claim, pacing, ``sendMessage`` over httpx)
+-> the clock stops when the stub Bot API (in this process, trio) has read the ``sendMessage``
+request for that chat.
+
+The journal is loaded by COPY after the migrations, so the ``entries`` trigger of migration
+003 turns its unknown time zones (``Invalid/Zone``, about one entry in nine) into NULL, as an
+import would; before that migration they stayed and every read checked them.
 
 Turns are sequential, over ``--chats`` chats in rotation (each seeded with ``--history``
 rows of conversation, with search tool calls and results), at least ``--spacing`` seconds
