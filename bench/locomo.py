@@ -14,13 +14,24 @@ question's. ``now`` is the conversation's last session date (the chat's present)
 
 * ``vector``: exact cosine order over the chat's vectors (``pattern_embeddings``);
 * ``fulltext``: ``to_tsquery('english', memory.query_text.or_tsquery(q))`` ranked by ``ts_rank``;
-* ``hybrid``: :func:`memory.retrieval.rank_patterns` (the product path), in its score order.
+* ``hybrid``: :func:`memory.retrieval.rank_patterns` (the product path), in its score order
+  (``hybrid+mmr``: after the retriever's MMR, i.e. what would be injected).
 
 ``--experiments`` also prints fusion/scoring variants computed here from the two arms
-(:func:`variant_rankings`), for the report only.
-``--synthetic`` runs the same arms on ``bench/data/paraphrases.jsonl`` (queries -> the claim and
-its paraphrases among every claim of the set, hard negatives included) before LoCoMo: that set
-is the one to study failures on; LoCoMo is measured, not tuned on.
+(:func:`variant_rankings`: RRF, weighted RRF, the product's cosine x RRF, a convex mix of
+cosine and normalised lexical score, BM25 as SQL (:data:`BM25_SQL`) or as a re-scoring of both
+arms' candidates, softened recency, content-word query vectors, centred cosine, pseudo-relevance
+feedback) and the product path with the seed's thresholds, for the report only (about 5
+minutes). ``--synthetic`` first runs everything on the sets written for engram,
+``bench/data/paraphrases.jsonl`` (queries -> the claim and its paraphrases among all 230 claims,
+hard negatives included) and ``bench/data/dialog_recall.json`` (a two-person, ten-session chat
+of 84 claims and 50 questions): those are the sets to study failures on; LoCoMo is measured,
+not tuned on.
+
+Figures on this machine (5 conversations, 760 questions, local embedder, 2026-11; see the
+README's memory section): vector 0.554 @5, ts_rank full-text 0.574, RRF 0.586; the product's
+cosine x RRF x typed weight 0.488 (0.584 without recency); 0.5 cosine + 0.5 BM25/max 0.617
+(0.616 with recency at a quarter strength). Any-observation-matches ceiling: 0.830.
 
 Last line exactly:
 ``locomo recall@5 hybrid=<a> vector=<b> fulltext=<c> recall@10 hybrid=<d> questions=<n>``
@@ -53,6 +64,7 @@ from memory.embedding_store import store_vectors
 from memory.embeddings import LocalEmbedder
 from memory.query_text import content_text, content_words, or_tsquery
 from memory.ranking import memory_factor, mmr, recency
+from memory.thresholds import SEED, Thresholds
 from runtime import db as dbmod
 from runtime.embedded_pg import embedded_postgres
 from runtime.migrate import apply_migrations
@@ -258,7 +270,12 @@ async def bm25_arm(
 
 
 async def hybrid_arm(
-    db: dbmod.Database, embedder: LocalEmbedder, chat_id: int, query: str, now: datetime
+    db: dbmod.Database,
+    embedder: LocalEmbedder,
+    chat_id: int,
+    query: str,
+    now: datetime,
+    thresholds: Thresholds | None = None,
 ) -> tuple[list[int], list[int]] | None:
     """The product path: ``memory.retrieval.rank_patterns`` order, and that order after the
     retriever's MMR (lambda 0.7) as injected; None until the module exists."""
@@ -266,7 +283,9 @@ async def hybrid_arm(
         from memory.retrieval import rank_patterns
     except ImportError:
         return None
-    ranked, _degraded = await rank_patterns(db, embedder, chat_id, query, limit=CANDIDATES, now=now)
+    ranked, _degraded = await rank_patterns(
+        db, embedder, chat_id, query, limit=CANDIDATES, now=now, thresholds=thresholds
+    )
     return [p.id for p in ranked], [p.id for p in mmr(ranked, k=max(KS))]
 
 
@@ -320,6 +339,7 @@ class Arms:
     ids: tuple[int, ...] = ()  # the chat's pattern ids, rows of ``mat``
     mat: Any = None  # the chat's pattern vectors
     bm25_sql: list[tuple[int, float]] = attrs.field(factory=list)
+    bm25_rescored: list[tuple[int, float]] = attrs.field(factory=list)  # of both arms' candidates
 
 
 @attrs.frozen
@@ -331,11 +351,18 @@ class Lexicon:
     avg_len: float
 
     def bm25(
-        self, terms: Sequence[str], k1: float = 1.2, b: float = 0.75
+        self,
+        terms: Sequence[str],
+        k1: float = 1.2,
+        b: float = 0.75,
+        only: set[int] | None = None,
     ) -> list[tuple[int, float]]:
+        """BM25 of the chat's patterns (or of ``only`` those) for ``terms``, best first."""
         n = len(self.tf)
         out = []
         for pid, doc in self.tf.items():
+            if only is not None and pid not in only:
+                continue
             length = sum(doc.values())
             score = 0.0
             for t in terms:
@@ -427,7 +454,7 @@ def variant_rankings(min_sim: float) -> dict[str, Variant]:
         override: dict[int, float] | None = None,
     ) -> dict[int, float]:
         sims = override or (a.allsims_cw if cw else a.allsims)
-        lexical = (a.bm25_sql if bm25 == "sql" else a.bm25) if bm25 else a.fts
+        lexical = {True: a.bm25, "sql": a.bm25_sql, "rescored": a.bm25_rescored, False: a.fts}[bm25]
         fmax = max((v for _, v in lexical), default=0.0) or 1.0
         lex = {pid: v / fmax for pid, v in lexical}
         vec_ids = [pid for pid, _ in (a.vec_cw if cw else a.vec)]
@@ -475,6 +502,7 @@ def variant_rankings(min_sim: float) -> dict[str, Variant]:
         "convex_bm25": lambda a: convex_rel(a, bm25=True),
         "convex_bm25_cw": lambda a: convex_rel(a, bm25=True, cw=True),
         "convex_bm25sql": lambda a: convex_rel(a, bm25="sql"),
+        "convex_bm25rescored": lambda a: convex_rel(a, bm25="rescored"),
         "convex_bm25_a0.3": lambda a: convex_rel(a, bm25=True, alpha=0.3),
         "convex_bm25_prf": prf_rel,
         "convex_bm25_centered": lambda a: convex_rel(a, bm25=True, override=centered(a)),
@@ -528,8 +556,13 @@ async def evaluate(
             else:
                 recall.add("hybrid", hybrid[0], evidence, q)
                 recall.add("hybrid+mmr", hybrid[1], evidence, q)
+            if variants and hybrid is not None:
+                seed = await hybrid_arm(db, embedder, conv.chat_id, q.text, conv.now, SEED)
+                recall.add("hybrid, seed thresholds", seed[0] if seed else [], evidence, q)
             if variants:
-                bm25 = lex.bm25(await query_lexemes(db, or_tsquery(q.text)))
+                terms = await query_lexemes(db, or_tsquery(q.text))
+                bm25 = lex.bm25(terms)
+                rescored = lex.bm25(terms, only={i for i, _ in fts} | {i for i, _ in vec})
                 bm25_sql = await bm25_arm(db, conv.chat_id, q.text, CANDIDATES)
                 every = await vector_arm(db, embedder.model, conv.chat_id, vector, 100_000)
                 [cw] = await embedder.embed(
@@ -537,7 +570,7 @@ async def evaluate(
                 )
                 every_cw = await vector_arm(db, embedder.model, conv.chat_id, cw, 100_000)
                 arms = Arms(vec, fts, days, bm25, dict(every), every_cw[:CANDIDATES],
-                            dict(every_cw), vector, cw, ids, mat, bm25_sql)  # fmt: skip
+                            dict(every_cw), vector, cw, ids, mat, bm25_sql, rescored)  # fmt: skip
             else:
                 arms = Arms(vec, fts, days)
             for name, rank in variants.items():
@@ -576,7 +609,7 @@ async def run(url: str, args: argparse.Namespace) -> None:
     min_sim = default_thresholds(embedder.model).min_similarity
     arms = ["hybrid", "hybrid+mmr", "vector", "fulltext"]
     if args.experiments:
-        arms += list(variant_rankings(min_sim))
+        arms += ["hybrid, seed thresholds", *variant_rankings(min_sim)]
     async with dbmod.asyncio_loop(), dbmod.open_database(url, max_size=4) as db:
         await apply_migrations(db)
         if args.synthetic:
