@@ -32,7 +32,27 @@ def local() -> LocalEmbedder:
 
 
 @pytest.fixture
-def cli_env(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def restore_logging() -> Iterator[None]:
+    """``main`` configures logging for the process (root handlers and level, quiet httpx,
+    structlog's output stream): put everything back for the tests that follow."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    named = {n: logging.getLogger(n).level for n in ("httpx", "httpcore", "hpack")}
+    config = structlog.get_config()
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        for name, lvl in named.items():
+            logging.getLogger(name).setLevel(lvl)
+        structlog.configure(**config)
+
+
+@pytest.fixture
+def cli_env(
+    database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_logging: None
+) -> None:
     for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
                 "MESSAGE_RETENTION_DAYS", "PATTERN_MERGE_THRESHOLD"):  # fmt: skip
         monkeypatch.delenv(var, raising=False)
@@ -40,10 +60,6 @@ def cli_env(database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("ENGRAM_HOME", str(tmp_path))
     monkeypatch.setenv("EMBEDDING_PROVIDER", "local")
     monkeypatch.setenv("LLM_PROVIDER", "anthropic")
-    yield
-    # the CLI pointed logging at this test's captured streams: point it back
-    logging.getLogger().handlers[:] = []
-    structlog.reset_defaults()
 
 
 @pytest.fixture

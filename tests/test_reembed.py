@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import io
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +27,24 @@ TABLES = ("entry_embeddings", "pattern_embeddings", "alias_embeddings", "episode
 @pytest.fixture(scope="module")
 def local() -> LocalEmbedder:
     return LocalEmbedder()
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """``main`` configures logging for the process (root handlers and level, quiet httpx,
+    structlog's output stream): put everything back for the tests that follow."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    named = {n: logging.getLogger(n).level for n in ("httpx", "httpcore", "hpack")}
+    config = structlog.get_config()
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        for name, lvl in named.items():
+            logging.getLogger(name).setLevel(lvl)
+        structlog.configure(**config)
 
 
 class Counting:
@@ -174,6 +192,7 @@ def test_cli_memory_reembed(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
+    restore_logging: None,
 ) -> None:
     import trio
 
@@ -193,16 +212,12 @@ def test_cli_memory_reembed(
             await seed(d, 5)
 
     trio.run(prepare)
-    try:
-        assert main(["memory", "reembed", "--embeddings", "local"]) == 0
-        captured = capsys.readouterr()
-        assert f"re-embedded 20 row(s) with {MODEL}" in captured.out
-        assert "patterns 5" in captured.out and "entries 5" in captured.out
-        assert "re-embedding: 20/20 in " in captured.err
-        assert main(["memory", "reembed", "--embeddings", "local"]) == 0
-        assert f"re-embedded 0 row(s) with {MODEL}" in capsys.readouterr().out
-        assert main(["memory", "reembed", "--embeddings", "local", "--all"]) == 0
-        assert f"re-embedded 20 row(s) with {MODEL}" in capsys.readouterr().out
-    finally:  # the CLI pointed logging at this test's captured streams: point it back
-        logging.getLogger().handlers[:] = []
-        structlog.reset_defaults()
+    assert main(["memory", "reembed", "--embeddings", "local"]) == 0
+    captured = capsys.readouterr()
+    assert f"re-embedded 20 row(s) with {MODEL}" in captured.out
+    assert "patterns 5" in captured.out and "entries 5" in captured.out
+    assert "re-embedding: 20/20 in " in captured.err
+    assert main(["memory", "reembed", "--embeddings", "local"]) == 0
+    assert f"re-embedded 0 row(s) with {MODEL}" in capsys.readouterr().out
+    assert main(["memory", "reembed", "--embeddings", "local", "--all"]) == 0
+    assert f"re-embedded 20 row(s) with {MODEL}" in capsys.readouterr().out
