@@ -37,7 +37,7 @@ LIST_TEXT_CHARS = 2000
 MAX_ENTRY_CHARS = 20_000
 CANDIDATES_PER_ARM = 100
 #: full-text matches ranked per search (the newest ones; see ``_text_arm``)
-FTS_POOL = 300
+FTS_POOL = 200
 #: filters leaving at most this many entries: exact vector scan of them, else the HNSW index
 EXACT_MAX = 2000
 #: nearest rows taken from the index before filters (a filter passes > EXACT_MAX entries)
