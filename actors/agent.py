@@ -43,6 +43,7 @@ from actors.context import (
     repair_messages,
 )
 from actors.turn import TurnInput, TurnReply
+from actors.turn_links import link_cited_entries
 from memory.conversation import (
     DEFAULT_WINDOW_LIMIT,
     ChatMessage,
@@ -51,10 +52,10 @@ from memory.conversation import (
     ToolCall,
 )
 from memory.errors import LLMError, LLMOverloaded, LLMRateLimited, LLMTimeout
-from memory.journal_tools import journal_registry
+from memory.journal_tools import JOURNAL_TOOLS
 from memory.llm import LLM, Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 from memory.tool_results import truncate_for_storage
-from memory.tools import Queries, QueryEmbedder, ToolContext, ToolRegistry
+from memory.tools import Queries, QueryEmbedder, Tool, ToolContext, ToolRegistry
 from runtime.db import Connection, Database
 from runtime.logs import get_logger
 
@@ -299,13 +300,15 @@ class Agent:
             state.tripped = "time_limit"
         rows = transcript_rows(state.messages, self.clock())
         self._log(turn, state, memory)
+        text = reply_text(state)
+        await link_cited_entries(self.tool_db, chat_id, memory.pattern_ids, state.messages, text)
         user_row = ChatMessage(role="user", content=turn.text, created_at=now, id=user_id)
         await self._check_budget(chat_id, context, [*window, user_row, *rows])
 
         async def persist(conn: Connection) -> None:
             await self.conversation.add_rows(conn, chat_id, rows)
 
-        return TurnReply(reply_text(state), persist=persist if rows else None)
+        return TurnReply(text, persist=persist if rows else None)
 
     async def _retrieve(self, chat_id: int, query: str) -> RetrievedMemory:
         """Patterns for the turn; a failing or slow retriever degrades instead of failing."""
@@ -366,13 +369,15 @@ def sql_agent(
     *,
     timezone: str,
     embedder: QueryEmbedder | None = None,
+    extra_tools: Sequence[Tool[Any]] = (),
     **options: Any,
 ) -> Agent:
-    """The production agent: ``chat_messages`` on ``db``, the journal tools on ``db``."""
+    """The production agent: ``chat_messages`` on ``db``, the journal tools (plus
+    ``extra_tools``, e.g. the memory tools) on ``db``."""
     return Agent(
         llm=llm,
         conversation=SqlConversationStore(db),
-        tools=journal_registry(),
+        tools=ToolRegistry([*JOURNAL_TOOLS, *extra_tools]),
         tool_db=db,
         timezone=timezone,
         embedder=embedder,

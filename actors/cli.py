@@ -21,12 +21,16 @@ from actors.system import BotSystem
 from actors.telegram_client import BotApiClient
 from actors.telegram_types import Voice
 from memory import journal_commands, patterns_cli
+from memory.dedup import LLMAdjudicator
 from memory.embedding_store import EmbeddingBackfill
 from memory.embeddings import open_embedder
 from memory.llm import LLM
 from memory.llm_anthropic import AnthropicLLM
 from memory.llm_openai import OpenAICompatibleLLM
+from memory.memory_tools import memory_tools
 from memory.purge import PurgeJob
+from memory.retrieval import SqlPatternRetriever
+from memory.thresholds import thresholds_for
 from runtime.cli import base_parser, open_settings_database, run_cli
 from runtime.db import Database
 from runtime.errors import SettingsError
@@ -133,12 +137,15 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             usage_db=database,
         ) as embedder,
     ):
+        thresholds = thresholds_for(embedder.model, settings)
         agent = sql_agent(
             database,
             llm,
             timezone=settings.timezone,
             embedder=embedder,
             context_token_budget=settings.context_token_budget,
+            retriever=SqlPatternRetriever(database, embedder, thresholds),
+            extra_tools=memory_tools(LLMAdjudicator(llm), thresholds=thresholds),
         )
         compactor = sql_compactor(database, llm, embedder, settings, tools=agent.tools)
         agent.on_over_budget = compactor.request
