@@ -13,7 +13,7 @@ import attrs
 import numpy as np
 import pytest
 
-from memory import journal_tools
+from memory import journal_search as journal_tools  # the search constants live there
 from memory.embedding_store import ensure_vector_index
 from memory.journal_tools import (
     _LOCAL,
