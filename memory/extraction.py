@@ -10,8 +10,9 @@ object::
 
 :func:`parse_extraction` validates it strictly into :class:`Extraction` (wrong types, unknown
 kinds or signals, confidences outside [0, 1] -> :class:`ExtractionInvalid`; a ```json fence and
-prose around the object are tolerated). :func:`check_extraction` then applies the guardrails and
-returns what survives plus a :class:`Rejection` for everything dropped (see its docstring).
+prose around the object are tolerated). :func:`check_extraction` (:mod:`memory.guardrails`) then
+applies the guardrails and returns what survives plus a :class:`Rejection` for everything dropped
+(see its docstring).
 :func:`extract` is the only I/O: one call, and exactly one "return valid JSON only" repair call
 when the first answer does not parse; ``None`` after two invalid answers (the caller leaves the
 messages uncompacted). LLM errors propagate.
@@ -28,7 +29,7 @@ from zoneinfo import ZoneInfo
 
 import attrs
 
-from memory.grounding import CITABLE_ROLES, Rejection, check_extraction, evidence_for
+from memory.guardrails import CITABLE_ROLES, Rejection, check_extraction, evidence_for
 from memory.llm import LLM, Message
 from memory.tool_results import escape_untrusted, wrap_untrusted
 from runtime.errors import EngramError
