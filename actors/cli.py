@@ -27,6 +27,7 @@ from memory.embeddings import open_embedder
 from memory.llm import LLM
 from memory.llm_anthropic import AnthropicLLM
 from memory.llm_openai import OpenAICompatibleLLM
+from memory.maintenance import ChatIndexJob
 from memory.memory_tools import memory_tools
 from memory.purge import PurgeJob
 from memory.retrieval import SqlPatternRetriever
@@ -163,6 +164,10 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
                     PurgeJob(
                         db,
                         retention_days=s.message_retention_days,
+                        interval=s.maintenance_interval,
+                    ).run,
+                    ChatIndexJob(
+                        db, model=embedder.model, dims=embedder.dims,
                         interval=s.maintenance_interval,
                     ).run,
                 ],
