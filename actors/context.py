@@ -34,7 +34,11 @@ PATTERNS_HEADER = "═══ WHAT YOU KNOW ABOUT THE PERSON ═══"
 HISTORY_HEADER = "═══ CONVERSATION HISTORY ═══"
 NO_PATTERNS = "(nothing yet)"
 NO_HISTORY = "(no earlier messages)"
-DEGRADED_NOTE = "(Memory retrieval is degraded right now: some relevant memories may be missing.)"
+DEGRADED_MARK = "[memory: degraded]"
+DEGRADED_NOTE = (
+    f"{DEGRADED_MARK} Memory retrieval is degraded right now: some relevant memories may be"
+    " missing."
+)
 
 PERSONA = (
     "You are engram, a warm, thoughtful companion with a long memory. You talk with one person "
@@ -176,7 +180,7 @@ def system_prompt(now: datetime, timezone: str, persona: str = PERSONA) -> str:
 def patterns_section(memory: RetrievedMemory) -> str:
     """The retrieved-patterns part of the system prompt."""
     body = memory.text_block.strip() or NO_PATTERNS
-    if memory.degraded:
+    if memory.degraded and DEGRADED_MARK not in body:
         body = f"{body}\n{DEGRADED_NOTE}"
     return f"{PATTERNS_HEADER}\n{body}"
 

@@ -21,6 +21,7 @@ from actors.context import (
     day_separator,
     estimate_tokens,
     format_window,
+    patterns_section,
     relative_time,
     repair_messages,
     system_prompt,
@@ -154,7 +155,10 @@ def test_context_sections_and_token_estimate() -> None:
         tools=[tool],
     )
     assert ctx.system.index("Runs on Sundays") < ctx.system.index("[11:33 AM, 1 hour ago] User")
-    assert DEGRADED_NOTE in ctx.patterns
+    assert DEGRADED_NOTE in ctx.patterns and "[memory: degraded]" in ctx.patterns
+    # a retriever that marked its block already: the mark is not repeated
+    marked = patterns_section(RetrievedMemory("[memory: degraded] keyword search only", True))
+    assert marked.count("[memory: degraded]") == 1
     assert estimate_tokens("") == 0 and estimate_tokens("abcde") == 2
     parts = dict(system="s" * 40, patterns="p" * 40, window="w" * 40)
     no_tools = context_tokens(**parts, tools=[])
