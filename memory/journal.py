@@ -199,7 +199,7 @@ def _known_zones() -> frozenset[str]:
 
 def known_timezone(name: str | None) -> str | None:
     """``name`` when it is an IANA time zone, else None (the entry's dates then use the
-    reader's zone). Checked once here, so reads need not check (see migration 003)."""
+    reader's zone). Checked once here, so reads need not check (see migration 002)."""
     if not name:
         return None
     zones = _known_zones()

@@ -26,7 +26,7 @@ ANN_K = 400
 EF_SEARCH = 100
 
 # Every query below takes the context time zone as $1 and reads entries through ``le``. An
-# entry's zone is a valid one or NULL (checked on import, and by the trigger of migration 003
+# entry's zone is a valid one or NULL (checked on import, and by the trigger of migration 002
 # for any other writer), so it is used as is: no per-query lookup in pg_timezone_names.
 # NOT MATERIALIZED: a statement that reads ``le`` twice must not copy the whole journal.
 _LOCAL = """

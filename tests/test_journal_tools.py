@@ -657,7 +657,7 @@ async def test_unknown_time_zones_are_stored_as_null(raw_db: Database) -> None:
     await apply_migrations(raw_db, [first])
     await add_entry(raw_db, "old-bad", "2024-01-01T10:00", "x", tz="Mars/Base", embed=False)
     await add_entry(raw_db, "old-abbrev", "2024-01-01T10:00", "x", tz="PST", embed=False)
-    await apply_migrations(raw_db, [first, *rest])  # 003 clears what the reads ignored
+    await apply_migrations(raw_db, [first, *rest])  # 002 clears what the reads ignored
     await add_entry(raw_db, "new-bad", "2024-01-01T10:00", "x", tz="Nowhere/Else", embed=False)
     await add_entry(raw_db, "tokyo", "2024-01-01T10:00", "x", tz="Asia/Tokyo", embed=False)
     zones = {
