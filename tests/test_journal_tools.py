@@ -13,7 +13,7 @@ import attrs
 import numpy as np
 import pytest
 
-from memory import journal_search as journal_tools  # the search constants live there
+from memory import journal_search
 from memory.embedding_store import ensure_vector_index
 from memory.journal_tools import (
     _LOCAL,
@@ -627,7 +627,7 @@ async def test_filtered_vector_search_exact_and_index_paths_agree(
     ctx = make_ctx(db, tz="UTC")
     got: dict[str, list[list[int]]] = {}
     for path, exact_max in (("exact", 2000), ("index", 0)):
-        monkeypatch.setattr(journal_tools, "EXACT_MAX", exact_max)
+        monkeypatch.setattr(journal_search, "EXACT_MAX", exact_max)
         by_tag = await search_candidates(ctx, "zzz", q, tags=["RARE"])
         by_date = await search_candidates(
             ctx, "zzz", q, date.fromisoformat("2023-03-01"), date.fromisoformat("2023-05-31")
@@ -647,7 +647,7 @@ async def test_text_arm_ranks_the_newest_matches(
     uuid_of = {r["id"]: r["uuid"] for r in await db.fetch("SELECT id, uuid FROM entries")}
     text_ids, _ = await search_candidates(ctx, "walk", None)
     assert uuid_of[text_ids[0]] == "old-best" and len(text_ids) == 7  # all matches ranked
-    monkeypatch.setattr(journal_tools, "FTS_POOL", 6)
+    monkeypatch.setattr(journal_search, "FTS_POOL", 6)
     text_ids, _ = await search_candidates(ctx, "walk", None)
     assert sorted(uuid_of[i] for i in text_ids) == [f"new{i}" for i in range(6)]
 
