@@ -67,7 +67,7 @@ import warnings
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -82,6 +82,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _turn_data import (
     HISTORY_COLUMNS,
+    THEMES,
     VOCAB,
     HashEmbedder,
     Journal,
@@ -94,6 +95,7 @@ from actors.sender import SenderSettings
 from actors.system import BotSystem
 from actors.telegram_client import BotApiClient
 from actors.turn import TurnHandler, TurnInput, TurnReply
+from memory.canonical import canonical_hash
 from memory.conversation import ChatMessage, ConversationStore
 from memory.cost import DEFAULT_RATES
 from memory.embedding_store import EmbeddingBackfill, ensure_vector_index
@@ -109,6 +111,9 @@ from memory.llm import (
     call_and_record,
 )
 from memory.llm_anthropic import DEFAULT_MODEL, message_params, tool_params
+from memory.memory_tools import memory_tools
+from memory.retrieval import SqlPatternRetriever
+from memory.thresholds import thresholds_for
 from memory.tools import Tool, ToolContext, ToolOutcome, ToolRegistry
 from runtime import db as dbmod
 from runtime.errors import DatabaseError
@@ -764,6 +769,45 @@ async def load_journal(
     return took
 
 
+PATTERN_KINDS = ("behavior", "emotion", "belief", "goal", "preference", "temporal", "causal")
+
+
+async def load_patterns(
+    db: dbmod.Database, chats: Sequence[int], embedder: HashEmbedder, per_chat: int, seed: int
+) -> None:
+    """``per_chat`` patterns per chat (claims over the journal's theme words, of every kind and
+    age), with their vectors, so every turn's retrieval has something to rank."""
+    rng = np.random.default_rng(seed + 2)
+    words = [w for theme in THEMES.values() for w in theme]
+    at = datetime.now(UTC)
+    for chat in chats:
+        texts = [
+            "User " + " ".join(str(w) for w in rng.choice(words, size=5, replace=False))
+            + f" ({i})"
+            for i in range(per_chat)
+        ]
+        rows = []
+        for i, text in enumerate(texts):
+            seen = at - timedelta(days=int(rng.integers(0, 400)))
+            rows.append((chat, text, PATTERN_KINDS[i % len(PATTERN_KINDS)], 0.7,
+                         float(rng.uniform(1, 8)), canonical_hash(text), seen, seen))  # fmt: skip
+        await db.copy_records("patterns", rows, [
+            "chat_id", "content", "kind", "confidence", "strength", "canonical_hash",
+            "first_seen", "last_seen",
+        ])  # fmt: skip
+        ids = [r["id"] for r in await db.fetch(
+            "SELECT id FROM patterns WHERE chat_id = $1 ORDER BY id", chat)]  # fmt: skip
+        vectors = await embedder.embed(texts, purpose="bench")
+        await db.copy_records(
+            "pattern_embeddings",
+            [(pid, embedder.model, chat, embedder.dims, v) for pid, v in zip(ids, vectors,
+                                                                              strict=True)],
+            ["pattern_id", "model", "chat_id", "dims", "embedding"],
+        )  # fmt: skip
+    await db.execute("VACUUM ANALYZE patterns")
+    await db.execute("VACUUM ANALYZE pattern_embeddings")
+
+
 async def load_chats(db: dbmod.Database, chats: Sequence[int], history: int, seed: int) -> None:
     rng = np.random.default_rng(seed + 1)
     at = datetime.now(UTC)
@@ -856,15 +900,19 @@ async def measure(
             dotenv=None,
         )
         timed_embedder = TimedEmbedder(embedder, rec)
+        thresholds = thresholds_for(timed_embedder.model, settings)
+        extra = memory_tools(thresholds=thresholds)
         agent = sql_agent(  # as actors.cli.cmd_serve builds it
             db,
             ScriptedLLM(db, rec),
             timezone=settings.timezone,
             embedder=timed_embedder,
             context_token_budget=settings.context_token_budget,
+            retriever=SqlPatternRetriever(db, timed_embedder, thresholds),
+            extra_tools=extra,
         )
         agent.conversation = TimedConversation(agent.conversation, rec)
-        agent.tools = TimedRegistry(JOURNAL_TOOLS, rec)
+        agent.tools = TimedRegistry([*JOURNAL_TOOLS, *extra], rec)
         turns = TimedTurns(agent, rec)
 
         def build(s: Any, d: dbmod.Database, sh: Shutdown) -> BotSystem:
@@ -1058,6 +1106,7 @@ async def run_size(
         start = now()
         took = await load_journal(database, size, embedder, args.seed)
         await load_chats(database, chats, args.history, args.seed)
+        await load_patterns(database, chats, embedder, args.patterns, args.seed)
         parts = ", ".join(f"{k} {v:.1f} s" for k, v in took.items())
         print(f"entries={size}: built in {now() - start:.1f} s ({parts})", flush=True)
         rng = np.random.default_rng(args.seed + 3)
@@ -1116,6 +1165,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=40, help="unmeasured turns (>= --chats)")
     parser.add_argument("--chats", type=int, default=40, help="chats the turns rotate over")
     parser.add_argument("--history", type=int, default=60, help="chat_messages rows per chat")
+    parser.add_argument("--patterns", type=int, default=500, help="patterns per chat")
     parser.add_argument("--spacing", type=float, default=0.05, help="min seconds between turns")
     parser.add_argument("--dims", type=int, default=256, help="fake embedding dimensions")
     parser.add_argument("--seed", type=int, default=7)
