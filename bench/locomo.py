@@ -29,9 +29,12 @@ of 84 claims and 50 questions): those are the sets to study failures on; LoCoMo 
 not tuned on.
 
 Figures on this machine (5 conversations, 760 questions, local embedder, 2026-11; see the
-README's memory section): vector 0.554 @5, ts_rank full-text 0.574, RRF 0.586; the product's
-cosine x RRF x typed weight 0.488 (0.584 without recency); 0.5 cosine + 0.5 BM25/max 0.617
-(0.616 with recency at a quarter strength). Any-observation-matches ceiling: 0.830.
+README's memory section): vector 0.554 @5, ts_rank full-text 0.574, RRF 0.586; the former
+product's cosine x RRF x typed weight 0.488 (0.584 without recency); the product's
+(0.5 cosine + 0.5 ts_rank/max) x typed weight, the seed's recency at full strength, 0.530 @5
+(0.600 @10); 0.5 cosine + 0.5 BM25/max 0.617 (0.616 with recency at a quarter strength).
+Any-observation-matches ceiling: 0.830. The observations' dates span months and every one
+counts as a ``behavior`` (60-day half-life), so the seed's recency costs recall here.
 
 Last line exactly:
 ``locomo recall@5 hybrid=<a> vector=<b> fulltext=<c> recall@10 hybrid=<d> questions=<n>``

@@ -27,6 +27,7 @@ from memory.retrieval import (
     ensure_chat_indexes,
     pattern_line,
     rank_patterns,
+    relevance,
 )
 from memory.thresholds import SEED, Thresholds
 from runtime.db import Database
@@ -164,7 +165,8 @@ def test_pattern_line() -> None:
 
 @pytest.mark.parametrize("kind", sorted(ranking.DECAY_BY_KIND))
 async def test_sql_score_is_the_typed_decay_formula(db: Database, kind: str) -> None:
-    """One candidate per chat (first in both arms: fused = 1): score = ranking.score."""
+    """One candidate per chat, the best keyword match (lexical / max = 1): relevance =
+    0.5 × 0.8 + 0.5 = 0.9 and score = ranking.score(relevance, ...), recency at full strength."""
     half = ranking.DECAY_BY_KIND[kind].half_life_days
     for n, halves in enumerate((0, 1, 3, 20)):
         chat = 1000 + n
@@ -180,14 +182,14 @@ async def test_sql_score_is_the_typed_decay_formula(db: Database, kind: str) -> 
         )
         [got], degraded = await rank(db, "coffee q", KeyedEmbedder({"coffee q": axis(0)}), chat)
         assert not degraded
-        expected = ranking.score(0.8, kind, halves * half, 3.0, 0.7, "active")
         assert got.similarity == pytest.approx(0.8, abs=1e-5)
-        assert got.fused == pytest.approx(1.0)
+        assert got.relevance == pytest.approx(0.9, abs=1e-5)
+        expected = ranking.score(got.relevance, kind, halves * half, 3.0, 0.7, "active")
         assert got.score == pytest.approx(expected, rel=1e-4)
         if halves == 20:  # far past: the floor holds it up
             floor = ranking.DECAY_BY_KIND[kind].floor
             assert got.score == pytest.approx(
-                0.8 * floor * ranking.memory_factor(3.0) * 0.7, rel=2e-2
+                0.9 * floor * ranking.memory_factor(3.0) * 0.7, rel=2e-2
             )
 
 
@@ -202,7 +204,7 @@ async def test_decay_orders_by_kind_and_age_with_floor(db: Database) -> None:
     mood = ranked[-1]
     assert mood.score > 0
     assert mood.score / ranked[0].score == pytest.approx(
-        ranking.recency("emotion", 180) * mood.fused / ranked[0].fused, rel=1e-3
+        ranking.recency("emotion", 180) * mood.relevance / ranked[0].relevance, rel=1e-3
     )
 
 
@@ -269,9 +271,11 @@ async def test_min_similarity_floor(db: Database) -> None:
     await add_pattern(db, "below", at_cos(SEED.min_similarity - 0.05, 2))
     ranked, _ = await rank(db, "q", emb, thresholds=SEED)
     assert [p.id for p in ranked] == [above]
-    # a keyword hit below the floor is not let in by the full-text arm either
-    await add_pattern(db, "q below with keyword", at_cos(0.1, 3))
-    ranked, _ = await rank(db, "q", emb, thresholds=SEED)
+    # a keyword hit below the floor is not let in by the full-text arm either, though it is
+    # the best (the only) keyword match
+    emb = KeyedEmbedder({"melatonin q": axis(0)})
+    await add_pattern(db, "Takes melatonin nightly", at_cos(0.1, 3))
+    ranked, _ = await rank(db, "melatonin q", emb, thresholds=SEED)
     assert [p.id for p in ranked] == [above]
 
 
@@ -282,8 +286,29 @@ async def test_keyword_hit_lifts_a_pattern(db: Database) -> None:
     keyword = await add_pattern(db, "Takes melatonin nightly", at_cos(0.7, 2))
     ranked, _ = await rank(db, "melatonin before bed", emb)
     assert [p.id for p in ranked] == [keyword, plain]
-    assert ranked[0].fused == pytest.approx((1 / 62 + 1 / 61) / (2 / 61))  # 2nd vec, 1st text
-    assert ranked[1].fused == pytest.approx(0.5)  # first by vector, no keyword
+    assert ranked[0].relevance == pytest.approx(0.5 * 0.7 + 0.5, abs=1e-5)  # best keyword hit
+    assert ranked[1].relevance == pytest.approx(0.5 * 0.75, abs=1e-5)  # no keyword: cosine half
+
+
+def test_relevance_mix() -> None:
+    assert relevance(0.8, 2.0, 4.0) == pytest.approx(0.4 + 0.25)
+    assert relevance(-0.3, 4.0, 4.0) == pytest.approx(0.5)  # negative cosine counts as 0
+    assert relevance(0.6, 0.0, 0.0) == pytest.approx(0.3)  # no keyword match at all
+    assert relevance(None, 1.0, 4.0) == pytest.approx(0.25)  # degraded: lexical alone
+
+
+async def test_keyword_only_candidates_are_graded_by_cosine_too(db: Database) -> None:
+    """A pattern only the full-text arm finds still gets its cosine (computed in SQL)."""
+    emb = KeyedEmbedder({"melatonin before bed": axis(0)})
+    near = [
+        await add_pattern(db, f"Near miss {i}", at_cos(0.9 - 0.01 * i, 1 + i)) for i in range(3)
+    ]  # the vector arm (1 candidate) takes the closest
+    kw = await add_pattern(db, "Takes melatonin nightly", at_cos(0.45, 5))
+    ranked, _ = await rank(db, "melatonin before bed", emb, limit=1)
+    got = {p.id: p for p in ranked}
+    assert [p.id for p in ranked] == [kw, near[0]]  # 0.725 against 0.45
+    assert got[kw].similarity == pytest.approx(0.45, abs=1e-5)
+    assert got[kw].relevance == pytest.approx(0.5 * 0.45 + 0.5, abs=1e-5)
 
 
 async def test_cross_chat_isolation(db: Database) -> None:
@@ -357,6 +382,7 @@ async def test_embedding_failure_falls_back_to_full_text(db: Database) -> None:
     ranked, degraded = await rank(db, "why do I sleep so badly?", FailingEmbedder())
     assert degraded
     assert [p.id for p in ranked] == [sleep] and ranked[0].similarity is None
+    assert ranked[0].relevance == pytest.approx(1.0)  # lexical / max lexical alone
     assert old not in [p.id for p in ranked]
     memory = await SqlPatternRetriever(db, FailingEmbedder()).retrieve(CHAT, "sleep caffeine")
     assert memory.degraded and memory.pattern_ids == (sleep,)
@@ -364,7 +390,7 @@ async def test_embedding_failure_falls_back_to_full_text(db: Database) -> None:
     assert "Sleeps badly after late caffeine (id" in memory.text_block
     assert "seen 4×, last 2026-10-03" in memory.text_block
     section = patterns_section(memory)
-    assert DEGRADED_MARK in section and "degraded" in section.splitlines()[-1]
+    assert section.count(DEGRADED_MARK) == 1  # the block's own mark, not repeated
 
 
 async def test_nothing_to_retrieve(db: Database) -> None:
