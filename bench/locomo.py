@@ -14,7 +14,8 @@ question's. ``now`` is the conversation's last session date (the chat's present)
 
 * ``vector``: exact cosine order over the chat's vectors (``pattern_embeddings``);
 * ``fulltext``: ``to_tsquery('english', memory.query_text.or_tsquery(q))`` ranked by ``ts_rank``;
-* ``hybrid``: :func:`memory.retrieval.rank_patterns` (the product path), in its score order
+* ``hybrid``: :func:`memory.retrieval.rank_patterns` with a ``LexiconCache`` (the product path,
+  as :class:`memory.retrieval.SqlPatternRetriever` runs it), in its score order
   (``hybrid+mmr``: after the retriever's MMR, i.e. what would be injected).
 
 ``--experiments`` also prints fusion/scoring variants computed here from the two arms
@@ -29,12 +30,14 @@ of 84 claims and 50 questions): those are the sets to study failures on; LoCoMo 
 not tuned on.
 
 Figures on this machine (5 conversations, 760 questions, local embedder, 2026-11; see the
-README's memory section): vector 0.554 @5, ts_rank full-text 0.574, RRF 0.586; the former
-product's cosine x RRF x typed weight 0.488 (0.584 without recency); the product's
-(0.5 cosine + 0.5 ts_rank/max) x typed weight, the seed's recency at full strength, 0.530 @5
-(0.600 @10); 0.5 cosine + 0.5 BM25/max 0.617 (0.616 with recency at a quarter strength).
-Any-observation-matches ceiling: 0.830. The observations' dates span months and every one
-counts as a ``behavior`` (60-day half-life), so the seed's recency costs recall here.
+README's memory section): vector 0.554 @5, ts_rank full-text 0.574, RRF 0.586. The product
+(the seed's recency at full strength in every variant): cosine x normalised RRF x typed weight
+0.488 @5 (0.597 @10; 0.584 @5 without recency), the former product; (0.5 cosine + 0.5
+ts_rank/max) x typed weight 0.530 (0.600); (0.5 cosine + 0.5 BM25/max, BM25 re-scoring both
+arms' candidates with the chat's cached document frequencies) x typed weight 0.578 (0.641), the
+product now. Here every observation counts as a ``behavior`` (60-day half-life) and the dates
+span months, so the seed's recency costs recall: 0.5 cosine + 0.5 BM25/max 0.617 without it
+(0.616 with recency at a quarter strength). Any-observation-matches ceiling: 0.830.
 
 Last line exactly:
 ``locomo recall@5 hybrid=<a> vector=<b> fulltext=<c> recall@10 hybrid=<d> questions=<n>``
@@ -283,12 +286,13 @@ async def hybrid_arm(
     """The product path: ``memory.retrieval.rank_patterns`` order, and that order after the
     retriever's MMR (lambda 0.7) as injected; None until the module exists."""
     try:
-        from memory.retrieval import rank_patterns
+        from memory.retrieval import LexiconCache, rank_patterns
     except ImportError:
         return None
     ranked, _degraded = await rank_patterns(
-        db, embedder, chat_id, query, limit=CANDIDATES, now=now, thresholds=thresholds
-    )
+        db, embedder, chat_id, query, limit=CANDIDATES, now=now, thresholds=thresholds,
+        lexicons=LexiconCache(),
+    )  # fmt: skip
     return [p.id for p in ranked], [p.id for p in mmr(ranked, k=max(KS))]
 
 

@@ -7,21 +7,26 @@ One call of :meth:`SqlPatternRetriever.retrieve` is:
    ``candidates`` nearest pattern vectors of the embedder's model (vector arm) and its
    ``candidates`` best full-text matches (``to_tsquery('english', or_tsquery(query))`` ordered by
    ``ts_rank``; full-text arm), both over this chat only. For every candidate of either arm the
-   same statement computes the cosine similarity to the query (keyword-only hits included), its
-   ``ts_rank`` (``lexical``; 0 when the full-text arm did not return it) and the typed weight
-   ``recency(kind, days since last_seen, floor) × memory(strength) × confidence ×
-   validity(status)`` (the seed's formula: :data:`memory.ranking.DECAY_BY_KIND` half-lives and
-   floors at full strength); superseded, deprecated and merged patterns are never candidates
-   (validity 0), disputed ones count at :data:`memory.ranking.DISPUTED_VALIDITY`.
+   same statement returns the cosine similarity to the query (keyword-only hits included), its
+   ``ts_rank`` (0 when the full-text arm did not return it), its lexemes and length, the query's
+   lexemes (``to_tsvector('english', content words)``) and the typed weight ``recency(kind, days
+   since last_seen, floor) × memory(strength) × confidence × validity(status)`` (the seed's
+   formula: :data:`memory.ranking.DECAY_BY_KIND` half-lives and floors at full strength);
+   superseded, deprecated and merged patterns are never candidates (validity 0), disputed ones
+   count at :data:`memory.ranking.DISPUTED_VALIDITY`.
 2. **Fusion** (:func:`fuse`, in Python): candidates below ``thresholds.min_similarity`` are
    dropped whichever arm found them (a keyword hit with no semantic affinity to the query is not
    injected), as are those without a stored vector for the model. Each remaining candidate gets
-   ``relevance = 0.5 × max(similarity, 0) + 0.5 × lexical / max_lexical``, where
-   ``max_lexical`` is the highest ``ts_rank`` among this query's candidates (the best keyword
-   match has 1; a pattern the full-text arm did not find has 0), so ``relevance`` is in [0, 1].
-   The score is ``relevance × typed weight``. Both halves are graded scores, not ranks: a
-   keyword hit such as "melatonin" lifts a pattern by up to half, and a close paraphrase without
-   shared words still counts by its cosine.
+   ``relevance = 0.5 × max(similarity, 0) + 0.5 × lexical / max_lexical`` and the score
+   ``relevance × typed weight``. ``lexical`` is the candidate's BM25 over the query's lexemes
+   (k1 1.2, b 0.75, term frequency taken as 1, ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``
+   with ``N``, ``df`` and the mean length from the chat's live patterns: ``ts_stat``, cached per
+   chat by :class:`memory.retrieval_sql.LexiconCache` for 30 minutes), 0 when it shares no
+   lexeme with the query; ``max_lexical`` is the highest among this query's candidates (the best
+   keyword match has 1), so ``relevance`` is in [0, 1]. Both halves are graded scores, not
+   ranks: a rare keyword such as "melatonin" lifts a pattern by up to half, a close paraphrase
+   without shared words still counts by its cosine. (:func:`rank_patterns` called without a
+   ``LexiconCache`` uses ``ts_rank`` as ``lexical``.)
 3. **MMR** (λ = 0.7) over the best ``limit × 3`` candidates' stored vectors picks up to ``limit``
    patterns, then :func:`memory.ranking.apply_budget` drops the lowest-scored until the lines
    fit 2,000 tokens.
@@ -32,7 +37,8 @@ alone ranks: ``similarity`` is ``None``, ``relevance = lexical / max_lexical`` a
 ``[memory: degraded]``. Never does an embedding failure fail the turn.
 
 The vector arm's plan (exact scan, shared HNSW walk or the chat's own index), the SQL and the
-per-chat size cache live in :mod:`memory.retrieval_sql` (names re-exported here).
+per-chat caches (vector counts, document frequencies) live in :mod:`memory.retrieval_sql`
+(names re-exported here).
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ from memory.retrieval_sql import (
     LIVE_STATUSES,
     SIZE_TTL,
     ChatSize,
+    Lexicon,
+    LexiconCache,
     Plan,
     Queries,
     VectorPlanner,
@@ -74,9 +82,10 @@ from runtime.logs import get_logger
 
 __all__ = [
     "DEFAULT_CANDIDATES", "DEFAULT_LIMIT", "DEGRADED_MARK", "EF_SEARCH_MAX", "EXACT_MAX",
-    "LEXICAL_SHARE", "LIVE_STATUSES", "SIZE_TTL", "ChatSize", "Plan", "Queries", "RankedPattern",
-    "SqlPatternRetriever", "VectorPlanner", "candidates_sql", "chat_index_name", "choose_plan",
-    "ensure_chat_indexes", "fuse", "memory_block", "pattern_line", "rank_patterns", "relevance",
+    "LEXICAL_SHARE", "LIVE_STATUSES", "SIZE_TTL", "ChatSize", "Lexicon", "LexiconCache", "Plan",
+    "Queries", "RankedPattern", "SqlPatternRetriever", "VectorPlanner", "candidates_sql",
+    "chat_index_name", "choose_plan", "ensure_chat_indexes", "fuse", "memory_block",
+    "pattern_line", "rank_patterns", "relevance",
 ]  # fmt: skip
 
 log = get_logger(__name__)
@@ -147,22 +156,33 @@ def relevance(similarity: float | None, lexical: float, max_lexical: float) -> f
 
 
 def fuse(
-    rows: Sequence[Any], min_similarity: float, dims: int, *, hybrid: bool
+    rows: Sequence[Any],
+    min_similarity: float,
+    dims: int,
+    *,
+    hybrid: bool,
+    lexicon: Lexicon | None = None,
 ) -> list[RankedPattern]:
     """Rows of :func:`candidates_sql` -> scored patterns, best first (pure).
 
     ``hybrid``: the rows carry similarities (a query vector was used), so candidates below
-    ``min_similarity`` or without a vector for the model are dropped."""
-    max_lexical = max((float(r["lexical"]) for r in rows), default=0.0)
+    ``min_similarity`` or without a vector for the model are dropped. ``lexicon``: the lexical
+    score is every candidate's BM25 (else the full-text arm's ``ts_rank``)."""
+    if lexicon is None:
+        lexical = [float(r["lexical"]) for r in rows]
+    else:
+        lexical = [lexicon.bm25(r["qlexemes"] or (), r["lexemes"] or (), int(r["doclen"]))
+                   for r in rows]  # fmt: skip
+    max_lexical = max(lexical, default=0.0)
     out: list[RankedPattern] = []
-    for r in rows:
+    for r, lex in zip(rows, lexical, strict=True):
         sim = None if r["similarity"] is None else float(r["similarity"])
         if hybrid and (sim is None or sim < min_similarity):
             continue
         weight = float(r["weight"])
         if weight <= 0.0:
             continue
-        rel = relevance(sim if hybrid else None, float(r["lexical"]), max_lexical)
+        rel = relevance(sim if hybrid else None, lex, max_lexical)
         out.append(
             RankedPattern(
                 id=int(r["id"]),
@@ -206,6 +226,7 @@ async def rank_patterns(
     now: datetime | None = None,
     thresholds: Thresholds | None = None,
     planner: VectorPlanner | None = None,
+    lexicons: LexiconCache | None = None,
 ) -> tuple[list[RankedPattern], bool]:
     """This chat's live patterns for ``query``, best first, and whether retrieval degraded.
 
@@ -238,7 +259,9 @@ async def rank_patterns(
         rows = await _fetch(db, candidates_sql(model, dims, plan), args, 0)
     planner.plans[plan] += 1
     degraded = vector is None
-    return fuse(rows, thresholds.min_similarity, dims, hybrid=plan != "none"), degraded
+    lexicon = await lexicons.get(db, chat_id) if lexicons is not None and rows else None
+    fused = fuse(rows, thresholds.min_similarity, dims, hybrid=plan != "none", lexicon=lexicon)
+    return fused, degraded
 
 
 @attrs.define
@@ -253,6 +276,7 @@ class SqlPatternRetriever:
     candidates: int = DEFAULT_CANDIDATES
     lam: float = MMR_LAMBDA
     planner: VectorPlanner = attrs.field(factory=VectorPlanner)
+    lexicons: LexiconCache | None = attrs.field(factory=LexiconCache)
 
     async def retrieve(self, chat_id: int, query: str) -> RetrievedMemory:
         """Rank, MMR-rerank, cap at the token budget; the prompt block and pattern ids."""
@@ -264,6 +288,7 @@ class SqlPatternRetriever:
             limit=self.candidates,
             thresholds=self.thresholds,
             planner=self.planner,
+            lexicons=self.lexicons,
         )
         pool = ranked[: self.limit * MMR_POOL]  # MMR over the best by score only
         chosen = apply_budget(mmr(pool, k=self.limit, lam=self.lam), self.budget_tokens)

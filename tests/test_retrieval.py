@@ -19,6 +19,8 @@ from memory.embedding_store import ensure_vector_index, store_vectors
 from memory.embeddings import EmbeddingError
 from memory.retrieval import (
     DEGRADED_MARK,
+    Lexicon,
+    LexiconCache,
     RankedPattern,
     SqlPatternRetriever,
     VectorPlanner,
@@ -295,6 +297,34 @@ def test_relevance_mix() -> None:
     assert relevance(-0.3, 4.0, 4.0) == pytest.approx(0.5)  # negative cosine counts as 0
     assert relevance(0.6, 0.0, 0.0) == pytest.approx(0.3)  # no keyword match at all
     assert relevance(None, 1.0, 4.0) == pytest.approx(0.25)  # degraded: lexical alone
+
+
+def test_bm25_prefers_rare_terms_and_short_patterns() -> None:
+    lex = Lexicon({"coffe": 50, "melatonin": 1, "daili": 60}, n=100, avglen=4.0)
+    rare = lex.bm25(["coffe", "melatonin"], ["take", "melatonin", "daili"], 3)
+    common = lex.bm25(["coffe", "melatonin"], ["drink", "coffe", "daili"], 3)
+    assert rare > 4 * common > 0
+    assert lex.bm25(["melatonin"], ["melatonin"], 1) > rare  # shorter: higher
+    assert lex.bm25(["melatonin"], ["coffe"], 1) == 0.0
+    assert lex.bm25(["new"], ["new"], 1) == lex.bm25(["melatonin"], ["melatonin"], 1)  # df 1
+
+
+async def test_bm25_rescoring_lifts_the_rare_keyword(db: Database) -> None:
+    """Through the lexicon cache, a match on a rare word outranks one on a common word."""
+    emb = KeyedEmbedder({"coffee or melatonin tonight": axis(0)})
+    rare = await add_pattern(db, "Takes melatonin daily", at_cos(0.6, 1))
+    common = [await add_pattern(db, f"Drinks coffee daily {i}", at_cos(0.6, 2 + i))
+              for i in range(4)]  # fmt: skip
+    cache = LexiconCache()
+    ranked, _ = await rank(db, "coffee or melatonin tonight", emb, lexicons=cache)
+    assert ranked[0].id == rare and ranked[0].relevance == pytest.approx(0.8, abs=1e-5)
+    assert {p.id for p in ranked[1:]} == set(common)
+    assert all(p.relevance < 0.6 for p in ranked[1:])
+    lexicon = await cache.get(db, CHAT)
+    assert lexicon.n == 5 and lexicon.df["coffe"] == 4 and lexicon.df["melatonin"] == 1
+    assert await cache.get(db, CHAT) is lexicon  # cached
+    retrieved = await SqlPatternRetriever(db, emb).retrieve(CHAT, "coffee or melatonin tonight")
+    assert retrieved.pattern_ids[0] == rare
 
 
 async def test_keyword_only_candidates_are_graded_by_cosine_too(db: Database) -> None:
