@@ -274,7 +274,8 @@ def candidates_sql(model: str, dims: int, plan: Plan, chat_id: int = 0) -> str:
            p.times_seen, c.vrnk, c.frnk, coalesce(c.lexical, 0) AS lexical, pe.embedding,
            {sim} AS similarity,
            tsvector_to_array(p.text_search) AS lexemes, length(p.text_search) AS doclen,
-           tsvector_to_array(to_tsvector('english', replace($10, ' | ', ' '))) AS qlexemes,
+           (SELECT tsvector_to_array(to_tsvector('english', replace($10, ' | ', ' '))))
+             AS qlexemes,
            (SELECT count(*) FROM vec) AS vec_rows,
            {_WEIGHT} AS weight
     FROM cand c
