@@ -30,7 +30,7 @@ from memory.llm_openai import OpenAICompatibleLLM
 from memory.maintenance import ChatIndexJob
 from memory.memory_tools import memory_tools
 from memory.purge import PurgeJob
-from memory.retrieval import SqlPatternRetriever
+from memory.retrieval import LexiconCache, SqlPatternRetriever
 from memory.thresholds import thresholds_for
 from runtime.cli import base_parser, open_settings_database, run_cli
 from runtime.db import Database
@@ -139,14 +139,17 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         ) as embedder,
     ):
         thresholds = thresholds_for(embedder.model, settings)
+        lexicons = LexiconCache()  # per-chat BM25 statistics, shared by retrieval and recall
         agent = sql_agent(
             database,
             llm,
             timezone=settings.timezone,
             embedder=embedder,
             context_token_budget=settings.context_token_budget,
-            retriever=SqlPatternRetriever(database, embedder, thresholds),
-            extra_tools=memory_tools(LLMAdjudicator(llm), thresholds=thresholds),
+            retriever=SqlPatternRetriever(database, embedder, thresholds, lexicons=lexicons),
+            extra_tools=memory_tools(
+                LLMAdjudicator(llm), thresholds=thresholds, lexicons=lexicons
+            ),
         )
         compactor = sql_compactor(database, llm, embedder, settings, tools=agent.tools)
         agent.on_over_budget = compactor.request

@@ -28,7 +28,7 @@ import numpy as np
 
 from memory.dedup import Adjudicator
 from memory.pattern_writes import store_explicit_pattern
-from memory.retrieval import rank_patterns
+from memory.retrieval import LexiconCache, rank_patterns
 from memory.thresholds import Thresholds
 from memory.tools import Tool, ToolContext, ToolError, ToolRegistry, spec, tool
 from runtime.logs import get_logger
@@ -105,7 +105,10 @@ def _local_date(ctx: ToolContext, value: datetime) -> str:
 
 
 async def _recall(
-    ctx: ToolContext, inp: RecallMemoryInput, thresholds: Thresholds | None
+    ctx: ToolContext,
+    inp: RecallMemoryInput,
+    thresholds: Thresholds | None,
+    lexicons: LexiconCache | None,
 ) -> dict[str, Any]:
     embedder: Any = ctx.embedder if ctx.embedder is not None else _NoEmbedder()
     db: Any = ctx.db  # the Database (rank_patterns may open a transaction)
@@ -117,6 +120,7 @@ async def _recall(
         limit=max(RECALL_CANDIDATES, inp.limit),
         now=ctx.now,
         thresholds=thresholds,
+        lexicons=lexicons,
     )
     memories = []
     for p in ranked[: inp.limit]:
@@ -217,11 +221,15 @@ def memory_tools(
     adjudicator: Adjudicator | None = None,
     *,
     thresholds: Thresholds | None = None,
+    lexicons: LexiconCache | None = None,
 ) -> tuple[Tool[Any], ...]:
     """``recall_memory``, ``remember`` and ``forget_memory``, in that order.
 
-    ``thresholds`` default to the embedding model's calibrated ones.
+    ``thresholds`` default to the embedding model's calibrated ones; ``recall_memory`` scores
+    its lexical half by BM25 over ``lexicons`` (a cache of its own unless one is shared with
+    the retriever), like the turn's retrieval.
     """
+    lexicon_cache = lexicons if lexicons is not None else LexiconCache()
     judge: Adjudicator = adjudicator or never_same
     tools: list[Tool[Any]] = []
 
@@ -230,7 +238,7 @@ def memory_tools(
         """Search what you know about the person (memories distilled from earlier
         conversations, beyond those already in the prompt), by words and meaning. Returns
         memories with their id, kind, confidence and the date last seen."""
-        return await _recall(ctx, inp, thresholds)
+        return await _recall(ctx, inp, thresholds, lexicon_cache)
 
     @tool(tools, "remember", RememberInput)
     async def remember(ctx: ToolContext, inp: RememberInput) -> dict[str, Any]:
