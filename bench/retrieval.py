@@ -22,8 +22,9 @@ model takes to embed a query, for reference).
 
 Measured per query: the whole ``retrieve`` call — planner (cached chat size), the one SQL
 statement (both arms, similarity and typed weight; ``hnsw.ef_search`` set within it on the
-graph-walk plans), the relevance mix (cosine + BM25 over cached per-chat statistics), MMR (λ 0.7) and the 2,000-token budget. Every
-chat is queried once before measuring (warm cache, chat sizes cached as they are in service).
+graph-walk plans), the relevance mix (cosine + BM25 over cached per-chat statistics), MMR
+(λ 0.7) and the 2,000-token budget. Every chat is queried once before measuring (warm cache,
+chat sizes cached as they are in service).
 
     python bench/retrieval.py [--url postgresql://...] [--queries 300] [--million] [--explain]
 

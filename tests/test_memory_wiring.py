@@ -91,7 +91,7 @@ async def test_remember_tool_stores_in_the_turns_chat(
     rows = await db.fetch(
         "SELECT chat_id, kind, source FROM patterns WHERE content LIKE '%marathon%'"
     )
-    assert [tuple(r) for r in rows] == [(CHAT, "goal", "explicit")]
+    assert [(r["chat_id"], r["kind"], r["source"]) for r in rows] == [(CHAT, "goal", "explicit")]
 
 
 async def test_an_opened_entry_becomes_a_tool_loop_link(
@@ -107,7 +107,9 @@ async def test_an_opened_entry_becomes_a_tool_loop_link(
     async with wired_agent(db, fake_claude, embedder) as agent:
         await agent.run_turn(turn("How far was my Sunday run along the river?"))
     links = await db.fetch("SELECT pattern_id, entry_uuid, source FROM pattern_entries")
-    assert [tuple(r) for r in links] == [(pattern, "entry-river", "tool_loop")]
+    assert [(r["pattern_id"], r["entry_uuid"], r["source"]) for r in links] == [
+        (pattern, "entry-river", "tool_loop")
+    ]
 
 
 async def test_no_link_without_an_opened_or_cited_entry(
