@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import shutil
@@ -11,7 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
+from fakes.anthropic_api import FakeAnthropic, run_fake_anthropic
 
+from memory.embeddings import LocalEmbedder
+from memory.llm_anthropic import AnthropicLLM
 from runtime import db as dbmod
 from runtime.migrate import apply_migrations
 
@@ -24,7 +29,7 @@ def pg_server() -> Iterator[Any]:
     import pgserver
 
     root = Path(tempfile.mkdtemp(prefix="engram-test-pg-"))
-    server = pgserver.get_server(root / "pgdata", cleanup_mode="delete")
+    server = pgserver.get_server(root / "pgdata", cleanup_mode="delete")  # type: ignore[attr-defined]
     try:
         yield server
     finally:
@@ -55,3 +60,46 @@ async def db(raw_db: dbmod.Database) -> dbmod.Database:
     """An open Database with every migration applied."""
     await apply_migrations(raw_db)
     return raw_db
+
+
+# --- shared by many test files -------------------------------------------------------------------
+
+
+@pytest.fixture
+async def fake_claude() -> AsyncIterator[FakeAnthropic]:
+    """The strict fake Anthropic Messages API (real HTTP) for one test."""
+    async with run_fake_anthropic() as server:
+        yield server
+
+
+@pytest.fixture
+async def claude(fake_claude: FakeAnthropic, db: dbmod.Database) -> AsyncIterator[AnthropicLLM]:
+    """The real anthropic SDK client pointed at ``fake_claude``, recording usage in ``db``."""
+    async with AnthropicLLM(
+        api_key=fake_claude.api_key, base_url=fake_claude.base_url, db=db, timeout=5.0
+    ) as llm:
+        yield llm
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalEmbedder:
+    """The bundled local embedding model (no network)."""
+    return LocalEmbedder()
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """``main`` configures logging for the process (root handlers and level, quiet httpx,
+    structlog's output stream): put everything back for the tests that follow."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    named = {n: logging.getLogger(n).level for n in ("httpx", "httpcore", "hpack")}
+    config = structlog.get_config()
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        for name, lvl in named.items():
+            logging.getLogger(name).setLevel(lvl)
+        structlog.configure(**config)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trio
 from fakes.anthropic_api import Failure as AnthropicFailure
-from fakes.anthropic_api import FakeAnthropic, run_fake_anthropic
+from fakes.anthropic_api import FakeAnthropic
 from fakes.bot_api import DEFAULT_TOKEN, run_fake_bot_api
 from fakes.openai_api import CHAT_COMPLETIONS, FakeOpenAI, run_fake_openai
 from fakes.openai_api import Failure as OpenAIFailure
@@ -70,12 +70,6 @@ async def chat_rows(db: Database) -> list[dict[str, Any]]:
 
 async def usage(db: Database) -> list[dict[str, Any]]:
     return [dict(r) for r in await db.fetch("SELECT * FROM api_usage ORDER BY id")]
-
-
-@pytest.fixture
-async def fake_claude() -> AsyncIterator[FakeAnthropic]:
-    async with run_fake_anthropic() as server:
-        yield server
 
 
 @asynccontextmanager

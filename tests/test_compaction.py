@@ -5,14 +5,14 @@ embedding model."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pytest
 import trio
-from fakes.anthropic_api import FakeAnthropic, run_fake_anthropic
+from fakes.anthropic_api import FakeAnthropic
 
 from memory.canonical import canonical_hash
 from memory.compaction import (
@@ -94,25 +94,6 @@ def test_lock_key_is_per_chat_and_stable() -> None:
 
 
 # --- through the fake Anthropic server and a real database -------------------------------------
-
-
-@pytest.fixture
-async def fake_claude() -> AsyncIterator[FakeAnthropic]:
-    async with run_fake_anthropic() as server:
-        yield server
-
-
-@pytest.fixture
-async def claude(fake_claude: FakeAnthropic, db: Database) -> AsyncIterator[AnthropicLLM]:
-    async with AnthropicLLM(
-        api_key=fake_claude.api_key, base_url=fake_claude.base_url, db=db, timeout=5.0
-    ) as llm:
-        yield llm
-
-
-@pytest.fixture(scope="module")
-def local() -> LocalEmbedder:
-    return LocalEmbedder()
 
 
 class DownEmbedder:

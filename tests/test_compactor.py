@@ -5,14 +5,12 @@ over budget through the real agent and the whole bot ending in a compaction."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
-import pytest
 import trio
-from fakes.anthropic_api import Failure, FakeAnthropic, run_fake_anthropic
+from fakes.anthropic_api import Failure, FakeAnthropic
 from fakes.bot_api import DEFAULT_TOKEN, run_fake_bot_api
 
 from actors.agent import sql_agent
@@ -149,12 +147,6 @@ async def test_aclose_before_start_returns() -> None:
 
 
 # --- two compactors, two pools, one database ----------------------------------------------------
-
-
-@pytest.fixture
-async def fake_claude() -> AsyncIterator[FakeAnthropic]:
-    async with run_fake_anthropic() as server:
-        yield server
 
 
 def rows(n: int, size: int = 20) -> list[ChatMessage]:

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncIterator
 
 import attrs
 import numpy as np
 import pytest
-from fakes.anthropic_api import Failure, FakeAnthropic, run_fake_anthropic
+from fakes.anthropic_api import Failure, FakeAnthropic
 
 from memory.canonical import canonical_hash
 from memory.dedup import (
@@ -239,20 +238,6 @@ async def test_alias_vectors_match_their_pattern(db: Database) -> None:
 
 
 # --- adjudication through the fake Anthropic server --------------------------------------------
-
-
-@pytest.fixture
-async def fake_claude() -> AsyncIterator[FakeAnthropic]:
-    async with run_fake_anthropic() as server:
-        yield server
-
-
-@pytest.fixture
-async def claude(fake_claude: FakeAnthropic, db: Database) -> AsyncIterator[AnthropicLLM]:
-    async with AnthropicLLM(
-        api_key=fake_claude.api_key, base_url=fake_claude.base_url, db=db, timeout=5.0
-    ) as llm:
-        yield llm
 
 
 async def test_adjudicate_through_the_sdk(

@@ -5,13 +5,12 @@ untrusted wrapping), and ``extract`` through the real anthropic SDK against the 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
-from fakes.anthropic_api import Failure, FakeAnthropic, run_fake_anthropic
+from fakes.anthropic_api import Failure, FakeAnthropic
 
 from memory.errors import LLMUnavailable
 from memory.extraction import (
@@ -442,20 +441,6 @@ def test_system_prompt_states_the_rules() -> None:
 
 
 # --- extract through the fake Anthropic server ------------------------------------------------
-
-
-@pytest.fixture
-async def fake_claude() -> AsyncIterator[FakeAnthropic]:
-    async with run_fake_anthropic() as server:
-        yield server
-
-
-@pytest.fixture
-async def claude(fake_claude: FakeAnthropic, db: Database) -> AsyncIterator[AnthropicLLM]:
-    async with AnthropicLLM(
-        api_key=fake_claude.api_key, base_url=fake_claude.base_url, db=db, timeout=5.0
-    ) as llm:
-        yield llm
 
 
 async def test_extract_repairs_once(

@@ -68,11 +68,6 @@ def as_array(value: object) -> np.ndarray:
     return np.asarray(to_numpy() if to_numpy else value, dtype=np.float32)
 
 
-@pytest.fixture(scope="module")
-def local() -> LocalEmbedder:
-    return LocalEmbedder()
-
-
 async def entry_row(db: Database, uuid: str) -> dict[str, Any]:
     row = await db.fetchrow("SELECT * FROM entries WHERE uuid = $1", uuid)
     assert row is not None

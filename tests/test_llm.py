@@ -16,7 +16,7 @@ import httpx
 import pytest
 import trio
 from fakes.anthropic_api import Failure as AnthropicFailure
-from fakes.anthropic_api import FakeAnthropic, run_fake_anthropic
+from fakes.anthropic_api import FakeAnthropic
 from fakes.openai_api import CHAT_COMPLETIONS, EMBEDDINGS, FakeOpenAI, run_fake_openai
 from fakes.openai_api import Failure as OpenAIFailure
 
@@ -153,20 +153,6 @@ def test_status_classification(
 
 
 # --- Anthropic ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def fake_claude() -> AsyncIterator[FakeAnthropic]:
-    async with run_fake_anthropic() as server:
-        yield server
-
-
-@pytest.fixture
-async def claude(fake_claude: FakeAnthropic, db: Database) -> AsyncIterator[AnthropicLLM]:
-    async with AnthropicLLM(
-        api_key=fake_claude.api_key, base_url=fake_claude.base_url, db=db, timeout=5.0
-    ) as llm:
-        yield llm
 
 
 async def ask(llm: LLM, messages: list[Message], **options: Any) -> Completion:

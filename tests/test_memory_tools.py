@@ -10,7 +10,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-import pytest
 
 from memory.canonical import canonical_hash
 from memory.dedup import Adjudication
@@ -22,11 +21,6 @@ from runtime.db import Database
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 CHAT_A, CHAT_B = 101, 202
-
-
-@pytest.fixture(scope="module")
-def local() -> LocalEmbedder:
-    return LocalEmbedder()
 
 
 class DownEmbedder:

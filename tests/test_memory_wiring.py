@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 import pytest
-from fakes.anthropic_api import FakeAnthropic, run_fake_anthropic
+from fakes.anthropic_api import FakeAnthropic
 
 from actors.agent import Agent, sql_agent
 from actors.turn import TurnInput
@@ -26,12 +26,6 @@ from runtime.db import Database
 CHAT, OTHER = 7710001, 7710002
 TZ = "Europe/Madrid"
 NOW = datetime(2025, 3, 1, 10, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-async def fake_claude() -> AsyncIterator[FakeAnthropic]:
-    async with run_fake_anthropic() as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -35,11 +35,6 @@ C_TEXT = "Every morning the user drinks green tea"
 D_TEXT = "User is allergic to peanuts"
 
 
-@pytest.fixture(scope="module")
-def local() -> LocalEmbedder:
-    return LocalEmbedder()
-
-
 class Judge:
     """Adjudicator double: answers by a rule, records every question."""
 

@@ -5,13 +5,11 @@ loop while the fake serves on this one)."""
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-import structlog
 import trio
 from fakes.anthropic_api import FakeAnthropic, run_fake_anthropic
 
@@ -24,29 +22,6 @@ from memory.patterns_cli import pair_line, render_table
 from runtime.db import Database
 
 T0 = datetime(2026, 10, 1, 9, 30, tzinfo=UTC)
-
-
-@pytest.fixture(scope="module")
-def local() -> LocalEmbedder:
-    return LocalEmbedder()
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """``main`` configures logging for the process (root handlers and level, quiet httpx,
-    structlog's output stream): put everything back for the tests that follow."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    named = {n: logging.getLogger(n).level for n in ("httpx", "httpcore", "hpack")}
-    config = structlog.get_config()
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-        for name, lvl in named.items():
-            logging.getLogger(name).setLevel(lvl)
-        structlog.configure(**config)
 
 
 @pytest.fixture

@@ -5,13 +5,11 @@ permanent failures skipped; and ``engram memory reembed`` through ``actors.cli.m
 from __future__ import annotations
 
 import io
-import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
-import structlog
 
 from memory.canonical import canonical_hash
 from memory.embedding_store import index_name
@@ -22,29 +20,6 @@ from runtime.db import Database
 
 MODEL = "wordllama-l2-supercat-256"
 TABLES = ("entry_embeddings", "pattern_embeddings", "alias_embeddings", "episode_embeddings")
-
-
-@pytest.fixture(scope="module")
-def local() -> LocalEmbedder:
-    return LocalEmbedder()
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """``main`` configures logging for the process (root handlers and level, quiet httpx,
-    structlog's output stream): put everything back for the tests that follow."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    named = {n: logging.getLogger(n).level for n in ("httpx", "httpcore", "hpack")}
-    config = structlog.get_config()
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-        for name, lvl in named.items():
-            logging.getLogger(name).setLevel(lvl)
-        structlog.configure(**config)
 
 
 class Counting:
