@@ -149,11 +149,14 @@ async def store_vectors(
     owner_col: str,
     rows: Iterable[tuple[int, np.ndarray] | tuple[int, np.ndarray, int | None]],
     model: str,
+    *,
+    ensure_index: bool = True,
 ) -> int:
     """Upsert ``(owner_id, vector[, chat_id])`` rows for ``model``; returns the rows given.
 
     ``chat_id`` defaults to the owner's. Owners deleted meanwhile are skipped silently.
-    All vectors must have the same dims; the model's index is ensured first.
+    All vectors must have the same dims; the model's index is ensured first unless
+    ``ensure_index`` is false (a bulk load builds it once afterwards).
     """
     spec = vector_table(table, owner_col)
     check_model(model)
@@ -169,7 +172,8 @@ async def store_vectors(
                     (owner_id, model, dims, vector))  # fmt: skip
     if not args:
         return 0
-    await ensure_vector_index(db, table, model, dims)
+    if ensure_index:
+        await ensure_vector_index(db, table, model, dims)
     chat_col, chat_val = (
         (", chat_id", ", coalesce($5::bigint, o.chat_id)") if spec.chat_scoped else ("", "")
     )

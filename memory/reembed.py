@@ -29,6 +29,7 @@ from memory.embedding_store import (
     VectorTable,
     check_model,
     ensure_vector_index,
+    store_vectors,
     vector_table,
 )
 from memory.embeddings import PURPOSE, Embedder, EmbeddingError
@@ -103,37 +104,6 @@ async def _pending_rows(
     return [(int(r["id"]), str(r["text"]), r["chat_id"]) for r in rows]
 
 
-async def write_vectors(
-    db: Queries,
-    spec: VectorTable,
-    model: str,
-    rows: Sequence[tuple[int, np.ndarray, int | None]],
-) -> int:
-    """Upsert ``(owner_id, vector, chat_id)`` rows without touching indexes; rows given.
-
-    Owners deleted meanwhile are skipped (the INSERT selects from the owner table).
-    """
-    if not rows:
-        return 0
-    args: list[tuple[Any, ...]] = []
-    for owner_id, vector, chat_id in rows:
-        v = np.asarray(vector, dtype=np.float32).reshape(-1)
-        base: tuple[Any, ...] = (owner_id, model, int(v.shape[0]), v)
-        args.append((*base, chat_id) if spec.chat_scoped else base)
-    chat_col, chat_val = (
-        (", chat_id", ", coalesce($5::bigint, o.chat_id)") if spec.chat_scoped else ("", "")
-    )
-    await db.executemany(
-        f"INSERT INTO {spec.name} ({spec.owner_col}, model, dims, embedding{chat_col}) "
-        f"SELECT o.id, $2::text, $3::int, $4::vector{chat_val} "
-        f"FROM {spec.owner_table} o WHERE o.id = $1 "
-        f"ON CONFLICT ({spec.owner_col}, model) DO UPDATE SET dims = EXCLUDED.dims, "
-        "embedding = EXCLUDED.embedding, created_at = now()",
-        args,
-    )
-    return len(args)
-
-
 async def _embed_batch(
     db: Queries,
     embedder: Embedder,
@@ -145,7 +115,10 @@ async def _embed_batch(
         if np.asarray(v).reshape(-1).shape[0] != embedder.dims:
             raise EmbeddingError(f"{embedder.model} returned a vector of the wrong size")
     stored = [(r[0], v, r[2]) for r, v in zip(rows, vectors, strict=True)]
-    return await write_vectors(db, spec, embedder.model, stored)
+    # indexes are built once after the whole load (see reembed)
+    return await store_vectors(
+        db, spec.name, spec.owner_col, stored, embedder.model, ensure_index=False
+    )
 
 
 async def reembed(
