@@ -10,25 +10,25 @@ from __future__ import annotations
 
 from typing import Any
 
-import trio
-
 from memory.embedding_store import Queries
+from memory.periodic import PeriodicJob
 from memory.retrieval import ensure_chat_indexes
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
 
 
-class ChatIndexJob:
+class ChatIndexJob(PeriodicJob):
     """Background job keeping per-chat pattern indexes for ``model`` in place."""
+
+    name = "maintenance"
 
     def __init__(
         self, db: Queries, *, model: str, dims: int, interval: float, **options: Any
     ) -> None:
-        self.db, self.model, self.dims, self.interval = db, model, dims, interval
+        super().__init__(interval)
+        self.db, self.model, self.dims = db, model, dims
         self.options = options  # passed to ensure_chat_indexes (plan limits)
-        self.passes = 0
-        self.failures = 0
         self.indexed: list[int] = []
 
     async def run_once(self) -> list[int]:
@@ -37,15 +37,3 @@ class ChatIndexJob:
             log.info("maintenance.chat_indexes", model=self.model, chats=len(chats))
         self.indexed.extend(chats)
         return chats
-
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started(self)
-        while True:
-            try:
-                await self.run_once()
-            except Exception as exc:  # a database hiccup must not end the job
-                self.failures += 1
-                log.warning("maintenance.failed", error=f"{type(exc).__name__}: {exc}")
-            else:
-                self.passes += 1
-            await trio.sleep(self.interval)

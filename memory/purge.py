@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import trio
 
+from memory.periodic import PeriodicJob
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -53,29 +54,26 @@ async def purge_compacted(
             return total
 
 
-class PurgeJob:
+class PurgeJob(PeriodicJob):
     """Background job: :func:`purge_compacted` at start, then every ``interval`` seconds."""
 
+    name = "purge"
+
     def __init__(self, db: Queries, *, retention_days: int, interval: float) -> None:
-        self.db, self.retention_days, self.interval = db, retention_days, interval
-        self.passes = 0
-        self.failures = 0
+        super().__init__(interval)
+        self.db, self.retention_days = db, retention_days
         self.deleted = 0
 
+    async def run_once(self) -> int:
+        count = await purge_compacted(self.db, self.retention_days)
+        self.deleted += count
+        if count:
+            log.info("purge.deleted", messages=count, retention_days=self.retention_days)
+        return count
+
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started(self)
         if self.retention_days <= 0:
+            task_status.started(self)
             log.info("purge.disabled", retention_days=self.retention_days)
             await trio.sleep_forever()
-        while True:
-            try:
-                count = await purge_compacted(self.db, self.retention_days)
-            except Exception as exc:  # a database hiccup must not end the job
-                self.failures += 1
-                log.warning("purge.failed", error=f"{type(exc).__name__}: {exc}")
-            else:
-                self.passes += 1
-                self.deleted += count
-                if count:
-                    log.info("purge.deleted", messages=count, retention_days=self.retention_days)
-            await trio.sleep(self.interval)
+        await super().run(task_status=task_status)
