@@ -57,6 +57,7 @@ from memory.embedding_store import ensure_vector_index
 from memory.retrieval import SqlPatternRetriever, VectorPlanner, ensure_chat_indexes
 from memory.thresholds import SEED
 from runtime import db as dbmod
+from runtime.embedded_pg import DEFAULT_SHARED_BUFFERS, tune
 from runtime.errors import DatabaseError
 from runtime.logs import configure_logging
 from runtime.migrate import apply_migrations
@@ -399,6 +400,7 @@ def main() -> None:
             import pgserver
 
             server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="delete")  # type: ignore[attr-defined]
+            tune(server, DEFAULT_SHARED_BUFFERS)  # as engram serve runs its embedded server
         try:
             trio.run(go, server.get_uri())
         finally:

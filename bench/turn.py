@@ -116,6 +116,7 @@ from memory.retrieval import SqlPatternRetriever
 from memory.thresholds import thresholds_for
 from memory.tools import Tool, ToolContext, ToolOutcome, ToolRegistry
 from runtime import db as dbmod
+from runtime.embedded_pg import DEFAULT_SHARED_BUFFERS, tune
 from runtime.errors import DatabaseError
 from runtime.logs import configure_logging
 from runtime.migrate import apply_migrations
@@ -1202,6 +1203,7 @@ def main() -> None:
             server = pgserver.get_server(  # type: ignore[attr-defined]
                 Path(tmp) / "pg", cleanup_mode="delete"
             )
+            tune(server, DEFAULT_SHARED_BUFFERS)  # as engram serve runs its embedded server
         try:
             run_all(server.get_uri(), args, log)
         finally:

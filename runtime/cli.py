@@ -40,7 +40,7 @@ def database_url_context(settings: Settings) -> AbstractAsyncContextManager[str]
             yield settings.database_url
 
         return given()
-    return embedded_postgres(settings.home)
+    return embedded_postgres(settings.home, shared_buffers=settings.embedded_pg_shared_buffers)
 
 
 @asynccontextmanager

@@ -112,6 +112,21 @@ def _database_url(raw: str) -> str:
     return value
 
 
+_PG_UNITS = {"kB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
+
+
+def _pg_memory(raw: str) -> str:
+    """A PostgreSQL memory size such as ``512MB`` or ``2GB`` (128kB .. 1TB)."""
+    value = raw.strip()
+    m = re.fullmatch(r"(\d{1,10})\s*(kB|MB|GB|TB)", value)
+    if not m:
+        raise ValueError(f"expected a size like 512MB or 1GB, got {value!r}")
+    size = int(m.group(1)) * _PG_UNITS[m.group(2)]
+    if not 128 * 1024 <= size <= 1 << 40:
+        raise ValueError(f"must be between 128kB and 1TB, got {value!r}")
+    return f"{m.group(1)}{m.group(2)}"
+
+
 def _http_url(raw: str) -> str:
     value = raw.strip().rstrip("/")
     if value and not re.match(r"^https?://[^\s/]+", value):
@@ -179,6 +194,8 @@ FIELDS: tuple[Field, ...] = (
           "PostgreSQL server (with pgvector). Empty: an embedded server in ENGRAM_HOME."),
     Field("ENGRAM_HOME", "home", default_home, _path,
           "Data directory (embedded database, state)."),
+    Field("EMBEDDED_PG_SHARED_BUFFERS", "embedded_pg_shared_buffers", "1GB", _pg_memory,
+          "shared_buffers of the embedded server (PostgreSQL's own default is 128MB)."),
     Field("ENGRAM_HOST", "host", "127.0.0.1", _str, "Address the HTTP server binds to."),
     Field("ENGRAM_PORT", "port", "8080", _int_range(0, 65535), "Port of the HTTP server."),
     Field("LOG_LEVEL", "log_level", "INFO", _log_level, "DEBUG, INFO, WARNING or ERROR."),
@@ -301,6 +318,7 @@ class Settings:
     pattern_dedup_threshold: float | None
     pattern_adjudicate_threshold: float | None
     pattern_merge_threshold: float | None
+    embedded_pg_shared_buffers: str = "1GB"
 
     def secrets(self) -> list[str]:
         """Every non-empty secret value, for log scrubbing."""

@@ -1,0 +1,80 @@
+"""The embedded server's tuning: ``shared_buffers`` applied on start, deferred while shared."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from runtime import db as dbmod
+from runtime.embedded_pg import _psql_value, embedded_postgres, tune
+from runtime.errors import SettingsError
+from runtime.settings import load_settings
+
+
+async def _shared_buffers(url: str) -> str:
+    async with dbmod.asyncio_loop(), dbmod.open_database(url, max_size=1) as db:
+        return str(await db.fetchval("SHOW shared_buffers"))
+
+
+async def test_fresh_server_runs_with_the_configured_shared_buffers(tmp_path: Path) -> None:
+    async with embedded_postgres(tmp_path, "engram", shared_buffers="160MB") as url:
+        assert await _shared_buffers(url) == "160MB"
+    # a later start with another value restarts the server (this process is its only holder)
+    async with embedded_postgres(tmp_path, "engram", shared_buffers="176MB") as url:
+        assert await _shared_buffers(url) == "176MB"
+    assert not (tmp_path / "postgres" / "postmaster.pid").exists()  # stopped on release
+
+
+def test_tuning_waits_for_the_next_start_while_another_process_holds_the_server(
+    tmp_path: Path,
+) -> None:
+    import pgserver
+
+    pgdata = tmp_path / "pg"
+    server = pgserver.get_server(pgdata, cleanup_mode="stop")  # type: ignore[attr-defined]
+    other = 2**22 + 12345  # a pid that is not ours: another engram process sharing the server
+    server.global_process_id_list.get_and_add(other)
+    try:
+        assert tune(server, "144MB") is False
+        assert _psql_value(server, "SHOW shared_buffers;") == "128MB"  # not restarted
+        assert "144MB" in (pgdata / "postgresql.auto.conf").read_text()
+        server.global_process_id_list.get_and_remove(other)
+        assert tune(server, "144MB") is True
+        assert _psql_value(server, "SHOW shared_buffers;") == "144MB"
+        assert tune(server, "144MB") is True  # already so: nothing to do
+    finally:
+        server.global_process_id_list.get_and_remove(other)
+        server.cleanup()
+    assert server.global_process_id_list.get() == []
+
+
+@pytest.mark.parametrize("raw", ["lots", "1 G", "64kB", "2PB", "-1MB"])
+def test_a_bad_size_names_the_setting(raw: str) -> None:
+    with pytest.raises(SettingsError, match="EMBEDDED_PG_SHARED_BUFFERS"):
+        load_settings({"EMBEDDED_PG_SHARED_BUFFERS": raw})
+
+
+def test_sizes_in_postgres_units_are_accepted() -> None:
+    assert load_settings({}).embedded_pg_shared_buffers == "1GB"
+    assert load_settings({"EMBEDDED_PG_SHARED_BUFFERS": " 512MB "}).embedded_pg_shared_buffers == (
+        "512MB"
+    )
+
+
+async def test_trio_is_not_blocked_while_the_server_starts(tmp_path: Path) -> None:
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await trio.sleep(0.01)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tick)
+        async with embedded_postgres(tmp_path, "engram", shared_buffers="160MB"):
+            pass
+        nursery.cancel_scope.cancel()
+    assert ticks > 5
