@@ -56,6 +56,7 @@ from memory.journal_tools import JOURNAL_TOOLS
 from memory.llm import LLM, Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 from memory.tool_results import truncate_for_storage
 from memory.tools import Queries, QueryEmbedder, Tool, ToolContext, ToolRegistry
+from runtime.concurrency import both
 from runtime.db import Connection, Database
 from runtime.logs import get_logger
 
@@ -277,10 +278,7 @@ class Agent:
         deadline = trio.current_time() + self.guardrails.turn_seconds
         now = self.clock()
         external_id = turn.external_ids[0] if turn.external_ids else None
-        user_id, window = await self.conversation.add_user_and_recent(
-            chat_id, turn.text, external_id, now, self.window_limit
-        )
-        memory = await self._retrieve(chat_id, turn.text)
+        user_id, window, memory = await self._store_and_recall(turn, external_id, now)
         specs = tool_specs(self.tools)
         context = build_context(
             now=now, timezone=self.timezone, memory=memory, window=window, tools=specs,
@@ -309,6 +307,20 @@ class Agent:
             await self.conversation.add_rows(conn, chat_id, rows)
 
         return TurnReply(text, persist=persist if rows else None)
+
+    async def _store_and_recall(
+        self, turn: TurnInput, external_id: str | None, now: datetime
+    ) -> tuple[int, list[ChatMessage], RetrievedMemory]:
+        """The user row and recent window, and the retrieved patterns, fetched concurrently
+        (on two pool connections: neither waits for the other's round trips; the retrieval
+        never raises, a failing one degrades)."""
+        (user_id, window), memory = await both(
+            lambda: self.conversation.add_user_and_recent(
+                turn.chat_id, turn.text, external_id, now, self.window_limit
+            ),
+            lambda: self._retrieve(turn.chat_id, turn.text),
+        )
+        return user_id, list(window), memory
 
     async def _retrieve(self, chat_id: int, query: str) -> RetrievedMemory:
         """Patterns for the turn; a failing or slow retriever degrades instead of failing."""

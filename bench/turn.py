@@ -1140,7 +1140,10 @@ def run_all(url: str, args: argparse.Namespace, log: TextIO) -> None:
         try:
             turns, counts, before = trio.run(run_size, with_database(url, name), size, args, log)
         finally:
-            admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            if args.keep:
+                print(f"  kept database {name}", flush=True)
+            else:
+                admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         log.flush()
         with open(log.name, "rb") as f:
             f.seek(before)
@@ -1170,6 +1173,7 @@ def main() -> None:
     parser.add_argument("--spacing", type=float, default=0.05, help="min seconds between turns")
     parser.add_argument("--dims", type=int, default=256, help="fake embedding dimensions")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--keep", action="store_true", help="keep the databases (with --url)")
     parser.add_argument(
         "--log-level", default="INFO", help="engram log level (JSON lines to a temp file)"
     )

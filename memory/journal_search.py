@@ -10,6 +10,8 @@ from typing import Any
 
 from memory.embedding_store import check_model
 from memory.tools import ToolContext
+from runtime.concurrency import both
+from runtime.db import Database
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -149,6 +151,19 @@ async def _exact_is_cheap(ctx: ToolContext, sql: _Sql) -> bool:
     return int(rows[0]["n"]) <= EXACT_MAX
 
 
+async def _text_ids(ctx: ToolContext, sql: _Sql, query: str) -> list[int]:
+    rows = await ctx.db.fetch(f"{_LOCAL} SELECT ARRAY({_text_arm(sql, query)}) AS ids", *sql.args)
+    return list(rows[0]["ids"])
+
+
+async def _vector_ids(ctx: ToolContext, sql: _Sql, vector: Any) -> list[int]:
+    assert ctx.embedder is not None
+    exact = await _exact_is_cheap(ctx, sql)
+    arm = _vector_arm(sql, vector, ctx.embedder.model, ctx.embedder.dims, exact)
+    rows = await ctx.db.fetch(f"{_LOCAL} SELECT ARRAY({arm}) AS ids", *sql.args)
+    return list(rows[0]["ids"])
+
+
 async def search_candidates(
     ctx: ToolContext,
     query: str,
@@ -158,15 +173,48 @@ async def search_candidates(
     tags: list[str] | None = None,
     city: str | None = None,
 ) -> tuple[list[int], list[int]]:
-    """Entry ids found by words and by meaning (``vector`` None: words only), best first,
-    both arms in one statement."""
+    """Entry ids found by words and by meaning (``vector`` None: words only), best first.
+
+    On a pool the two arms run at once on two connections (two backends, two cores); on a
+    single connection (a transaction) one after the other."""
+
+    def filters() -> _Sql:
+        return _Sql(ctx.timezone).filters(start, end, tags, city)
+
+    if vector is None or ctx.embedder is None:
+        return await _text_ids(ctx, filters(), query), []
+    text_sql, vector_sql = filters(), filters()
+    if isinstance(ctx.db, Database):
+        return await both(
+            lambda: _text_ids(ctx, text_sql, query), lambda: _vector_ids(ctx, vector_sql, vector)
+        )
+    return await _text_ids(ctx, text_sql, query), await _vector_ids(ctx, vector_sql, vector)
+
+
+async def find_candidates(
+    ctx: ToolContext,
+    query: str,
+    start: date | None = None,
+    end: date | None = None,
+    tags: list[str] | None = None,
+    city: str | None = None,
+) -> tuple[list[int], list[int], str | None]:
+    """:func:`search_candidates` for ``query``, embedding it first; on a pool the full-text
+    arm runs while the query is embedded (a remote embedding call costs a round trip).
+    Returns both arms' ids and why the meaning arm is missing (None when it ran)."""
+    if not isinstance(ctx.db, Database):
+        vector, problem = await _embed_query(ctx, query)
+        return (*await search_candidates(ctx, query, vector, start, end, tags, city), problem)
     sql = _Sql(ctx.timezone).filters(start, end, tags, city)
-    semantic = vector is not None and ctx.embedder is not None
-    exact = semantic and await _exact_is_cheap(ctx, sql)
-    arms = [f"ARRAY({_text_arm(sql, query)}) AS text_ids"]
-    if semantic and ctx.embedder is not None:
-        arm = _vector_arm(sql, vector, ctx.embedder.model, ctx.embedder.dims, exact)
-        arms.append(f"ARRAY({arm}) AS vector_ids")
-    [row] = await ctx.db.fetch(f"{_LOCAL} SELECT {', '.join(arms)}", *sql.args)
-    vector_ids = row["vector_ids"] if len(arms) > 1 else []
-    return list(row["text_ids"]), list(vector_ids)
+    vector_sql = _Sql(ctx.timezone).filters(start, end, tags, city)
+    missing: list[str] = []
+
+    async def meaning() -> list[int]:
+        vector, problem = await _embed_query(ctx, query)
+        if vector is None:
+            missing.append(problem or "no query vector")
+            return []
+        return await _vector_ids(ctx, vector_sql, vector)
+
+    text_ids, vector_ids = await both(lambda: _text_ids(ctx, sql, query), meaning)
+    return text_ids, vector_ids, (missing[0] if missing else None)

@@ -20,6 +20,7 @@ from memory.journal_search import (
     _embed_query,
     _Sql,
     _vector_arm,
+    find_candidates,
     search_candidates,
 )
 from memory.ranking import rrf
@@ -115,9 +116,8 @@ async def search_entries(ctx: ToolContext, inp: SearchEntriesInput) -> dict[str,
     """Search the journal by words and by meaning, optionally filtered by dates, tags
     (any of) and city. Returns entries with a snippet; use get_entry for the full text."""
     start, end = _range(inp.date_from, inp.date_to)
-    vector, problem = await _embed_query(ctx, inp.query)
-    fts_ids, vec_ids = await search_candidates(
-        ctx, inp.query, vector, start, end, inp.tags, inp.city
+    fts_ids, vec_ids, problem = await find_candidates(
+        ctx, inp.query, start, end, inp.tags, inp.city
     )
     ids = [i for i, _ in rrf([fts_ids, vec_ids])[: inp.limit]]
     rows = await ctx.db.fetch(

@@ -32,6 +32,7 @@ from memory.llm_anthropic import message_params
 from memory.tool_results import STORAGE_CAP
 from memory.tools import Tool, ToolContext, ToolRegistry, spec
 from runtime.db import Connection
+from runtime.errors import DatabaseError
 
 CHAT = 4242
 TZ = "Europe/Madrid"
@@ -397,6 +398,45 @@ async def test_failing_or_slow_retrieval_degrades(
     assert (await agent.run_turn(turn())).text == "still here"
     assert DEGRADED_NOTE in llm.requests[0].system
     assert trio.current_time() - start <= 12
+
+
+async def test_retrieval_runs_while_the_user_row_is_stored(autojump_clock: Any) -> None:
+    """Each side waits for the other to have started: sequential code would hang."""
+    retrieving, storing = trio.Event(), trio.Event()
+
+    class Store(MemoryConversation):
+        async def add_user_and_recent(self, *args: Any) -> Any:
+            storing.set()
+            await retrieving.wait()
+            return await super().add_user_and_recent(*args)
+
+    class Recall(Retriever):
+        async def retrieve(self, chat_id: int, query: str) -> RetrievedMemory:
+            retrieving.set()
+            await storing.wait()
+            return await super().retrieve(chat_id, query)
+
+    llm = ScriptedLLM([text("ok")])
+    agent, _, _ = make_agent(llm, retriever=Recall(RetrievedMemory("- Swims on Fridays")))
+    agent.conversation = Store()
+    with trio.fail_after(5):
+        assert (await agent.run_turn(turn())).text == "ok"
+    assert "- Swims on Fridays" in llm.requests[0].system
+
+
+async def test_a_failing_user_row_store_raises_its_own_error(autojump_clock: Any) -> None:
+    class Broken(MemoryConversation):
+        async def add_user_and_recent(self, *args: Any) -> Any:
+            raise DatabaseError("database went away")
+
+    agent, _, _ = make_agent(
+        ScriptedLLM([text("ok")]), retriever=Retriever(RetrievedMemory("x"), 60)
+    )
+    agent.conversation = Broken()
+    start = trio.current_time()
+    with pytest.raises(DatabaseError, match="went away"):  # not wrapped in an exception group
+        await agent.run_turn(turn())
+    assert trio.current_time() - start < 1  # the slow retrieval was cancelled, not awaited
 
 
 # --- the SQL store: user row and window in one statement ----------------------------------------

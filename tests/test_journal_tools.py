@@ -12,9 +12,11 @@ from typing import Any
 import attrs
 import numpy as np
 import pytest
+import trio
 
 from memory import journal_search
 from memory.embedding_store import ensure_vector_index
+from memory.journal_search import find_candidates
 from memory.journal_tools import (
     _LOCAL,
     CANDIDATES_PER_ARM,
@@ -650,6 +652,55 @@ async def test_text_arm_ranks_the_newest_matches(
     monkeypatch.setattr(journal_search, "FTS_POOL", 6)
     text_ids, _ = await search_candidates(ctx, "walk", None)
     assert sorted(uuid_of[i] for i in text_ids) == [f"new{i}" for i in range(6)]
+
+
+class WatchedPool(Database):
+    """The pool, noting when a full-text arm statement has finished."""
+
+    def __init__(self, db: Database) -> None:
+        super().__init__(db._target, db.url)
+        self.text_arm_done = trio.Event()
+
+    async def fetch(self, query: str, *args: Any) -> Any:
+        rows = await super().fetch(query, *args)
+        if "text_search @@" in query and "<=>" not in query:
+            self.text_arm_done.set()
+        return rows
+
+
+@attrs.define
+class EmbedsAfterTextArm(FakeEmbedder):
+    """Answers only once the full-text arm is done: sequential code would never get there."""
+
+    pool: WatchedPool | None = None
+
+    async def embed(
+        self, texts: Sequence[str], *, purpose: str, chat_id: int | None = None
+    ) -> list[np.ndarray]:
+        assert self.pool is not None
+        with trio.fail_after(10):
+            await self.pool.text_arm_done.wait()
+        return await super().embed(texts, purpose=purpose, chat_id=chat_id)
+
+
+async def test_the_text_arm_runs_while_the_query_is_embedded(db: Database) -> None:
+    await add_entry(db, "a", "2024-01-01T09:00", "a long walk by the river")
+    await add_entry(db, "b", "2024-01-02T09:00", "river swim at dawn")
+    pool = WatchedPool(db)
+    ctx = make_ctx(pool, embedder=EmbedsAfterTextArm(pool=pool))
+    text_ids, vector_ids, problem = await find_candidates(ctx, "river walk")
+    assert problem is None
+    assert len(text_ids) == 1 and len(vector_ids) == 2
+
+
+async def test_on_one_connection_the_arms_run_in_turn(db: Database) -> None:
+    await add_entry(db, "a", "2024-01-01T09:00", "a long walk by the river")
+    async with db.connection() as conn:
+        text_ids, vector_ids, problem = await find_candidates(make_ctx(conn), "river walk")
+    assert problem is None and len(text_ids) == 1 and len(vector_ids) == 1
+    failing = make_ctx(db, embedder=FakeEmbedder(fail=True))
+    text_ids, vector_ids, problem = await find_candidates(failing, "river walk")
+    assert text_ids and vector_ids == [] and problem == "embedding failed (RuntimeError)"
 
 
 async def test_unknown_time_zones_are_stored_as_null(raw_db: Database) -> None:
