@@ -30,7 +30,9 @@ before its handler runs.
                             [--keep-logs DIR]
 
 ``--breakdown`` adds runs against engram without the database (``GET /healthz``, and updates of
-a kind engram acknowledges without storing). ``--profile FILE`` profiles engram (cProfile, on
+a kind engram acknowledges without storing) and against the *hypercorn floor*: hypercorn with
+engram's configuration serving a bare ASGI app that only answers 200, the most any app under
+hypercorn can acknowledge here. ``--profile FILE`` profiles engram (cProfile, on
 only during its measured runs; its figures then include the profiler's overhead) and prints the
 top functions.
 
@@ -218,6 +220,35 @@ def role_aiogram(port: int, stub_port: int) -> None:
     )
     setup_application(app, dispatcher, bot=bot)
     web.run_app(app, host=HOST, port=port, print=None, access_log=None)
+
+
+def role_floor(port: int) -> None:
+    """hypercorn (trio worker, engram's configuration) serving a bare ASGI app that answers
+    every request 200 with ``{}`` after reading the body: no routing, no parsing, no storage.
+    Its throughput is the most any app under hypercorn can acknowledge on this machine."""
+    import trio
+    from hypercorn.trio import serve
+
+    sys.path.insert(0, str(REPO))
+    from runtime.http import hypercorn_config
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        more = True
+        while more:
+            more = (await receive()).get("more_body", False)
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"2")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    trio.run(partial(serve, app, hypercorn_config(HOST, port)))  # type: ignore[arg-type]
 
 
 # --- process plumbing -----------------------------------------------------------------------
@@ -692,6 +723,23 @@ def bench(args: argparse.Namespace, tmp: Path, children: list[Child]) -> None:
             print(describe(label, res), flush=True)
             check_alive()
             wait_quiet(watch, args.quiet_timeout)
+        floor_port = free_port()
+        floor = Child("floor", [sys.executable, me, "--role", "floor", "--port", str(floor_port)],
+                      logdir)  # fmt: skip
+        children.append(floor)
+        wait_ready(floor, floor_port, "/", 60)
+        floor_runs = []
+        for _ in range(args.rounds):
+            res = run_load(args, floor_port, ids, cpu_pids={"floor": lambda: [floor.pid]})
+            floor_runs.append(res)
+            print(describe("floor", res), flush=True)
+        floor.stop()
+        floor_rps = statistics.median(float(x["rps"]) for x in floor_runs)
+        print(
+            f"hypercorn floor (a bare ASGI app answering 200, nothing else): {floor_rps:.1f} "
+            "acks/s, the ceiling of any app served by hypercorn here",
+            flush=True,
+        )
     for child in (ours, aio):
         child.stop()
     stub.stop(signal.SIGTERM, 5)
@@ -765,7 +813,7 @@ def main() -> None:
     parser.add_argument(
         "--keep-logs", type=Path, default=None, help="copy the servers' stdout/stderr here"
     )
-    parser.add_argument("--role", choices=("stub", "aiogram"), help=argparse.SUPPRESS)
+    parser.add_argument("--role", choices=("stub", "aiogram", "floor"), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--stub-port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -775,6 +823,9 @@ def main() -> None:
         return
     if args.role == "aiogram":
         role_aiogram(args.port, args.stub_port)
+        return
+    if args.role == "floor":
+        role_floor(args.port)
         return
     if args.requests < 1 or args.concurrency < 1 or args.rounds < 1 or args.warmup < 0:
         parser.error("--requests, --concurrency and --rounds must be >= 1, --warmup >= 0")

@@ -225,6 +225,16 @@ async def test_search_filters_by_date_tags_and_city(db: Database) -> None:
     assert item["matched"] == ["text", "meaning"]
 
 
+async def test_search_snippets_show_the_passage_with_the_words(db: Database) -> None:
+    filler = " ".join(f"ordinary{i} words" for i in range(120))
+    await add_entry(db, "long", "2024-01-01T09:00", f"{filler}. Then we went swimming in the sea.")
+    await add_entry(db, "other", "2024-01-02T09:00", f"{filler}. Nothing else happened.")
+    found = await call(make_ctx(db), "search_entries", query="swim")
+    by_uuid = {r["uuid"]: r for r in found["results"]}
+    assert "Then we went swimming" in by_uuid["long"]["snippet"]  # not the entry's start
+    assert by_uuid["other"]["snippet"].startswith("ordinary0 words")  # by meaning: the start
+
+
 async def test_search_limit_and_caps(db: Database) -> None:
     for i in range(12):
         await add_entry(db, f"e{i:02d}", f"2024-01-{i + 1:02d}T09:00", f"walk number {i} today")
