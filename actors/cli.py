@@ -32,6 +32,8 @@ from memory.memory_tools import memory_tools
 from memory.purge import PurgeJob
 from memory.retrieval import LexiconCache, SqlPatternRetriever
 from memory.thresholds import thresholds_for
+from memory.usage import Queries as UsageQueries
+from memory.usage_writer import open_usage_writer
 from runtime.cli import base_parser, open_settings_database, run_cli
 from runtime.db import Database
 from runtime.errors import SettingsError
@@ -101,7 +103,7 @@ async def voice_transcriber(settings: Settings, db: Database) -> AsyncIterator[T
 
 
 @asynccontextmanager
-async def open_llm(settings: Settings, db: Database) -> AsyncIterator[LLM]:
+async def open_llm(settings: Settings, db: UsageQueries) -> AsyncIterator[LLM]:
     """The configured chat model; its SDK client is closed when the block ends."""
     llm: AnthropicLLM | OpenAICompatibleLLM
     if settings.llm_provider == "anthropic":
@@ -129,13 +131,14 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     check_serve_settings(settings, polling=args.polling)
     async with (
         open_settings_database(settings) as database,
+        open_usage_writer(database) as usage,  # api_usage rows off the turn's path
         voice_transcriber(settings, database) as transcribe,
-        open_llm(settings, database) as llm,
+        open_llm(settings, usage) as llm,
         open_embedder(
             settings.embedding_provider,
             settings.openai_api_key.reveal() or None,
             settings.openai_base_url or None,
-            usage_db=database,
+            usage_db=usage,
         ) as embedder,
     ):
         thresholds = thresholds_for(embedder.model, settings)

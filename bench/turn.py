@@ -115,6 +115,7 @@ from memory.memory_tools import memory_tools
 from memory.retrieval import SqlPatternRetriever
 from memory.thresholds import thresholds_for
 from memory.tools import Tool, ToolContext, ToolOutcome, ToolRegistry
+from memory.usage_writer import UsageWriter
 from runtime import db as dbmod
 from runtime.embedded_pg import DEFAULT_SHARED_BUFFERS, tune
 from runtime.errors import DatabaseError
@@ -903,9 +904,10 @@ async def measure(
         timed_embedder = TimedEmbedder(embedder, rec)
         thresholds = thresholds_for(timed_embedder.model, settings)
         extra = memory_tools(thresholds=thresholds)
+        usage = await nursery.start(UsageWriter(db).run)  # as cmd_serve: rows written behind
         agent = sql_agent(  # as actors.cli.cmd_serve builds it
             db,
-            ScriptedLLM(db, rec),
+            ScriptedLLM(usage, rec),
             timezone=settings.timezone,
             embedder=timed_embedder,
             context_token_budget=settings.context_token_budget,
