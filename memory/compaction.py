@@ -20,6 +20,9 @@
    reinforcements, contradictions, supersedes, meta patterns, entry links, the episode row,
    ``compacted_at = now()`` on exactly the chunk's rows, and the ``ok`` run row with its counts.
 
+A ``running`` row that a dead process left behind (crash, kill) is closed as ``failed``
+(:data:`INTERRUPTED`) by the next compaction of its chat, which holds the lock.
+
 :func:`store_explicit_pattern` is the ``remember`` tool's write: same dedup, source
 ``explicit``, signal explicit.
 """
@@ -164,11 +167,26 @@ ORDER BY strength * confidence DESC, last_seen DESC, id DESC LIMIT $2
 """
 
 
+INTERRUPTED = "interrupted: the process stopped during the compaction"
+
+# A 'running' row of the chat while we hold its lock is an orphan: its process died mid-way
+# (a crash, a kill; the session lock went with its connection) and nothing will finish it.
+_START_RUN = f"""
+WITH orphans AS (
+    UPDATE compaction_runs SET status = 'failed', finished_at = now(), error = '{INTERRUPTED}'
+    WHERE chat_id = $1 AND status = 'running'
+)
+INSERT INTO compaction_runs (chat_id, status) VALUES ($1, 'running') RETURNING id
+"""
+
+
 async def _record_run(conn: Connection, chat_id: int, status: str, error: str | None) -> int:
+    if status == "running":  # only under the chat's lock
+        return int(await conn.fetchval(_START_RUN, chat_id))
     return int(
         await conn.fetchval(
             "INSERT INTO compaction_runs (chat_id, status, error, finished_at) "
-            "VALUES ($1, $2, $3, CASE WHEN $2 = 'running' THEN NULL ELSE now() END) RETURNING id",
+            "VALUES ($1, $2, $3, now()) RETURNING id",
             chat_id,
             status,
             error,

@@ -16,6 +16,7 @@ from fakes.anthropic_api import FakeAnthropic
 
 from memory.canonical import canonical_hash
 from memory.compaction import (
+    INTERRUPTED,
     CompactionOptions,
     CompactionOutcome,
     compact_chat,
@@ -407,6 +408,24 @@ async def test_invalid_json_twice_leaves_every_message(
     run = await db.fetchrow("SELECT status, error, finished_at FROM compaction_runs")
     assert run is not None and run["status"] == "failed" and run["finished_at"] is not None
     assert len(fake_claude.answered) == 2  # the first answer and the one repair
+
+
+async def test_a_run_left_running_by_a_dead_process_is_closed_as_interrupted(
+    db: Database, claude: AnthropicLLM, fake_claude: FakeAnthropic, local: LocalEmbedder
+) -> None:
+    await store(db, conversation())
+    other_chat = CHAT + 1
+    await db.execute(  # a crash mid-compaction: the row stays 'running', the lock went away
+        "INSERT INTO compaction_runs (chat_id, status) VALUES ($1, 'running'), ($2, 'running')",
+        CHAT, other_chat,
+    )  # fmt: skip
+    fake_claude.queue_text(extraction())
+    assert (await compact(db, claude, local)).status == "ok"
+    runs = await db.fetch("SELECT chat_id, status, error FROM compaction_runs ORDER BY id")
+    assert [(r["chat_id"], r["status"]) for r in runs] == [
+        (CHAT, "failed"), (other_chat, "running"), (CHAT, "ok"),
+    ]  # fmt: skip
+    assert runs[0]["error"] == INTERRUPTED  # another chat's run is not ours to judge
 
 
 async def test_llm_outage_fails_the_run_and_keeps_messages(
