@@ -39,9 +39,10 @@ from memory.compaction_tx import apply_extraction, chunk_message, plan_patterns
 from memory.conversation import ChatMessage, from_record
 from memory.dedup import Adjudicator, LLMAdjudicator
 from memory.embeddings import Embedder
+from memory.explicit_patterns import store_explicit_pattern
 from memory.extraction import KnownPattern, Rejection, extract
 from memory.llm import LLM
-from memory.pattern_writes import ensure_indexes, store_explicit_pattern
+from memory.pattern_writes import ensure_indexes
 from memory.thresholds import Thresholds, thresholds_for
 from runtime.db import Connection, Database
 from runtime.logs import get_logger

@@ -7,8 +7,9 @@ chat's patterns (an id from another chat reads exactly like an unknown id).
   :func:`memory.retrieval.rank_patterns` (hybrid vector + full text, typed decay); when the
   query cannot be embedded the answer is ``degraded`` (keyword matches only).
 * ``remember(fact, kind)`` stores an explicit pattern through
-  :func:`memory.pattern_writes.store_explicit_pattern` (canonical hash, then similarity dedup with
-  adjudication in the grey zone); the answer says whether it is new or reinforced an existing id.
+  :func:`memory.explicit_patterns.store_explicit_pattern` (canonical hash, then similarity
+  dedup with adjudication in the grey zone); the answer says whether it is new or reinforced an
+  existing id.
 * ``forget_memory(id, reason)`` deprecates one of this chat's patterns (``status='deprecated'``,
   the reason kept in ``status_reason``).
 
@@ -27,7 +28,7 @@ import attrs
 import numpy as np
 
 from memory.dedup import Adjudicator
-from memory.pattern_writes import store_explicit_pattern
+from memory.explicit_patterns import store_explicit_pattern
 from memory.retrieval import LexiconCache, rank_patterns
 from memory.thresholds import Thresholds
 from memory.tools import Tool, ToolContext, ToolError, ToolRegistry, spec, tool

@@ -1,5 +1,5 @@
 """Writes to the pattern tables: the building blocks of a compaction transaction and of the
-``remember`` tool (:func:`store_explicit_pattern`).
+``remember`` tool (:func:`memory.explicit_patterns.store_explicit_pattern`).
 
 Every function here takes a :class:`runtime.db.Connection` (or anything with the same query
 methods) and runs inside the caller's transaction; none calls an LLM or an embedding model
@@ -28,6 +28,7 @@ extraction during compaction", "Pattern hierarchy", "Pattern ↔ entry linking")
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from datetime import datetime
@@ -37,7 +38,6 @@ import attrs
 import numpy as np
 
 from memory.canonical import canonical_hash
-from memory.dedup import Adjudicator, DedupDecision, find_duplicate
 from memory.embedding_store import ensure_vector_index, store_vectors
 from memory.embeddings import PURPOSE as EMBED_PURPOSE
 from memory.embeddings import Embedder
@@ -48,7 +48,6 @@ from memory.reinforcement import (
     reinforce,
     status_after_contradiction,
 )
-from memory.thresholds import Thresholds, thresholds_for
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -122,6 +121,19 @@ VALUES ($1, $2, $3::bigint[], $4, $5::text[], $6, $7, $8, coalesce($9, now()))
 """
 
 
+_SAME_CLAIM = """
+SELECT id FROM patterns
+WHERE chat_id = $1 AND canonical_hash = $2 AND status IN ('active', 'disputed')
+ORDER BY id LIMIT 1
+"""
+
+
+def hash_lock_key(chat_id: int, digest: str) -> int:
+    """The transaction lock key of one claim (canonical hash) in one chat."""
+    raw = hashlib.blake2b(f"engram:claim:{chat_id}:{digest}".encode(), digest_size=8).digest()
+    return int.from_bytes(raw, "big", signed=True)
+
+
 async def insert_pattern(
     conn: Queries,
     *,
@@ -135,7 +147,23 @@ async def insert_pattern(
     temporal: dict[str, Any] | None = None,
     strength: float = 1.0,
 ) -> int:
-    """A new pattern, its vector (if computed) and its first observation; its id."""
+    """A new pattern, its vector (if computed) and its first observation; its id.
+
+    Dedup decisions are made before the write transaction (they may call an LLM), so a
+    concurrent writer (``remember`` during a compaction, or two ``remember`` calls) can have
+    stored the very same claim since. Under a transaction lock on (chat, canonical hash) an
+    identical active pattern found here is reinforced instead, and its id returned. (The lock
+    is its own statement: a statement's snapshot is taken before it could wait for the lock,
+    and would miss what the other writer commits meanwhile.)"""
+    digest = canonical_hash(content)
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", hash_lock_key(chat_id, digest))
+    existing = await conn.fetchval(_SAME_CLAIM, chat_id, digest)
+    if existing is not None:
+        done = await reinforce_pattern(conn, int(existing), chat_id, evidence, alias=content,
+                                       vectors=vectors)  # fmt: skip
+        if done is not None:
+            log.info("patterns.concurrent_duplicate", chat_id=chat_id, pattern_id=existing)
+            return int(existing)
     pattern_id = int(
         await conn.fetchval(
             _INSERT_PATTERN,
@@ -146,7 +174,7 @@ async def insert_pattern(
             min(strength, STRENGTH_CAP),
             source,
             json.dumps(temporal) if temporal else None,
-            canonical_hash(content),
+            digest,
             evidence.observed_at,
         )
     )
@@ -345,10 +373,7 @@ async def link_entries(
     return len(uuids)
 
 
-# --- embedding before a transaction, and the remember tool -------------------------------------
-
-EXPLICIT_CONFIDENCE = 0.9
-
+# --- embedding before a transaction -------------------------------------------------------------
 
 async def embed_texts(embedder: Embedder, texts: Sequence[str], chat_id: int) -> Vectors:
     """The texts' vectors in one call; none (logged) when the embedding call fails: the caller
@@ -363,46 +388,3 @@ async def embed_texts(embedder: Embedder, texts: Sequence[str], chat_id: int) ->
                     error=f"{type(exc).__name__}: {exc}")  # fmt: skip
         return Vectors(embedder.model)
     return Vectors(embedder.model, dict(zip(unique, vectors, strict=True)))
-
-
-async def store_explicit_pattern(
-    db: Any,
-    embedder: Embedder | None,
-    adjudicator: Adjudicator,
-    *,
-    chat_id: int,
-    content: str,
-    kind: str,
-    now: datetime,
-    thresholds: Thresholds | None = None,
-) -> DedupDecision:
-    """Store a fact the user asked to remember (source ``explicit``, signal explicit).
-
-    Canonical hash, then similarity dedup (adjudicated in the grey zone): a duplicate is
-    reinforced (its differing text kept as an alias), anything else inserted. The decision's
-    ``pattern_id`` is the reinforced or the new pattern. ``db``: a ``Database`` or a held
-    ``Connection``. Without an embedder (or when embedding fails) the dedup is by hash only and
-    the vector is left to the backfill job.
-    """
-    model = embedder.model if embedder is not None else ""
-    vectors = await embed_texts(embedder, [content], chat_id) if embedder else Vectors(model)
-    decision = await find_duplicate(
-        db, chat_id=chat_id, content=content, kind=kind, vector=vectors.get(content),
-        model=model or "none", thresholds=thresholds or thresholds_for(model),
-        adjudicator=adjudicator,
-    )  # fmt: skip
-    evidence = Evidence(text=f"[remember] {content}", signal="explicit",
-                        confidence=EXPLICIT_CONFIDENCE, observed_at=now)  # fmt: skip
-    await ensure_indexes(db, vectors)
-    async with db.transaction() as conn:
-        if decision.action == "reinforce" and decision.pattern_id is not None:
-            done = await reinforce_pattern(conn, decision.pattern_id, chat_id, evidence,
-                                           alias=content, vectors=vectors)  # fmt: skip
-            if done is not None:
-                return decision
-        pattern_id = await insert_pattern(
-            conn, chat_id=chat_id, content=content, kind=kind, confidence=EXPLICIT_CONFIDENCE,
-            evidence=evidence, vectors=vectors, source="explicit",
-        )  # fmt: skip
-    log.info("patterns.remembered", chat_id=chat_id, pattern_id=pattern_id)
-    return attrs.evolve(decision, action="insert", pattern_id=pattern_id)

@@ -5,7 +5,8 @@ embedding model."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -517,6 +518,47 @@ async def test_explicit_pattern_hash_duplicate_reinforces(
     assert await db.fetchval("SELECT count(*) FROM pattern_embeddings") == 1
     thresholds = default_thresholds(local.model)
     assert thresholds.dedup > thresholds.adjudicate
+
+
+class Meeting:
+    """The pool, whose transactions open only once both writers have decided (no duplicate
+    yet): the race the transaction lock in ``insert_pattern`` is there for."""
+
+    def __init__(self, db: Database) -> None:
+        self.db, self.arrived, self.everyone = db, 0, trio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.db, name)
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        self.arrived += 1
+        if self.arrived == 2:
+            self.everyone.set()
+        await self.everyone.wait()
+        async with self.db.transaction() as conn:
+            yield conn
+
+
+async def test_two_writers_of_the_same_claim_make_one_pattern(
+    db: Database, claude: AnthropicLLM, local: LocalEmbedder
+) -> None:
+    meeting, judge = Meeting(db), LLMAdjudicator(claude)
+    decisions: list[Any] = []
+
+    async def remember(text: str) -> None:
+        decisions.append(await store_explicit_pattern(
+            meeting, local, judge, chat_id=CHAT, content=text, kind="belief", now=T0,
+        ))  # fmt: skip
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(remember, "User is vegan")
+            nursery.start_soon(remember, "user is VEGAN.")
+    assert [d.action for d in decisions] == ["insert", "insert"]  # both decided alone
+    assert len({d.pattern_id for d in decisions}) == 1  # the second found the first's row
+    [p] = await db.fetch("SELECT times_seen FROM patterns")
+    assert p["times_seen"] == 2
 
 
 async def test_cancelled_compaction_releases_the_lock_and_keeps_messages(

@@ -16,9 +16,9 @@ from actors.agent import Agent, sql_agent
 from actors.turn import TurnInput
 from memory.dedup import LLMAdjudicator
 from memory.embeddings import LocalEmbedder
+from memory.explicit_patterns import store_explicit_pattern
 from memory.llm_anthropic import AnthropicLLM
 from memory.memory_tools import memory_tools, never_same
-from memory.pattern_writes import store_explicit_pattern
 from memory.retrieval import SqlPatternRetriever
 from memory.thresholds import thresholds_for
 from runtime.db import Database
