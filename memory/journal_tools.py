@@ -1,5 +1,5 @@
-"""The agent's journal tools (seed 000: "the existing 7 tool handlers"), ``log_weight`` and
-``get_usage``.
+"""The agent's journal tools (seed 000: "the existing 7 tool handlers"); with ``log_weight``
+and ``get_usage`` (:mod:`memory.personal_tools`) they make :data:`JOURNAL_TOOLS`.
 
 Entry dates are local: in the entry's own time zone when it has a valid one, else the context
 time zone. Date filters compare against that local date. The journal is not chat-scoped;
@@ -9,7 +9,7 @@ weights are (``daily_metrics.chat_id``).
 from __future__ import annotations
 
 import json
-from datetime import date, datetime, time, timedelta
+from datetime import date, datetime
 from typing import Any
 
 import attrs
@@ -23,8 +23,10 @@ from memory.journal_search import (
     find_candidates,
     search_candidates,
 )
+from memory.personal_tools import PERSONAL_TOOLS
 from memory.ranking import rrf
-from memory.tool_results import excerpt, usage_report, writing_stats
+from memory.tool_results import excerpt, writing_stats
+from memory.tool_schema import date_range, optional_date
 from memory.tools import (
     Tool,
     ToolContext,
@@ -34,7 +36,6 @@ from memory.tools import (
     spec,
     tool,
 )
-from memory.usage import usage_summary
 
 # the search machinery lives in memory.journal_search; its names are re-exported here
 __all__ = [
@@ -53,21 +54,6 @@ def _limit(default: int, maximum: int, what: str = "results") -> Any:
     return attrs.field(
         default=default, metadata=spec(minimum=1, maximum=maximum, description=f"Maximum {what}")
     )
-
-
-def _optional_date(description: str) -> Any:
-    return attrs.field(default=None, metadata=date_spec(description))
-
-
-def _day(value: str | None) -> date | None:
-    return None if value is None else date.fromisoformat(value)
-
-
-def _range(date_from: str | None, date_to: str | None) -> tuple[date | None, date | None]:
-    start, end = _day(date_from), _day(date_to)
-    if start and end and start > end:
-        raise ToolError("date_from must not be after date_to", "date_from")
-    return start, end
 
 
 def _summary(row: Any, **extra: Any) -> dict[str, Any]:
@@ -97,8 +83,8 @@ class SearchEntriesInput:
     query: str = attrs.field(
         metadata=spec(min_length=1, max_length=500, description="What to look for, in words")
     )
-    date_from: str | None = _optional_date("Earliest date")
-    date_to: str | None = _optional_date("Latest date")
+    date_from: str | None = optional_date("Earliest date")
+    date_to: str | None = optional_date("Latest date")
     tags: list[str] | None = attrs.field(
         default=None,
         metadata=spec(
@@ -115,7 +101,7 @@ class SearchEntriesInput:
 async def search_entries(ctx: ToolContext, inp: SearchEntriesInput) -> dict[str, Any]:
     """Search the journal by words and by meaning, optionally filtered by dates, tags
     (any of) and city. Returns entries with a snippet; use get_entry for the full text."""
-    start, end = _range(inp.date_from, inp.date_to)
+    start, end = date_range(inp.date_from, inp.date_to)
     fts_ids, vec_ids, problem = await find_candidates(
         ctx, inp.query, start, end, inp.tags, inp.city
     )
@@ -184,7 +170,7 @@ async def get_entry(ctx: ToolContext, inp: GetEntryInput) -> dict[str, Any]:
 @attrs.frozen
 class GetEntriesByDateInput:
     date_from: str = attrs.field(metadata=date_spec("First date (YYYY-MM-DD)"))
-    date_to: str | None = _optional_date("Last date, inclusive; defaults to date_from")
+    date_to: str | None = optional_date("Last date, inclusive; defaults to date_from")
     limit: int = _limit(20, 50, "entries")
 
 
@@ -196,7 +182,7 @@ def _with_text(row: Any, chars: int = LIST_TEXT_CHARS, **extra: Any) -> dict[str
 @tool(_TOOLS, "get_entries_by_date", GetEntriesByDateInput)
 async def get_entries_by_date(ctx: ToolContext, inp: GetEntriesByDateInput) -> dict[str, Any]:
     """Read the journal entries written between two dates (inclusive), oldest first."""
-    start, end = _range(inp.date_from, inp.date_to or inp.date_from)
+    start, end = date_range(inp.date_from, inp.date_to or inp.date_from)
     sql = _Sql(ctx.timezone).filters(start, end)
     rows = await ctx.db.fetch(
         f"{_LOCAL} SELECT {_SUMMARY_COLS}, count(*) OVER () AS total FROM le WHERE {sql.where} "
@@ -318,15 +304,15 @@ async def list_tags(ctx: ToolContext, inp: ListTagsInput) -> dict[str, Any]:
 
 @attrs.frozen
 class EntryStatsInput:
-    date_from: str | None = _optional_date("Earliest date")
-    date_to: str | None = _optional_date("Latest date")
+    date_from: str | None = optional_date("Earliest date")
+    date_to: str | None = optional_date("Latest date")
 
 
 @tool(_TOOLS, "entry_stats", EntryStatsInput)
 async def entry_stats(ctx: ToolContext, inp: EntryStatsInput) -> dict[str, Any]:
     """Journal writing statistics: entry and word totals, entries per weekday and month,
     entries per week, longest and current streak of consecutive days."""
-    start, end = _range(inp.date_from, inp.date_to)
+    start, end = date_range(inp.date_from, inp.date_to)
     sql = _Sql(ctx.timezone).filters(start, end)
     rows = await ctx.db.fetch(
         f"{_LOCAL} SELECT le.local_ts::date AS day, count(*) AS n, "
@@ -338,89 +324,6 @@ async def entry_stats(ctx: ToolContext, inp: EntryStatsInput) -> dict[str, Any]:
     return writing_stats(per_day, words, ctx.today, start, end)
 
 
-# --- log_weight / get_usage ----------------------------------------------------------------------
-
-
-@attrs.frozen
-class LogWeightInput:
-    weight_kg: float = attrs.field(
-        metadata=spec(exclusive_minimum=0, exclusive_maximum=500, description="Weight in kilograms")
-    )
-    date: str | None = attrs.field(
-        default=None,
-        metadata=date_spec("Date in YYYY-MM-DD format. Defaults to today (timezone-aware)."),
-    )
-
-
-_UPSERT_WEIGHT = """
-WITH old AS (SELECT weight_kg FROM daily_metrics WHERE chat_id = $1 AND date = $2),
-up AS (
-    INSERT INTO daily_metrics (chat_id, date, weight_kg) VALUES ($1, $2, $3)
-    ON CONFLICT (chat_id, date) DO UPDATE SET weight_kg = EXCLUDED.weight_kg, updated_at = now()
-    RETURNING date, weight_kg
-)
-SELECT up.date, up.weight_kg, (SELECT weight_kg FROM old) AS replaced FROM up
-"""
-
-
-@tool(_TOOLS, "log_weight", LogWeightInput)
-async def log_weight(ctx: ToolContext, inp: LogWeightInput) -> dict[str, Any]:
-    """Log a daily weight measurement. Use when the user mentions their weight. Returns
-    the stored reading and the previous one."""
-    today = ctx.today
-    day = _day(inp.date) or today
-    if day > today + timedelta(days=1):
-        raise ToolError(f"date {day} is in the future (today is {today})", "date")
-    row = await ctx.db.fetchrow(_UPSERT_WEIGHT, ctx.chat_id, day, inp.weight_kg)
-    prev = await ctx.db.fetchrow(
-        "SELECT date, weight_kg FROM daily_metrics WHERE chat_id = $1 AND date < $2 "
-        "AND weight_kg IS NOT NULL ORDER BY date DESC LIMIT 1",
-        ctx.chat_id,
-        day,
-    )
-    out: dict[str, Any] = {
-        "logged": {"date": row["date"].isoformat(), "weight_kg": row["weight_kg"]},
-        "previous": None,
-    }
-    if prev is not None:
-        out["previous"] = {
-            "date": prev["date"].isoformat(),
-            "weight_kg": prev["weight_kg"],
-            "change_kg": round(row["weight_kg"] - prev["weight_kg"], 2),
-        }
-    if row["replaced"] is not None:
-        out["replaced_kg"] = row["replaced"]
-    return out
-
-
-@attrs.frozen
-class GetUsageInput:
-    date_from: str | None = _optional_date("First day; defaults to 29 days before date_to")
-    date_to: str | None = _optional_date("Last day, inclusive; defaults to today")
-
-
-@tool(_TOOLS, "get_usage", GetUsageInput)
-async def get_usage(ctx: ToolContext, inp: GetUsageInput) -> dict[str, Any]:
-    """What the assistant has cost in API fees (USD: this chat's calls plus shared ones such
-    as journal import) by purpose, model and day; by default over the last 30 days."""
-    start, end = _range(inp.date_from, inp.date_to)
-    end = end or ctx.today
-    start = start or end - timedelta(days=29)
-    if start > end:
-        raise ToolError("date_from must not be after date_to", "date_from")
-    since = datetime.combine(start, time(), ctx.tz)
-    until = datetime.combine(end + timedelta(days=1), time(), ctx.tz)
-    s = await usage_summary(
-        ctx.db,
-        since=since,
-        until=until,
-        tz=ctx.timezone,
-        chat_id=ctx.chat_id,
-        include_shared=True,
-    )
-    return usage_report(s, start, end)
-
-
 # --- registry ---------------------------------------------------------------------------------
 
 
@@ -430,4 +333,4 @@ def journal_registry() -> ToolRegistry:
 
 
 #: every journal tool, ``log_weight`` and ``get_usage``, in the order they are offered
-JOURNAL_TOOLS: tuple[Tool[Any], ...] = tuple(_TOOLS)
+JOURNAL_TOOLS: tuple[Tool[Any], ...] = (*_TOOLS, *PERSONAL_TOOLS)

@@ -78,6 +78,24 @@ def date_spec(description: str) -> dict[str, Any]:
     return spec(description=description, format="date", pattern=DATE_PATTERN, check=_check_date)
 
 
+def optional_date(description: str) -> Any:
+    """An optional ``YYYY-MM-DD`` field (default None)."""
+    return attrs.field(default=None, metadata=date_spec(description))
+
+
+def parse_day(value: str | None) -> date | None:
+    """A validated ``YYYY-MM-DD`` field as a date (None stays None)."""
+    return None if value is None else date.fromisoformat(value)
+
+
+def date_range(date_from: str | None, date_to: str | None) -> tuple[date | None, date | None]:
+    """Both ends as dates; a :class:`ToolError` naming ``date_from`` when they are reversed."""
+    start, end = parse_day(date_from), parse_day(date_to)
+    if start and end and start > end:
+        raise ToolError("date_from must not be after date_to", "date_from")
+    return start, end
+
+
 def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     origin = typing.get_origin(tp)
     if origin in (types.UnionType, typing.Union):

@@ -10,7 +10,7 @@ import attrs
 import pytest
 import structlog
 
-from memory.journal_tools import LogWeightInput
+from memory.personal_tools import LogWeightInput
 from memory.tool_results import (
     STORAGE_CAP,
     escape_untrusted,
