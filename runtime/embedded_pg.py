@@ -8,8 +8,11 @@ PostgreSQL's own ``shared_buffers`` (128 MB) is sized for a shared host; a journ
 entries with vectors is ~0.5 GB, and every page the buffer cache misses is a copy from the OS
 cache. :func:`tune` sets ``EMBEDDED_PG_SHARED_BUFFERS`` with ``ALTER SYSTEM`` and restarts the
 server when this process is its only holder (a fresh start, in practice); when another engram
-process shares the server the value applies at its next start. Measured on the 2-core VM
-(``bench/turn.py``, 100k entries): the journal search statement 12.1 -> 8.3 ms.
+process shares the server the value applies at its next start (:func:`preset` writes it into
+a stopped cluster's ``postgresql.auto.conf`` first, so a restart is needed only once). A value
+the server cannot start with stops start-up with an error naming the setting, and lowering
+the setting is enough to recover. Measured on the 2-core VM (``bench/turn.py``, 100k entries):
+the journal search statement 12.1 -> 8.3 ms; ``bench/retrieval.py`` 100k p95 10.2 -> 8.5 ms.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import subprocess
 import warnings
 from collections.abc import AsyncIterator
@@ -45,7 +49,9 @@ def _psql_value(server: Any, query: str) -> str:
 def tune(server: Any, shared_buffers: str) -> bool:
     """Give the running embedded ``server`` this ``shared_buffers`` (PostgreSQL units, e.g.
     ``1GB``). Returns True when the server now runs with it; False when the value is saved
-    but waits for the next start because another process holds the server. Blocking."""
+    but waits for the next start because another process holds the server. A value the
+    server cannot start with is taken back (it starts with the old one) and raises
+    :class:`DatabaseUnavailable` naming the setting. Blocking."""
     from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
 
     same = (
@@ -54,13 +60,44 @@ def tune(server: Any, shared_buffers: str) -> bool:
     )
     if _psql_value(server, same) == "t":
         return True
+    previous = _psql_value(server, "SHOW shared_buffers;")
     server.psql(f"ALTER SYSTEM SET shared_buffers = '{shared_buffers}';")
     with server._lock:  # pgserver's inter-process lock around starting and holding the server
         if server.global_process_id_list.get() != [os.getpid()]:
             return False
         pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
-        server.ensure_postgres_running()  # starts it again and refreshes the postmaster info
+        try:
+            server.ensure_postgres_running()  # starts it again, refreshes the postmaster info
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+            preset(server.pgdata, previous)
+            server.ensure_postgres_running()
+            raise DatabaseUnavailable(
+                f"the embedded PostgreSQL cannot start with shared_buffers={shared_buffers} "
+                f"(EMBEDDED_PG_SHARED_BUFFERS; it runs with {previous}): {exc}; "
+                f"see {server.pgdata / 'log'}"
+            ) from None
     return _psql_value(server, same) == "t"
+
+
+def preset(pgdata: Path, shared_buffers: str) -> bool:
+    """Write ``shared_buffers`` into a *stopped* cluster's ``postgresql.auto.conf`` (what
+    ``ALTER SYSTEM`` would write), so its next start uses it without a restart, and a value it
+    could not start with is replaced by the configured one. False (nothing written) when there
+    is no cluster yet or its server is running."""
+    from pgserver.utils import PostmasterInfo  # type: ignore[import-untyped]
+
+    conf = pgdata / "postgresql.auto.conf"
+    if not (pgdata / "PG_VERSION").exists() or not conf.exists():
+        return False
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    if info is not None and info.is_running():
+        return False
+    lines = [
+        line for line in conf.read_text().splitlines()
+        if not re.match(r"\s*shared_buffers\s*=", line)
+    ]  # fmt: skip
+    conf.write_text("\n".join([*lines, f"shared_buffers = '{shared_buffers}'"]) + "\n")
+    return True
 
 
 def _start(pgdata: Path, database: str, shared_buffers: str) -> tuple[Any, str]:
@@ -70,18 +107,27 @@ def _start(pgdata: Path, database: str, shared_buffers: str) -> tuple[Any, str]:
 
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     pgdata.mkdir(parents=True, exist_ok=True)
+    preset(pgdata, shared_buffers)  # a stopped cluster starts with the configured value
     try:
         server = pgserver.get_server(pgdata, cleanup_mode="stop")  # type: ignore[attr-defined]
-    except (subprocess.CalledProcessError, OSError, RuntimeError) as exc:
+    except (
+        subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError, RuntimeError,
+        AssertionError,  # pgserver asserts the postmaster came up
+    ) as exc:  # fmt: skip
+        # pgserver keeps the failed handle per data directory: a later try must start afresh
+        pgserver.PostgresServer._instances.pop(pgdata.resolve(), None)  # type: ignore[attr-defined]
         raise DatabaseUnavailable(
-            f"could not start the embedded PostgreSQL in {pgdata}: {exc} "
+            f"could not start the embedded PostgreSQL in {pgdata} "
+            f"(shared_buffers={shared_buffers}, EMBEDDED_PG_SHARED_BUFFERS): {exc} "
             f"(see {pgdata / 'log'})"
         ) from None
     try:
         if not tune(server, shared_buffers):
             log.info("db.embedded.tuning_deferred", shared_buffers=shared_buffers)
-    except (subprocess.CalledProcessError, OSError) as exc:
+    except (DatabaseUnavailable, subprocess.CalledProcessError, OSError) as exc:
         server.cleanup()
+        if isinstance(exc, DatabaseUnavailable):
+            raise
         raise DatabaseUnavailable(
             f"could not set shared_buffers={shared_buffers} on the embedded PostgreSQL: {exc} "
             f"(see {pgdata / 'log'}; EMBEDDED_PG_SHARED_BUFFERS)"

@@ -9,7 +9,7 @@ import trio
 
 from runtime import db as dbmod
 from runtime.embedded_pg import _psql_value, embedded_postgres, tune
-from runtime.errors import SettingsError
+from runtime.errors import DatabaseUnavailable, SettingsError
 from runtime.settings import load_settings
 
 
@@ -78,3 +78,29 @@ async def test_trio_is_not_blocked_while_the_server_starts(tmp_path: Path) -> No
             pass
         nursery.cancel_scope.cancel()
     assert ticks > 5
+
+
+async def test_a_value_the_server_cannot_start_with_is_reported_and_replaceable(
+    tmp_path: Path,
+) -> None:
+    async with embedded_postgres(tmp_path, "engram", shared_buffers="160MB"):
+        pass
+    with pytest.raises(DatabaseUnavailable, match="EMBEDDED_PG_SHARED_BUFFERS"):
+        async with embedded_postgres(tmp_path, "engram", shared_buffers="900GB"):
+            pass  # more than this machine can map: the server refuses to start
+    # lowering the setting is enough: the stopped cluster gets the new value before it starts
+    async with embedded_postgres(tmp_path, "engram", shared_buffers="176MB") as url:
+        assert await _shared_buffers(url) == "176MB"
+
+
+def test_a_failed_restart_takes_the_value_back(tmp_path: Path) -> None:
+    import pgserver
+
+    pgdata = tmp_path / "pg"
+    server = pgserver.get_server(pgdata, cleanup_mode="stop")  # type: ignore[attr-defined]
+    try:
+        with pytest.raises(DatabaseUnavailable, match=r"900GB.*it runs with 128MB"):
+            tune(server, "900GB")
+        assert _psql_value(server, "SHOW shared_buffers;") == "128MB"  # running again
+    finally:
+        server.cleanup()
