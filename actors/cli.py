@@ -21,6 +21,7 @@ from actors.system import BotSystem
 from actors.telegram_client import BotApiClient
 from actors.telegram_types import Voice
 from memory import journal_commands, patterns_cli
+from memory.cost import configured_rates
 from memory.dedup import LLMAdjudicator
 from memory.embedding_store import EmbeddingBackfill
 from memory.embeddings import open_embedder
@@ -58,6 +59,7 @@ def check_serve_settings(settings: Settings, *, polling: bool) -> None:
         )
     if not settings.telegram_bot_token:
         raise SettingsError("TELEGRAM_BOT_TOKEN", "is required (the token from BotFather)")
+    configured_rates(settings.model_rates)  # a bad MODEL_RATES stops start-up here
     if not polling and not settings.telegram_secret_token:
         raise SettingsError(
             "TELEGRAM_SECRET_TOKEN",
@@ -93,6 +95,7 @@ async def voice_transcriber(settings: Settings, db: Database) -> AsyncIterator[T
                 chat_id=chat_id,
                 voice=voice,
                 model=settings.transcription_model,
+                rates=configured_rates(settings.model_rates),
             )
             return result.text
 
@@ -110,6 +113,7 @@ async def open_llm(settings: Settings, db: UsageQueries) -> AsyncIterator[LLM]:
         llm = AnthropicLLM(
             api_key=settings.anthropic_api_key.reveal(),
             db=db,
+            rates=configured_rates(settings.model_rates),
             model=settings.anthropic_model,
             base_url=settings.anthropic_base_url or None,
         )
@@ -118,6 +122,7 @@ async def open_llm(settings: Settings, db: UsageQueries) -> AsyncIterator[LLM]:
             api_key=settings.openai_api_key.reveal() or "not-needed",
             model=settings.openai_model,
             db=db,
+            rates=configured_rates(settings.model_rates),
             base_url=settings.openai_base_url or None,
         )
     try:
@@ -139,6 +144,7 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             settings.openai_api_key.reveal() or None,
             settings.openai_base_url or None,
             usage_db=usage,
+            rates=configured_rates(settings.model_rates),
         ) as embedder,
     ):
         thresholds = thresholds_for(embedder.model, settings)
@@ -150,9 +156,7 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             embedder=embedder,
             context_token_budget=settings.context_token_budget,
             retriever=SqlPatternRetriever(database, embedder, thresholds, lexicons=lexicons),
-            extra_tools=memory_tools(
-                LLMAdjudicator(llm), thresholds=thresholds, lexicons=lexicons
-            ),
+            extra_tools=memory_tools(LLMAdjudicator(llm), thresholds=thresholds, lexicons=lexicons),
         )
         compactor = sql_compactor(database, llm, embedder, settings, tools=agent.tools)
         agent.on_over_budget = compactor.request
@@ -173,7 +177,9 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
                         interval=s.maintenance_interval,
                     ).run,
                     ChatIndexJob(
-                        db, model=embedder.model, dims=embedder.dims,
+                        db,
+                        model=embedder.model,
+                        dims=embedder.dims,
                         interval=s.maintenance_interval,
                     ).run,
                 ],

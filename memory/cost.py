@@ -20,6 +20,8 @@ from types import MappingProxyType
 
 import attrs
 
+from runtime.errors import SettingsError
+
 
 @attrs.frozen
 class Rate:
@@ -137,3 +139,12 @@ def parse_rates(spec: str) -> dict[str, Rate]:
 def with_overrides(base: RateTable, spec: str) -> RateTable:
     """``base`` updated by the parsed override ``spec`` (a new read-only table)."""
     return MappingProxyType({**base, **parse_rates(spec)})
+
+
+def configured_rates(spec: str) -> RateTable:
+    """The built-in table with the ``MODEL_RATES`` overrides; a bad entry is a
+    :class:`~runtime.errors.SettingsError` naming the setting."""
+    try:
+        return with_overrides(DEFAULT_RATES, spec)
+    except ValueError as exc:
+        raise SettingsError("MODEL_RATES", str(exc)) from None

@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import trio
 
+from memory.cost import DEFAULT_RATES, RateTable
 from memory.usage import Queries, log_api_usage, scrub_error
 from runtime.errors import EngramError, SettingsError
 from runtime.logs import get_logger
@@ -133,6 +134,7 @@ class OpenAIEmbedder:
         api_key: str,
         base_url: str | None = None,
         usage_db: Queries | None = None,
+        rates: RateTable = DEFAULT_RATES,
         model: str = OPENAI_MODEL,
         dims: int = OPENAI_DIMS,
         batch_size: int = OPENAI_BATCH,
@@ -144,7 +146,7 @@ class OpenAIEmbedder:
 
         self.model, self.dims = model, dims
         self.batch_size = max(1, min(batch_size, 2048))
-        self._usage_db = usage_db
+        self._usage_db, self._rates = usage_db, rates
         self._secrets = (api_key,) if api_key else ()
         self._client = client or AsyncOpenAI(
             api_key=api_key, base_url=base_url or None, max_retries=max_retries, timeout=timeout
@@ -206,6 +208,7 @@ class OpenAIEmbedder:
             latency_ms=(trio.current_time() - started) * 1000,
             ok=not error,
             error=error or None,
+            rates=self._rates,
             secrets=self._secrets,
         )
 
@@ -295,6 +298,7 @@ def make_embedder(
     openai_base_url: str | None = None,
     *,
     usage_db: Queries | None = None,
+    rates: RateTable = DEFAULT_RATES,
 ) -> OpenAIEmbedder | LocalEmbedder:
     """``auto``: OpenAI when a key is set, else local; ``openai`` requires the key.
 
@@ -308,7 +312,9 @@ def make_embedder(
         return LocalEmbedder()
     if not openai_api_key:
         raise SettingsError("OPENAI_API_KEY", "is required for OpenAI embeddings")
-    return OpenAIEmbedder(api_key=openai_api_key, base_url=openai_base_url, usage_db=usage_db)
+    return OpenAIEmbedder(
+        api_key=openai_api_key, base_url=openai_base_url, usage_db=usage_db, rates=rates
+    )
 
 
 @asynccontextmanager
@@ -318,9 +324,12 @@ async def open_embedder(
     openai_base_url: str | None = None,
     *,
     usage_db: Queries | None = None,
+    rates: RateTable = DEFAULT_RATES,
 ) -> AsyncIterator[OpenAIEmbedder | LocalEmbedder]:
     """:func:`make_embedder` for the block; the SDK client is closed after."""
-    embedder = make_embedder(provider, openai_api_key, openai_base_url, usage_db=usage_db)
+    embedder = make_embedder(
+        provider, openai_api_key, openai_base_url, usage_db=usage_db, rates=rates
+    )
     try:
         yield embedder
     finally:

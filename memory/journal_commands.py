@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
+from memory.cost import configured_rates
 from memory.embedding_store import ALL_TABLES, backfill_once
 from memory.embeddings import EmbeddingError, open_embedder
 from memory.journal import ImportReport, JournalFormatError, import_dayone, read_export
@@ -64,7 +65,11 @@ async def cmd_journal_import(settings: Settings, args: argparse.Namespace) -> in
             model = None
         else:
             async with open_embedder(
-                args.embeddings, _key(settings), settings.openai_base_url or None, usage_db=db
+                args.embeddings,
+                _key(settings),
+                settings.openai_base_url or None,
+                usage_db=db,
+                rates=configured_rates(settings.model_rates),
             ) as embedder:
                 report = await import_dayone(db, export, embedder=embedder, progress=progress)
                 model = embedder.model
@@ -77,7 +82,11 @@ async def cmd_embeddings_backfill(settings: Settings, args: argparse.Namespace) 
     async with open_settings_database(settings) as db:
         await apply_migrations(db)
         async with open_embedder(
-            args.embeddings, _key(settings), settings.openai_base_url or None, usage_db=db
+            args.embeddings,
+            _key(settings),
+            settings.openai_base_url or None,
+            usage_db=db,
+            rates=configured_rates(settings.model_rates),
         ) as embedder:
             try:
                 count = await backfill_once(db, embedder, tables=args.tables or ALL_TABLES)

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
+from memory.cost import configured_rates
 from memory.dedup import LLMAdjudicator
 from memory.embedding_store import ALL_TABLES
 from memory.embeddings import EmbeddingError, open_embedder
@@ -186,7 +187,7 @@ async def cmd_patterns_merge(settings: Settings, args: argparse.Namespace) -> in
             open_llm(settings, db) as llm,
             open_embedder(
                 _provider(settings, args), _key(settings), settings.openai_base_url or None,
-                usage_db=db,
+                usage_db=db, rates=configured_rates(settings.model_rates),
             ) as embedder,
         ):  # fmt: skip
             with Progress(label="adjudicating") as bar:
@@ -242,6 +243,7 @@ async def cmd_memory_reembed(settings: Settings, args: argparse.Namespace) -> in
             _key(settings),
             settings.openai_base_url or None,
             usage_db=db,
+            rates=configured_rates(settings.model_rates),
         ) as embedder:
             with Progress(label="re-embedding") as bar:
                 try:

@@ -250,6 +250,9 @@ FIELDS: tuple[Field, ...] = (
           "auto: OpenAI text-embedding-3-small when OPENAI_API_KEY is set, else local wordllama."),
     Field("CONTEXT_TOKEN_BUDGET", "context_token_budget", "24000", _int_range(1000, 1_000_000),
           "Estimated context tokens (~4 chars each) above which a chat is compacted."),
+    Field("MODEL_RATES", "model_rates", "", _str,
+          "Prices on top of the built-in table: model=in/out (USD per 1M tokens) or "
+          "model=usd/min, comma-separated."),
     Field("TRANSCRIPTION_MODEL", "transcription_model", "whisper-1", _str,
           "Speech-to-text model for voice notes."),
     Field("COMPACTION_KEEP_RECENT", "compaction_keep_recent", "20", _int_range(0, 10_000),
@@ -319,6 +322,7 @@ class Settings:
     pattern_adjudicate_threshold: float | None
     pattern_merge_threshold: float | None
     embedded_pg_shared_buffers: str = "1GB"
+    model_rates: str = ""
 
     def secrets(self) -> list[str]:
         """Every non-empty secret value, for log scrubbing."""

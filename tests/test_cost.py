@@ -8,12 +8,14 @@ from memory.cost import (
     DEFAULT_RATES,
     Cost,
     Rate,
+    configured_rates,
     duration_cost,
     lookup,
     parse_rates,
     token_cost,
     with_overrides,
 )
+from runtime.errors import SettingsError
 
 
 def test_default_rates() -> None:
@@ -93,3 +95,12 @@ def test_with_overrides() -> None:
     assert rates["claude-sonnet-4-5"] == Rate(3.0, 15.0)
     assert DEFAULT_RATES["claude-haiku-4-5"] == Rate(1.0, 5.0)  # base untouched
     assert token_cost(rates, "new", 10**6, 10**6).usd == pytest.approx(2.0)
+
+
+def test_configured_rates_name_the_setting() -> None:
+    rates = configured_rates("claude-sonnet-4-6=3/15, whisper-1=0.01/min")
+    assert rates["claude-sonnet-4-6"] == Rate(3.0, 15.0)
+    assert rates["whisper-1"] == Rate(per_minute=0.01)
+    assert configured_rates("") == DEFAULT_RATES
+    with pytest.raises(SettingsError, match=r"^MODEL_RATES: .*'claude-sonnet-4-6=3'"):
+        configured_rates("claude-sonnet-4-6=3")

@@ -219,6 +219,7 @@ def test_escalated_supervisor_exits_process_nonzero() -> None:
     [
         ("TELEGRAM_BOT_TOKEN", {"TELEGRAM_BOT_TOKEN": ""}),
         ("TELEGRAM_SECRET_TOKEN", {"TELEGRAM_SECRET_TOKEN": ""}),
+        ("MODEL_RATES", {"MODEL_RATES": "claude-sonnet-4-5=cheap"}),
     ],
 )
 def test_serve_requires_telegram_settings(
