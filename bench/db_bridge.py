@@ -111,7 +111,7 @@ def main() -> None:
     import pgserver
 
     with tempfile.TemporaryDirectory(prefix="engram-bench-") as tmp:
-        server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="delete")
+        server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="delete")  # type: ignore[attr-defined]
         try:
             run(server.get_uri(), args.queries, args.rounds)
         finally:

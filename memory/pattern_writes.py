@@ -375,6 +375,7 @@ async def link_entries(
 
 # --- embedding before a transaction -------------------------------------------------------------
 
+
 async def embed_texts(embedder: Embedder, texts: Sequence[str], chat_id: int) -> Vectors:
     """The texts' vectors in one call; none (logged) when the embedding call fails: the caller
     stores its rows without vectors and the backfill job adds them later."""

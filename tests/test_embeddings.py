@@ -226,7 +226,7 @@ async def test_the_planner_uses_the_model_index(db: Database) -> None:
             LOCAL_MODEL,
             vectors[0],
         )
-    text = "\n".join(r[0] for r in plan)
+    text = "\n".join(r["QUERY PLAN"] for r in plan)
     assert index_name("entry_embeddings", LOCAL_MODEL, 256) in text
 
 

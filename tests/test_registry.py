@@ -279,7 +279,7 @@ async def test_timed_handler_fires_at_deadline_and_is_not_idle_while_pending(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     flushed: list[tuple[list[str], float]] = []
-    reg = Registry("t", lambda key: Buffering(flushed), idle_timeout=1.0)
+    reg: Registry[int, Note] = Registry("t", lambda key: Buffering(flushed), idle_timeout=1.0)
     async with trio.open_nursery() as nursery:
         await nursery.start(reg.run)
         t0 = trio.current_time()
@@ -287,18 +287,20 @@ async def test_timed_handler_fires_at_deadline_and_is_not_idle_while_pending(
         await trio.sleep(1.0)
         await reg.send(1, Note("b"))  # resets the 1.5 s timer; idle_timeout (1 s) must not stop it
         await trio.sleep(5.0)
-        assert flushed == [(["a", "b"], pytest.approx(t0 + 2.5))]
+        [(notes, at)] = flushed
+        assert notes == ["a", "b"] and at == pytest.approx(t0 + 2.5)
         assert reg.live_keys() == []  # idle after the flush, stopped 1 s later
         await reg.aclose()
 
 
 async def test_timed_handler_flushes_on_close(autojump_clock: trio.testing.MockClock) -> None:
     flushed: list[tuple[list[str], float]] = []
-    reg = Registry("t", lambda key: Buffering(flushed), idle_timeout=100.0)
+    reg: Registry[int, Note] = Registry("t", lambda key: Buffering(flushed), idle_timeout=100.0)
     async with trio.open_nursery() as nursery:
         await nursery.start(reg.run)
         await reg.send(1, Note("x"))
         await trio.sleep(0.1)
         t_close = trio.current_time()
         await reg.aclose()
-    assert flushed == [(["x"], pytest.approx(t_close))]
+    [(notes, at)] = flushed
+    assert notes == ["x"] and at == pytest.approx(t_close)

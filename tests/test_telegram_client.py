@@ -7,6 +7,7 @@ import json
 import logging
 import socket
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -415,7 +416,7 @@ def test_is_transient() -> None:
 
 # --- update parsing ----------------------------------------------------------------------------
 
-MESSAGE = {
+MESSAGE: dict[str, Any] = {
     "update_id": 10,
     "message": {
         "message_id": 5, "date": 1700000000, "chat": {"id": 42, "type": "private", "x": 1},

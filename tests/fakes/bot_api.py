@@ -412,7 +412,9 @@ class FakeBotApi:
         for key in ("message", "edited_message"):
             msg = obj.get(key)
             if isinstance(msg, dict) and isinstance(msg.get("chat"), dict):
-                self._messages.setdefault(msg["chat"].get("id"), set()).add(msg.get("message_id"))
+                message_id = msg.get("message_id")
+                if isinstance(message_id, int):
+                    self._messages.setdefault(msg["chat"].get("id"), set()).add(message_id)
         callback = obj.get("callback_query")
         if isinstance(callback, dict) and isinstance(callback.get("id"), str):
             self._callbacks.add(callback["id"])
