@@ -54,6 +54,7 @@ def tune(server: Any, shared_buffers: str) -> bool:
     :class:`DatabaseUnavailable` naming the setting. Blocking."""
     from pgserver._commands import pg_ctl  # type: ignore[attr-defined]
 
+    _check_size(shared_buffers)
     same = (
         "SELECT pg_size_bytes(current_setting('shared_buffers')) = "
         f"pg_size_bytes('{shared_buffers}');"
@@ -68,7 +69,7 @@ def tune(server: Any, shared_buffers: str) -> bool:
         pg_ctl(["-w", "-m", "fast", "stop"], pgdata=server.pgdata, user=server.system_user)
         try:
             server.ensure_postgres_running()  # starts it again, refreshes the postmaster info
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired, AssertionError) as exc:
             preset(server.pgdata, previous)
             server.ensure_postgres_running()
             raise DatabaseUnavailable(
@@ -79,6 +80,12 @@ def tune(server: Any, shared_buffers: str) -> bool:
     return _psql_value(server, same) == "t"
 
 
+def _check_size(value: str) -> None:
+    """Only a plain size reaches SQL and the configuration file."""
+    if not re.fullmatch(r"\d{1,10}(kB|MB|GB|TB)", value):
+        raise ValueError(f"not a PostgreSQL memory size: {value!r}")
+
+
 def preset(pgdata: Path, shared_buffers: str) -> bool:
     """Write ``shared_buffers`` into a *stopped* cluster's ``postgresql.auto.conf`` (what
     ``ALTER SYSTEM`` would write), so its next start uses it without a restart, and a value it
@@ -86,6 +93,7 @@ def preset(pgdata: Path, shared_buffers: str) -> bool:
     is no cluster yet or its server is running."""
     from pgserver.utils import PostmasterInfo  # type: ignore[import-untyped]
 
+    _check_size(shared_buffers)
     conf = pgdata / "postgresql.auto.conf"
     if not (pgdata / "PG_VERSION").exists() or not conf.exists():
         return False
@@ -107,7 +115,8 @@ def _start(pgdata: Path, database: str, shared_buffers: str) -> tuple[Any, str]:
 
     logging.getLogger("pgserver").setLevel(logging.WARNING)
     pgdata.mkdir(parents=True, exist_ok=True)
-    preset(pgdata, shared_buffers)  # a stopped cluster starts with the configured value
+    with pgserver.PostgresServer._lock:  # type: ignore[attr-defined]  # no start meanwhile
+        preset(pgdata, shared_buffers)  # a stopped cluster starts with the configured value
     try:
         server = pgserver.get_server(pgdata, cleanup_mode="stop")  # type: ignore[attr-defined]
     except (
