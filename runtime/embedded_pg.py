@@ -74,10 +74,18 @@ def tune(server: Any, shared_buffers: str) -> bool:
             server.ensure_postgres_running()
             raise DatabaseUnavailable(
                 f"the embedded PostgreSQL cannot start with shared_buffers={shared_buffers} "
-                f"(EMBEDDED_PG_SHARED_BUFFERS; it runs with {previous}): {exc}; "
+                f"(EMBEDDED_PG_SHARED_BUFFERS; it runs with {previous}): {_reason(exc)}; "
                 f"see {server.pgdata / 'log'}"
             ) from None
     return _psql_value(server, same) == "t"
+
+
+def _reason(exc: BaseException) -> str:
+    """A short cause: which server command failed, not its whole command line."""
+    if isinstance(exc, subprocess.CalledProcessError):
+        cmd = exc.cmd[0] if isinstance(exc.cmd, list | tuple) and exc.cmd else exc.cmd
+        return f"{Path(str(cmd)).name} exited with {exc.returncode}"
+    return str(exc) or type(exc).__name__
 
 
 def _check_size(value: str) -> None:
@@ -113,7 +121,9 @@ def _start(pgdata: Path, database: str, shared_buffers: str) -> tuple[Any, str]:
         warnings.simplefilter("ignore")
         import pgserver  # heavy import, only when the embedded server is used
 
-    logging.getLogger("pgserver").setLevel(logging.WARNING)
+    # pgserver logs a failed start with the whole server log at ERROR; the error raised here
+    # says the same in one line and names the log file
+    logging.getLogger("pgserver").setLevel(logging.CRITICAL)
     pgdata.mkdir(parents=True, exist_ok=True)
     with pgserver.PostgresServer._lock:  # type: ignore[attr-defined]  # no start meanwhile
         preset(pgdata, shared_buffers)  # a stopped cluster starts with the configured value
@@ -127,8 +137,8 @@ def _start(pgdata: Path, database: str, shared_buffers: str) -> tuple[Any, str]:
         pgserver.PostgresServer._instances.pop(pgdata.resolve(), None)  # type: ignore[attr-defined]
         raise DatabaseUnavailable(
             f"could not start the embedded PostgreSQL in {pgdata} "
-            f"(shared_buffers={shared_buffers}, EMBEDDED_PG_SHARED_BUFFERS): {exc} "
-            f"(see {pgdata / 'log'})"
+            f"(shared_buffers={shared_buffers}, EMBEDDED_PG_SHARED_BUFFERS): {_reason(exc)}; "
+            f"see {pgdata / 'log'}"
         ) from None
     try:
         if not tune(server, shared_buffers):
