@@ -58,8 +58,8 @@ class PatternStats:
 
 
 @attrs.frozen
-class MergePair:
-    """One candidate pair and what happened to it."""
+class Candidate:
+    """A pair of one chat's active patterns at or above the merge threshold."""
 
     chat_id: int
     a_id: int
@@ -67,6 +67,12 @@ class MergePair:
     a_content: str
     b_content: str
     similarity: float
+
+
+@attrs.frozen
+class MergePair(Candidate):
+    """One candidate pair and what happened to it."""
+
     decision: Decision
     survivor_id: int | None = None
     loser_id: int | None = None
@@ -133,18 +139,6 @@ ORDER BY p.id
 """
 
 BLOCK_ROWS = 1024  # rows of the similarity matrix computed at once (memory: BLOCK_ROWS x n)
-
-
-@attrs.frozen
-class Candidate:
-    """A pair of one chat's active patterns at or above the merge threshold."""
-
-    chat_id: int
-    a_id: int
-    b_id: int
-    a_content: str
-    b_content: str
-    similarity: float
 
 
 def similar_pairs(
@@ -321,15 +315,7 @@ async def merge_patterns(
     gone: set[int] = set()  # merged away in this run (simulated in a dry run)
     pairs: list[MergePair] = []
     for c in rows:
-        pair = MergePair(
-            chat_id=c.chat_id,
-            a_id=c.a_id,
-            b_id=c.b_id,
-            a_content=c.a_content,
-            b_content=c.b_content,
-            similarity=c.similarity,
-            decision="skipped",
-        )
+        pair = MergePair(**attrs.asdict(c), decision="skipped")
         if pair.a_id not in gone and pair.b_id not in gone:
             pair = await _decide(db, adjudicator, pair, dry_run=dry_run)
             if pair.loser_id is not None:

@@ -6,6 +6,7 @@ must not end the job. Subclasses implement :meth:`PeriodicJob.run_once`.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any
 
 import trio
@@ -15,7 +16,7 @@ from runtime.logs import get_logger
 log = get_logger(__name__)
 
 
-class PeriodicJob:
+class PeriodicJob(ABC):
     """Base of the maintenance jobs started with the system (``run`` is the task)."""
 
     name = "job"
@@ -25,8 +26,9 @@ class PeriodicJob:
         self.passes = 0
         self.failures = 0
 
+    @abstractmethod
     async def run_once(self) -> object:
-        raise NotImplementedError
+        """One pass of the job."""
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started(self)
