@@ -13,6 +13,7 @@ Override syntax (a settings string)::
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping
@@ -141,9 +142,11 @@ def with_overrides(base: RateTable, spec: str) -> RateTable:
     return MappingProxyType({**base, **parse_rates(spec)})
 
 
+@functools.lru_cache(maxsize=8)
 def configured_rates(spec: str) -> RateTable:
     """The built-in table with the ``MODEL_RATES`` overrides; a bad entry is a
-    :class:`~runtime.errors.SettingsError` naming the setting."""
+    :class:`~runtime.errors.SettingsError` naming the setting. Parsed once per spec (every
+    priced client of a command asks for it; the table is read-only)."""
     try:
         return with_overrides(DEFAULT_RATES, spec)
     except ValueError as exc:
