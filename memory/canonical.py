@@ -32,3 +32,9 @@ def normalize(content: str) -> str:
 def canonical_hash(content: str) -> str:
     """SHA-256 hex digest of :func:`normalize` ``(content)`` encoded as UTF-8."""
     return hashlib.sha256(normalize(content).encode("utf-8")).hexdigest()
+
+
+def lock_key(*parts: object) -> int:
+    """A PostgreSQL advisory lock key: a signed 64-bit hash of ``engram:<part>:<part>...``."""
+    digest = hashlib.blake2b(":".join(["engram", *map(str, parts)]).encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "big", signed=True)

@@ -29,12 +29,12 @@ A ``running`` row that a dead process left behind (crash, kill) is closed as ``f
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Awaitable, Callable, Sequence
 
 import attrs
 import trio
 
+from memory.canonical import lock_key
 from memory.compaction_tx import apply_extraction, chunk_message, plan_patterns
 from memory.conversation import ChatMessage, from_record
 from memory.dedup import Adjudicator, LLMAdjudicator
@@ -133,8 +133,7 @@ class CompactionOutcome:
 
 def compaction_lock_key(chat_id: int) -> int:
     """The chat's advisory lock key: a signed 64-bit hash of ``engram:compaction:<chat_id>``."""
-    digest = hashlib.blake2b(f"engram:compaction:{chat_id}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
+    return lock_key("compaction", chat_id)
 
 
 _UNCOMPACTED = """

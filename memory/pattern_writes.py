@@ -28,7 +28,6 @@ extraction during compaction", "Pattern hierarchy", "Pattern ↔ entry linking")
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from datetime import datetime
@@ -37,7 +36,7 @@ from typing import Any, Protocol
 import attrs
 import numpy as np
 
-from memory.canonical import canonical_hash
+from memory.canonical import canonical_hash, lock_key
 from memory.embedding_store import ensure_vector_index, store_vectors
 from memory.embeddings import PURPOSE as EMBED_PURPOSE
 from memory.embeddings import Embedder
@@ -128,12 +127,6 @@ ORDER BY id LIMIT 1
 """
 
 
-def hash_lock_key(chat_id: int, digest: str) -> int:
-    """The transaction lock key of one claim (canonical hash) in one chat."""
-    raw = hashlib.blake2b(f"engram:claim:{chat_id}:{digest}".encode(), digest_size=8).digest()
-    return int.from_bytes(raw, "big", signed=True)
-
-
 async def insert_pattern(
     conn: Queries,
     *,
@@ -156,7 +149,7 @@ async def insert_pattern(
     is its own statement: a statement's snapshot is taken before it could wait for the lock,
     and would miss what the other writer commits meanwhile.)"""
     digest = canonical_hash(content)
-    await conn.execute("SELECT pg_advisory_xact_lock($1)", hash_lock_key(chat_id, digest))
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key("claim", chat_id, digest))
     existing = await conn.fetchval(_SAME_CLAIM, chat_id, digest)
     if existing is not None:
         done = await reinforce_pattern(conn, int(existing), chat_id, evidence, alias=content,
