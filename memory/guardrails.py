@@ -182,8 +182,8 @@ def check_extraction(
       instruction-like;
     - meta patterns: kind causal or belief, >= 2 distinct known children, grounded in the
       children's texts; at most 2;
-    - at most 5 new patterns (supersedes first, then new_patterns in order; a repeat of the
-      same canonical text is dropped); a pattern is reinforced/contradicted/superseded once;
+    - at most 5 new patterns (supersedes first, then new_patterns in order, then meta
+      patterns; a repeat of the same canonical text is dropped); a pattern is reinforced/contradicted/superseded once;
       a superseded pattern is not also reinforced;
     - the episode summary is cut to 1,000 characters, emptied when instruction-like.
     """
@@ -279,7 +279,7 @@ def check_extraction(
             g.reject(what, "not grounded in its child patterns")
         elif len(metas) >= MAX_META_PATTERNS:
             g.reject(what, f"over the cap of {MAX_META_PATTERNS} meta patterns per chunk")
-        else:
+        elif fresh(what, m.content):  # a meta pattern is a new pattern too: same cap of 5
             metas.append(attrs.evolve(m, child_pattern_ids=children))
 
     summary = ex.episode_summary[:MAX_SUMMARY_CHARS]

@@ -212,6 +212,22 @@ def test_hard_cap_of_five_new_patterns_with_supersedes_first() -> None:
     assert reasons(rejections) == ["new_patterns[4]: over the cap of 5 new patterns per chunk"]
 
 
+def test_meta_patterns_count_against_the_cap_of_five_new_patterns() -> None:
+    hobbies = ["painting", "swimming", "chess", "baking", "hiking"]
+    chunk = tuple(ChunkMessage(100 + i, "user", f"I really enjoy {h} on sundays", T0)
+                  for i, h in enumerate(hobbies))  # fmt: skip
+    patterns = tuple(new(f"User enjoys {h}", ids=(100 + i,)) for i, h in enumerate(hobbies))
+    meta = MetaPattern("User's music making with Ableton and guitar", "belief", 0.6, (12, 13))
+    checked, rejections = check(Extraction(new_patterns=patterns[:4], meta_patterns=(meta,)),
+                                chunk=chunk)  # fmt: skip
+    assert len(checked.new_patterns) == 4 and checked.meta_patterns == (meta,)
+    assert rejections == []
+    checked, rejections = check(Extraction(new_patterns=patterns, meta_patterns=(meta,)),
+                                chunk=chunk)  # fmt: skip
+    assert len(checked.new_patterns) == 5 and checked.meta_patterns == ()
+    assert reasons(rejections) == ["meta_patterns[0]: over the cap of 5 new patterns per chunk"]
+
+
 def test_repeated_texts_in_one_extraction_are_dropped() -> None:
     swap = Supersede(10, "quit", "User quit nicotine for good", "behavior", 0.9, "explicit",
                      (3,), ())  # fmt: skip
