@@ -31,8 +31,9 @@ One call of :meth:`SqlPatternRetriever.retrieve` is:
    patterns, then :func:`memory.ranking.apply_budget` drops the lowest-scored until the lines
    fit 2,000 tokens.
 
-When the query cannot be embedded (outage, rate limit, no vector for the model) the full-text arm
-alone ranks: ``similarity`` is ``None``, ``relevance = lexical / max_lexical`` and the score is
+When the query cannot be embedded (outage, rate limit), or the chat's patterns have no vector
+of the model yet (a model switch before the re-embed), the full-text arm alone ranks:
+``similarity`` is ``None``, ``relevance = lexical / max_lexical`` and the score is
 ``relevance × typed weight``; the result is ``degraded`` and the prompt block starts with
 ``[memory: degraded]``. Never does an embedding failure fail the turn.
 
@@ -258,7 +259,9 @@ async def rank_patterns(
         plan = "exact"
         rows = await _fetch(db, candidates_sql(model, dims, plan), args, 0)
     planner.plans[plan] += 1
-    degraded = vector is None
+    # keyword search alone also when the query embedded but none of the chat's patterns has a
+    # vector of this model yet (a model switch before ``engram memory reembed``)
+    degraded = vector is None or (plan == "none" and bool(rows))
     lexicon = await lexicons.get(db, chat_id) if lexicons is not None and rows else None
     fused = fuse(rows, thresholds.min_similarity, dims, hybrid=plan != "none", lexicon=lexicon)
     return fused, degraded

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from memory.ranking import (
     DECAY_BY_KIND,
     MIN_SIMILARITY,
+    MMR_LAMBDA,
+    PATTERN_BUDGET_TOKENS,
     Candidate,
     apply_budget,
     estimate_tokens,
@@ -98,6 +100,17 @@ def test_mmr_prefers_diverse_over_near_duplicates() -> None:
     assert [p.id for p in mmr([a_dup, a, a_dup2, b, c], k=3, lam=1.0)] == [1, 2, 3]
 
 
+def test_mmr_default_lambda_is_the_seeds_0_7() -> None:
+    """Second pick: b (score 0.9, cosine 0.5 to a) against c (0.6, cosine 0): at 0.7
+    0.63 - 0.15 = 0.48 beats 0.42; at 0.6 redundancy weighs more and c wins (0.34 < 0.36)."""
+    assert MMR_LAMBDA == 0.7
+    a = Candidate(1, 1.0, [1.0, 0.0, 0.0])
+    b = Candidate(2, 0.9, [0.5, math.sqrt(0.75), 0.0])
+    c = Candidate(3, 0.6, [0.0, 0.0, 1.0])
+    assert [p.id for p in mmr([a, b, c], k=2)] == [1, 2]
+    assert [p.id for p in mmr([a, b, c], k=2, lam=0.6)] == [1, 3]
+
+
 def test_mmr_first_pick_is_highest_score_and_handles_edges() -> None:
     cands = [Candidate(i, s, np.eye(3)[i % 3]) for i, s in enumerate([0.2, 0.9, 0.5])]
     assert mmr(cands, k=1)[0].id == 1
@@ -143,6 +156,14 @@ def test_budget_drops_lowest_scored_not_tail() -> None:
     ]
     out = apply_budget(items)  # 9,000 chars = 2,250 tokens > 2,000
     assert [c.id for c in out] == [1, 3]
+
+
+def test_default_budget_is_2000_tokens() -> None:
+    assert PATTERN_BUDGET_TOKENS == 2000
+    fits = [Candidate(1, 0.9, [1.0], "a" * 4000), Candidate(2, 0.5, [1.0], "b" * 4000)]
+    assert [c.id for c in apply_budget(fits)] == [1, 2]  # 8,000 chars = 2,000 tokens
+    over = [fits[0], Candidate(2, 0.5, [1.0], "b" * 4001)]
+    assert [c.id for c in apply_budget(over)] == [1]  # 2,001 tokens
 
 
 def test_budget_keeps_all_when_fitting_and_keeps_order() -> None:

@@ -403,6 +403,8 @@ async def test_retrieve_caps_at_the_token_budget(db: Database) -> None:
     assert memory.pattern_ids == tuple(ids[:kept])  # the lowest-scored are the ones dropped
     small = await SqlPatternRetriever(db, emb, budget_tokens=250, lam=1.0).retrieve(CHAT, "q")
     assert small.pattern_ids == tuple(ids[:2])
+    default = await SqlPatternRetriever(db, emb, lam=1.0).retrieve(CHAT, "q")  # 2,000 tokens
+    assert default.pattern_ids == memory.pattern_ids
 
 
 async def test_embedding_failure_falls_back_to_full_text(db: Database) -> None:
@@ -421,6 +423,19 @@ async def test_embedding_failure_falls_back_to_full_text(db: Database) -> None:
     assert "seen 4×, last 2026-10-03" in memory.text_block
     section = patterns_section(memory)
     assert section.count(DEGRADED_MARK) == 1  # the block's own mark, not repeated
+
+
+async def test_patterns_without_vectors_of_the_model_are_degraded(db: Database) -> None:
+    """The query embeds, but the chat's patterns only have vectors of another model (the
+    embedding model changed, ``engram memory reembed`` not run yet): keyword search alone,
+    and the prompt says so."""
+    sleep = await add_pattern(db, "Sleeps badly after late caffeine", None)
+    await store_vectors(db, "pattern_embeddings", "pattern_id", [(sleep, axis(1))], "old-model")
+    ranked, degraded = await rank(db, "why do I sleep so badly?", query_embedder())
+    assert degraded and [p.id for p in ranked] == [sleep] and ranked[0].similarity is None
+    memory = await SqlPatternRetriever(db, query_embedder()).retrieve(CHAT, "sleep caffeine")
+    assert memory.degraded and memory.pattern_ids == (sleep,)
+    assert memory.text_block.splitlines()[0].startswith(DEGRADED_MARK)
 
 
 async def test_nothing_to_retrieve(db: Database) -> None:
