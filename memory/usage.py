@@ -28,14 +28,14 @@ from runtime.logs import get_logger
 
 log = get_logger(__name__)
 
-#: ``purpose`` values used in the project (the column itself is free text)
+#: ``purpose`` values the project writes (the column itself is free text): ``adjudication``
+#: covers the dedup decision in compaction and ``remember`` and the merge job's confirmation
 PURPOSES = (
     "agent",
     "compaction",
-    "dedup_adjudication",
+    "adjudication",
     "embedding",
     "transcription",
-    "merge",
 )
 MAX_ERROR_CHARS = 500
 REDACTED = "[REDACTED]"
