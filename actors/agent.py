@@ -14,8 +14,9 @@ One turn:
 
 An LLM failure (rate limit, overload, timeout, anything else) gives a short "sorry, try
 again" reply; the user row stays. When a guardrail trips, the text the model already wrote is
-sent, with a note saying why it stopped. After the turn, ``on_over_budget(chat_id)`` is called
-when the estimated context exceeds ``context_token_budget`` (the compactor's trigger).
+sent, with a note saying why it stopped. When the estimated context exceeds
+``context_token_budget``, the reply's ``after_commit`` hook calls ``on_over_budget(chat_id)``
+(the compactor's trigger) once the chat actor has committed the turn's rows.
 """
 
 from __future__ import annotations
@@ -301,12 +302,17 @@ class Agent:
         text = reply_text(state)
         await link_cited_entries(self.tool_db, chat_id, memory.pattern_ids, state.messages, text)
         user_row = ChatMessage(role="user", content=turn.text, created_at=now, id=user_id)
-        await self._check_budget(chat_id, context, [*window, user_row, *rows])
+        over = self._over_budget(chat_id, context, [*window, user_row, *rows])
 
         async def persist(conn: Connection) -> None:
             await self.conversation.add_rows(conn, chat_id, rows)
 
-        return TurnReply(text, persist=persist if rows else None)
+        async def compact() -> None:
+            await self._request_compaction(chat_id)
+
+        return TurnReply(
+            text, persist=persist if rows else None, after_commit=compact if over else None
+        )
 
     async def _store_and_recall(
         self, turn: TurnInput, external_id: str | None, now: datetime
@@ -353,20 +359,27 @@ class Agent:
         else:
             log.info("agent.turn", **fields)
 
-    async def _check_budget(
+    def _over_budget(
         self, chat_id: int, context: TurnContext, rows: Sequence[ChatMessage]
-    ) -> None:
-        """Call ``on_over_budget`` when the next turn's context would exceed the budget."""
+    ) -> bool:
+        """Whether the next turn's context would exceed the budget (and a compaction is due)."""
         if self.on_over_budget is None:
-            return
+            return False
         window = history_section(format_window(rows, self.timezone, self.clock()))
         tokens = context_tokens(
             system=context.base, patterns=context.patterns, window=window, tools=context.tools
         )
         if tokens <= self.context_token_budget:
-            return
+            return False
         log.info("agent.over_budget", chat_id=chat_id, tokens=tokens,
                  budget=self.context_token_budget)  # fmt: skip
+        return True
+
+    async def _request_compaction(self, chat_id: int) -> None:
+        """Call ``on_over_budget`` (run by the chat actor once the turn's rows are committed,
+        so the compactor's own budget check sees them); its failure is logged, not raised."""
+        if self.on_over_budget is None:
+            return
         try:
             result = self.on_over_budget(chat_id)
             if inspect.isawaitable(result):

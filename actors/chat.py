@@ -369,6 +369,12 @@ class ChatActor:
             await self.deps.store.mark_skipped(turn.inbox_ids, "stopped by /stop")
             return
         await self._commit(reply, turn.inbox_ids)
+        if reply.after_commit is not None:
+            try:
+                await reply.after_commit()
+            except Exception as exc:  # the reply is committed: nothing to undo, keep going
+                log.error("chat.after_commit_failed", inbox_ids=list(turn.inbox_ids),
+                          exc_info=exc)  # fmt: skip
 
     async def _commit(
         self, reply: TurnReply, inbox_ids: Sequence[int], *, skipped: str | None = None

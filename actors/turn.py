@@ -34,11 +34,14 @@ class TurnInput:
 
 @attrs.frozen
 class TurnReply:
-    """What to send back; ``persist`` runs inside the outbox transaction (e.g. store rows)."""
+    """What to send back; ``persist`` runs inside the outbox transaction (e.g. store rows),
+    ``after_commit`` once that transaction has committed (e.g. ask for a compaction, which
+    must see the turn's rows)."""
 
     text: str
     parse_mode: ParseMode | None = None
     persist: Callable[[Connection], Awaitable[Any]] | None = None
+    after_commit: Callable[[], Awaitable[Any]] | None = None
 
 
 class TurnHandler(Protocol):

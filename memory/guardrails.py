@@ -183,8 +183,8 @@ def check_extraction(
     - meta patterns: kind causal or belief, >= 2 distinct known children, grounded in the
       children's texts; at most 2;
     - at most 5 new patterns (supersedes first, then new_patterns in order, then meta
-      patterns; a repeat of the same canonical text is dropped); a pattern is reinforced/contradicted/superseded once;
-      a superseded pattern is not also reinforced;
+      patterns; a repeat of the same canonical text is dropped); a pattern is
+      reinforced/contradicted/superseded once; a superseded pattern is not also reinforced;
     - the episode summary is cut to 1,000 characters, emptied when instruction-like.
     """
     g = _Guard(chunk, known, known_entry_uuids)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import attrs
@@ -93,6 +94,8 @@ class Agent:
     """A turn handler that records turns; 'slow' takes 100 s, 'boom' raises."""
 
     turns: list[tuple[TurnInput, float]] = attrs.field(factory=list)
+    store: MemoryStore | None = None
+    after_commits: list[tuple[str, int]] = attrs.field(factory=list)
 
     async def run_turn(self, turn: TurnInput) -> TurnReply:
         self.turns.append((turn, trio.current_time()))
@@ -100,7 +103,15 @@ class Agent:
             await trio.sleep(100)
         if turn.text == "boom":
             raise RuntimeError("model exploded")
+        if turn.text.startswith("after"):
+            return TurnReply(f"echo:{turn.text[:20]}", after_commit=partial(self.after, turn.text))
         return TurnReply(f"echo:{turn.text[:20]}")
+
+    async def after(self, text: str) -> None:
+        """The after-commit hook: records how many commits it saw; 'after boom' raises."""
+        self.after_commits.append((text, len(self.store.commits) if self.store else -1))
+        if text == "after boom":
+            raise RuntimeError("compactor gone")
 
 
 @attrs.define
@@ -144,7 +155,8 @@ class Harness:
 
 @pytest.fixture
 async def harness(nursery: trio.Nursery) -> Harness:
-    store, agent, bot = MemoryStore(), Agent(), Bot()
+    store, bot = MemoryStore(), Bot()
+    agent = Agent(store=store)
     notified: list[int] = []
     deps = ChatDeps(store=store, turns=agent, bot=bot, outbox_ready=notified.append)
 
@@ -254,6 +266,19 @@ async def test_failing_turn_replies_sorry_and_keeps_going(
     await trio.sleep(1)
     assert [c[0] for c in harness.store.commits] == [SORRY, "echo:fine"]
     assert harness.notified == [CHAT, CHAT]
+
+
+async def test_after_commit_hook_runs_once_the_reply_is_committed(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    await harness.deliver(msg(1, 10, "after one"))
+    await harness.deliver(msg(2, 11, "after boom"))  # a failing hook: logged, the actor goes on
+    await harness.deliver(msg(3, 12, "plain"))
+    await trio.sleep(1)
+    assert [c[0] for c in harness.store.commits] == ["echo:after one", "echo:after boom",
+                                                     "echo:plain"]  # fmt: skip
+    # each hook ran after its own turn's commit and before the next turn's
+    assert harness.agent.after_commits == [("after one", 1), ("after boom", 2)]
 
 
 async def test_poison_row_is_skipped_after_max_attempts(

@@ -218,9 +218,12 @@ async def test_window_estimate_grows_with_the_window(db: Database) -> None:
     assert grown - empty >= sum(len(r.content) for r in rows(10)) // 4
 
 
-async def test_turn_over_budget_ends_in_a_compaction(
-    db: Database, fake_claude: FakeAnthropic
-) -> None:
+async def bot_turn(
+    db: Database, fake_claude: FakeAnthropic, reply: str, **more: str
+) -> tuple[list[int], list[str], CompactorActor]:
+    """One "Good morning" turn through the whole bot (polling, the real agent on the fake
+    Anthropic API answering ``reply``) with the compactor wired as ``engram serve`` wires it;
+    returns once a compaction has run. Exit codes, sent texts and the compactor."""
     settings = load_settings(
         {
             "ENGRAM_PORT": "0",
@@ -228,15 +231,13 @@ async def test_turn_over_budget_ends_in_a_compaction(
             "TELEGRAM_SECRET_TOKEN": "compactor-e2e-secret",
             "TELEGRAM_ALLOWED_CHAT_IDS": str(CHAT),
             "SHUTDOWN_DEADLINE": "5",
-            "CONTEXT_TOKEN_BUDGET": "4000",
             "COMPACTION_KEEP_RECENT": "4",
             "COMPACTION_CHUNK_MESSAGES": "100",
+            **more,
         },
         dotenv=None,
     )
-    await insert_rows(db, CHAT, rows(30, size=80))  # ~7,000 tokens: well over the budget
-    history = [r["id"] for r in await db.fetch("SELECT id FROM chat_messages ORDER BY id")]
-    fake_claude.queue_text("Good morning!")  # the turn
+    fake_claude.queue_text(reply)  # the turn
     fake_claude.queue_text(EMPTY)  # the compaction's extraction
     shutdown = Shutdown(deadline=5, signals=())
     codes: list[int] = []
@@ -267,10 +268,22 @@ async def test_turn_over_budget_ends_in_a_compaction(
             nursery.start_soon(run)
             bot_api.push_message(CHAT, "Good morning")
             await wait_for(lambda: bot_api.sent_texts(CHAT))
-            await wait_for(lambda: any(o.status == "ok" for o in compactor.outcomes))
+            await wait_for(lambda: bool(compactor.outcomes))
+            await compactor.wait_idle()
             shutdown.request_stop("test")
+        return codes, bot_api.sent_texts(CHAT), compactor
+
+
+async def test_turn_over_budget_ends_in_a_compaction(
+    db: Database, fake_claude: FakeAnthropic
+) -> None:
+    await insert_rows(db, CHAT, rows(30, size=80))  # ~7,000 tokens: well over the budget
+    history = [r["id"] for r in await db.fetch("SELECT id FROM chat_messages ORDER BY id")]
+    codes, sent, compactor = await bot_turn(
+        db, fake_claude, "Good morning!", CONTEXT_TOKEN_BUDGET="4000"
+    )
     assert codes == [0]
-    assert bot_api.sent_texts(CHAT) == ["Good morning!"]
+    assert sent == ["Good morning!"]
     ok = next(o for o in compactor.outcomes if o.status == "ok")
     assert set(ok.compacted_ids) <= set(history) and len(ok.compacted_ids) >= 26
     compacted = await db.fetchval(
@@ -280,3 +293,19 @@ async def test_turn_over_budget_ends_in_a_compaction(
     assert await db.fetchval("SELECT count(*) FROM episodes WHERE chat_id = $1", CHAT) == 1
     purposes = [r["purpose"] for r in await db.fetch("SELECT purpose FROM api_usage ORDER BY id")]
     assert purposes[:2] == ["agent", "compaction"]
+
+
+async def test_the_turns_own_rows_crossing_the_budget_compact(
+    db: Database, fake_claude: FakeAnthropic
+) -> None:
+    """The history alone is under the budget; the turn's long reply takes it over: the
+    compaction asked for after the turn's commit finds the chat over budget (its own check,
+    inside its lock, counts the committed reply) and compacts."""
+    await insert_rows(db, CHAT, rows(30, size=20))
+    estimate = WindowEstimate(db, "Europe/Madrid", journal_registry())
+    budget = await estimate(CHAT) + 200  # "Good morning" fits; the reply's 3,000 tokens do not
+    codes, sent, compactor = await bot_turn(
+        db, fake_claude, "sunny " * 2000, CONTEXT_TOKEN_BUDGET=str(budget)
+    )
+    assert codes == [0] and sent and sent[0].startswith("sunny")
+    assert compactor.outcomes[0].status == "ok"
