@@ -22,6 +22,9 @@ from actors.agent import (
     STOP_REASONS,
     Agent,
     Guardrails,
+    LoopState,
+    ToolLoop,
+    tool_specs,
 )
 from actors.context import DEGRADED_NOTE, RetrievedMemory
 from actors.turn import TurnInput, TurnReply
@@ -349,11 +352,15 @@ async def test_over_budget_callback(autojump_clock: Any) -> None:
 
     agent, _, _ = make_agent(ScriptedLLM([text("a" * 400)]), context_token_budget=100_000,
                              on_over_budget=over)  # fmt: skip
-    await agent.run_turn(turn())
-    assert called == []
+    reply = await agent.run_turn(turn())
+    assert called == [] and reply.after_commit is None
     small, _, _ = make_agent(ScriptedLLM([text("ok")]), context_token_budget=200,
                              on_over_budget=called.append)  # fmt: skip
-    await small.run_turn(turn())
+    reply = await small.run_turn(turn())
+    # asked for only once the chat actor has committed the turn's rows (the compactor's own
+    # budget check must count them): by the reply's after-commit hook, not during the turn
+    assert called == [] and reply.after_commit is not None
+    await reply.after_commit()
     assert called == [CHAT]
 
     def broken(chat_id: int) -> None:
@@ -361,7 +368,9 @@ async def test_over_budget_callback(autojump_clock: Any) -> None:
 
     failing, _, _ = make_agent(ScriptedLLM([text("ok")]), context_token_budget=1,
                                on_over_budget=broken)  # fmt: skip
-    assert (await failing.run_turn(turn())).text == "ok"
+    reply = await failing.run_turn(turn())
+    assert reply.text == "ok" and reply.after_commit is not None
+    await reply.after_commit()  # logged, not raised
 
 
 @attrs.define
@@ -460,3 +469,39 @@ async def test_sql_user_row_and_window_in_one_statement(db: Any) -> None:
         "SELECT content FROM chat_messages WHERE id = $1", user_id
     ) == "hello!"  # fmt: skip
     assert first_id < user_id
+
+
+async def test_sql_window_leaves_out_compacted_rows(db: Any) -> None:
+    store = SqlConversationStore(db)
+    at = datetime(2024, 5, 1, 9, tzinfo=UTC)
+    old_id = await store.add_user(CHAT, "summarised away", "u:1", at)
+    await store.add_user(CHAT, "still fresh", "u:2", at)
+    await db.execute("UPDATE chat_messages SET compacted_at = now() WHERE id = $1", old_id)
+    _, window = await store.add_user_and_recent(CHAT, "hello", "u:3", at, 10)
+    assert [r.content for r in window] == ["still fresh"]
+    assert [r.content for r in await store.recent(CHAT, 10)] == ["still fresh", "hello"]
+    stored = await db.fetchval("SELECT count(*) FROM chat_messages WHERE chat_id = $1", CHAT)
+    assert stored == 3  # the compacted row is kept, only left out of the window
+
+
+# --- the tool loop on its own -------------------------------------------------------------------
+
+
+async def test_loop_repairs_an_orphan_tool_use_before_the_request(autojump_clock: Any) -> None:
+    orphan = ToolUseBlock("toolu_orphan", "lookup", {"query": "food"})
+    state = LoopState([
+        Message.user("What did I eat?"),
+        Message.assistant(TextBlock("Let me check."), orphan),  # its result never came
+        Message.user("Never mind. Hello!"),
+    ])  # fmt: skip
+    llm = ScriptedLLM([text("Hello to you.")])
+    registry = Tools().registry()
+    ctx = ToolContext(db=cast(Any, None), embedder=None, chat_id=CHAT, timezone=TZ, now=NOW)
+    await ToolLoop(llm, registry, tool_specs(registry), "system", ctx).run(state)
+    assert state.final_text == "Hello to you." and state.error is None
+    [request] = llm.requests
+    check_messages(message_params(request.messages))  # raises on an unpaired tool_use
+    assert not any(isinstance(b, ToolUseBlock) for m in request.messages for b in m.blocks)
+    assert request.messages[0] == Message.user("What did I eat?")
+    assert request.messages[-1] == Message.user("Never mind. Hello!")
+    assert any(m.role == "assistant" and m.text == "Let me check." for m in request.messages)

@@ -6,18 +6,21 @@ the whole bot: fake Bot API update -> chat actor -> agent -> log_weight -> outbo
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
+import structlog
 import trio
 from fakes.anthropic_api import Failure as AnthropicFailure
 from fakes.anthropic_api import FakeAnthropic
 from fakes.bot_api import DEFAULT_TOKEN, run_fake_bot_api
 from fakes.openai_api import CHAT_COMPLETIONS, FakeOpenAI, run_fake_openai
 from fakes.openai_api import Failure as OpenAIFailure
+from structlog.testing import capture_logs
 
 from actors.agent import SORRY_BUSY, SORRY_SLOW, Agent, sql_agent
 from actors.system import BotSystem
@@ -150,6 +153,36 @@ async def test_claude_failure_says_sorry_and_keeps_the_user_row(
     assert (call["purpose"], call["ok"], call["cost_usd"]) == ("agent", False, 0.0)
 
 
+@pytest.mark.parametrize(
+    ("failure", "cause", "status"),
+    [
+        (AnthropicFailure.rate_limited(retry_after=3), "LLMRateLimited", 429),
+        (AnthropicFailure.overloaded(), "LLMOverloaded", 529),
+        (AnthropicFailure.slow(3.0), "LLMTimeout", None),
+    ],
+    ids=["429", "529", "timeout"],
+)
+async def test_claude_failure_is_logged_with_its_cause(
+    db: Database,
+    fake_claude: FakeAnthropic,
+    restore_logging: None,
+    failure: AnthropicFailure,
+    cause: str,
+    status: int | None,
+) -> None:
+    # whatever an earlier test configured, warnings reach the capture
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+                        cache_logger_on_first_use=False)  # fmt: skip
+    fake_claude.fail_next(failure)
+    async with claude_agent(db, fake_claude, request_timeout=0.5) as agent:
+        with capture_logs() as logs:
+            await agent.run_turn(turn("Are you there?"))
+    [event] = [e for e in logs if e["event"] == "agent.turn_failed"]
+    assert (event["cause"], event["chat_id"], event["status"]) == (cause, CHAT, status)
+    assert event["log_level"] == "warning" and event["llm_calls"] == 0
+    assert not [e for e in logs if e["event"] == "agent.turn"]
+
+
 async def test_rerun_after_failure_keeps_one_user_row_and_history(
     db: Database, fake_claude: FakeAnthropic
 ) -> None:
@@ -173,6 +206,34 @@ async def test_rerun_after_failure_keeps_one_user_row_and_history(
     assert "Assistant: Yes, here." in third.body["system"]
     assert third.messages == [{"role": "user", "content": [
         {"type": "text", "text": "What did I ask?"}]}]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("bad_input", "message"),
+    [
+        ({"weight_kg": "heavy"}, "weight_kg must be a number, got a string"),
+        ({}, "missing required field 'weight_kg'"),
+    ],
+    ids=["wrong-type", "missing-field"],
+)
+async def test_bad_tool_input_is_an_error_result_and_the_turn_goes_on(
+    db: Database, fake_claude: FakeAnthropic, bad_input: dict[str, Any], message: str
+) -> None:
+    call_id = fake_claude.queue_tool_use("log_weight", bad_input, text="Logging it.")
+    fake_claude.queue_text("Sorry, what was the number?")
+    async with claude_agent(db, fake_claude) as agent:
+        reply = await agent.run_turn(turn("I weighed heavy today"))
+    assert reply.text == "Sorry, what was the number?"
+    _, second = fake_claude.answered
+    [result] = second.messages[-1]["content"]
+    assert (result["type"], result["tool_use_id"], result.get("is_error")) == (
+        "tool_result", call_id, True)  # fmt: skip
+    assert json.loads(result["content"]) == {"error": message, "field": "weight_kg"}
+    assert await db.fetchval("SELECT count(*) FROM daily_metrics") == 0
+    await commit(db, reply)
+    rows = await chat_rows(db)
+    assert [r["role"] for r in rows] == ["user", "assistant", "tool_result", "assistant"]
+    assert rows[2]["tool_call_id"] == call_id and message in rows[2]["content"]
 
 
 # --- OpenAI-compatible -----------------------------------------------------------------------
