@@ -29,7 +29,9 @@ from memory.compaction import (
 from memory.conversation import ChatMessage, ToolCall, insert_rows
 from memory.dedup import LLMAdjudicator
 from memory.embeddings import EmbeddingError, LocalEmbedder
+from memory.entry_links import TOOL_LOOP_CONFIDENCE
 from memory.llm_anthropic import AnthropicLLM
+from memory.pattern_writes import COMPACTION_LINK_CONFIDENCE
 from memory.thresholds import default_thresholds
 from runtime.db import Database
 
@@ -288,6 +290,43 @@ async def test_repeated_theme_reinforces_with_spacing(
     q = await pattern(db, pid)
     assert q["times_seen"] == 3 and q["strength"] - p["strength"] < 0.01
     assert await db.fetchval("SELECT count(*) FROM pattern_observations") == 2
+
+
+async def test_a_reinforcement_finalises_the_turns_entry_link(
+    db: Database, claude: AnthropicLLM, fake_claude: FakeAnthropic, local: LocalEmbedder
+) -> None:
+    """The model opened entry e1 during a turn with the pattern injected (a ``tool_loop``
+    link); compaction then cites e1 for that pattern: the link becomes a compaction link
+    (upsert: source, the higher confidence, times_linked + 1), and a second entry cited on a
+    reinforcement is linked fresh."""
+    pid = await seed_pattern(db, "User runs along the river every Sunday",
+                             last_seen=T0 - timedelta(days=14))  # fmt: skip
+    await db.execute(
+        "INSERT INTO pattern_entries (pattern_id, entry_uuid, chat_id, source, confidence,"
+        " times_linked, last_linked_at) VALUES ($1, 'e1', $2, 'tool_loop', $3, 1, $4)",
+        pid, CHAT, TOOL_LOOP_CONFIDENCE, T0 - timedelta(days=1),
+    )  # fmt: skip
+    two = json.dumps([
+        {"uuid": "e1", "date": "2024-02-25", "text": "Sunday run by the river"},
+        {"uuid": "e2", "date": "2024-03-03", "text": "Another river run"},
+    ])
+    turn = conversation()[:4]
+    turn[2] = msg("tool_result", two, 2, tool_call_id="t1", tool_name="search_entries")
+    r = await store(db, [*turn, msg("user", "ok", 4), msg("user", "ok", 5)])
+    fake_claude.queue_text(extraction(
+        reinforcements=[{**reinforce(pid, [r[0], r[2]]), "entry_uuids": ["e1", "e2"]}]
+    ))  # fmt: skip
+    out = await compact(db, claude, local)
+    assert out.status == "ok" and out.patterns_reinforced == 1
+    rows = await db.fetch(
+        "SELECT entry_uuid, source, confidence, times_linked, last_linked_at FROM pattern_entries"
+        " WHERE pattern_id = $1 ORDER BY entry_uuid", pid,
+    )  # fmt: skip
+    assert [(x["entry_uuid"], x["source"], x["confidence"], x["times_linked"]) for x in rows] == [
+        ("e1", "compaction", COMPACTION_LINK_CONFIDENCE, 2),
+        ("e2", "compaction", COMPACTION_LINK_CONFIDENCE, 1),
+    ]
+    assert rows[0]["last_linked_at"] == T0 + timedelta(minutes=2)  # the newest evidence row
 
 
 async def test_contradictions_lower_confidence_then_dispute(
