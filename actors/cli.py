@@ -55,7 +55,9 @@ def check_serve_settings(settings: Settings, *, polling: bool) -> None:
         settings.openai_api_key or settings.openai_base_url
     ):
         raise SettingsError(
-            "OPENAI_BASE_URL", "or OPENAI_API_KEY is required for LLM_PROVIDER=openai"
+            "OPENAI_BASE_URL",
+            "is required for LLM_PROVIDER=openai (an OpenAI-compatible server; or set "
+            "OPENAI_API_KEY for OpenAI itself)",
         )
     if not settings.telegram_bot_token:
         raise SettingsError("TELEGRAM_BOT_TOKEN", "is required (the token from BotFather)")

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import calendar
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import attrs
 import numpy as np
@@ -16,6 +20,8 @@ import trio
 
 from memory import journal_search
 from memory.embedding_store import ensure_vector_index
+from memory.embeddings import LocalEmbedder
+from memory.journal import import_dayone, word_count
 from memory.journal_search import find_candidates
 from memory.journal_tools import (
     _LOCAL,
@@ -729,3 +735,214 @@ async def test_unknown_time_zones_are_stored_as_null(raw_db: Database) -> None:
     assert await raw_db.fetchval("SELECT timezone FROM entries WHERE uuid = 'tokyo'") is None
     got = await call(make_ctx(raw_db, tz="Asia/Tokyo"), "get_entry", uuid="new-bad")
     assert (got["date"], got["time"]) == ("2024-01-01", "19:00")  # the context zone
+
+
+# --- default limits -----------------------------------------------------------------------------
+
+
+async def test_get_entries_by_date_and_on_this_day_default_to_20(db: Database) -> None:
+    start = datetime(2024, 3, 10, 6, 0)  # UTC: 07:00 onwards in Madrid, all on March 10
+    made = [f"day{i:02d}" for i in range(25)]
+    for i, uuid in enumerate(made):
+        at = (start + timedelta(minutes=10 * i)).isoformat()
+        await add_entry(db, uuid, at, f"entry {i} of a busy day", embed=False)
+    ctx = make_ctx(db)
+    by_date = await call(ctx, "get_entries_by_date", date_from="2024-03-10")
+    assert by_date["total"] == len(made)
+    assert by_date["count"] == 20 and uuids(by_date["entries"]) == made[:20]  # oldest first
+    on_day = await call(ctx, "on_this_day", month_day="03-10")
+    assert on_day["count"] == 20 and uuids(on_day["entries"]) == made[::-1][:20]  # newest first
+
+
+async def test_find_similar_defaults_to_5(db: Database) -> None:
+    await add_entry(db, "src", "2024-01-01T09:00", "garden tomatoes basil watering")
+    similar = [f"sim{i}" for i in range(8)]
+    for i, uuid in enumerate(similar):
+        await add_entry(db, uuid, f"2024-01-{i + 2:02d}T09:00", f"garden tomatoes basil day{i}")
+    result = await call(make_ctx(db), "find_similar", uuid="src")
+    assert result["count"] == 5 and len(result["results"]) == 5
+    got = uuids(result["results"])
+    assert "src" not in got and set(got) <= set(similar)
+
+
+# --- the tools on a journal imported from the Day One fixture -----------------------------------
+
+DAYONE = Path(__file__).parent / "fixtures" / "dayone_small.json"
+DAYONE_NOW = datetime(2024, 6, 15, 10, 0, tzinfo=UTC)
+
+
+@attrs.frozen
+class FixtureEntry:
+    """One importable entry of the fixture file, as the tools should show it."""
+
+    uuid: str
+    created: datetime
+    local: datetime
+    timezone: str
+    text: str
+    tags: list[str]
+    city: str | None
+    media: dict[str, int]
+
+
+def dayone_entries() -> list[FixtureEntry]:
+    """The fixture's entries with a uuid, an ISO creation date and a list of tags (the others
+    are malformed and skipped by the importer), read straight from the JSON file."""
+    out = []
+    for raw in json.loads(DAYONE.read_text())["entries"]:
+        uuid, tags = raw.get("uuid"), raw.get("tags", [])
+        try:
+            created = datetime.fromisoformat(raw["creationDate"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if not isinstance(uuid, str) or not isinstance(tags, list):
+            continue
+        zone = raw["timeZone"]
+        out.append(
+            FixtureEntry(
+                uuid=uuid,
+                created=created,
+                local=created.astimezone(ZoneInfo(zone)),
+                timezone=zone,
+                text=raw.get("text", ""),
+                tags=list(dict.fromkeys(t.strip() for t in tags if t.strip())),
+                city=(raw.get("location") or {}).get("localityName"),
+                media={k: len(raw.get(k, [])) for k in ("photos", "videos", "audios")},
+            )
+        )
+    return out
+
+
+DAYONE_ENTRIES = dayone_entries()
+
+
+@pytest.fixture
+async def dayone(db: Database, local: LocalEmbedder) -> ToolContext:
+    """The fixture imported by the real importer, embedded by the local model."""
+    report = await import_dayone(db, DAYONE, embedder=local)
+    assert report.imported == report.embedded == len(DAYONE_ENTRIES)
+    return ToolContext(db=db, embedder=local, chat_id=1, timezone="Europe/Madrid", now=DAYONE_NOW)
+
+
+async def test_dayone_search_by_tag_and_by_dates(dayone: ToolContext) -> None:
+    [(tag, n)] = Counter(t for e in DAYONE_ENTRIES for t in e.tags).most_common(1)
+    tagged = {e.uuid for e in DAYONE_ENTRIES if tag in e.tags}
+    assert n > 1 and len(tagged) == n
+    by_tag = await call(dayone, "search_entries", query="run", tags=[tag.upper()], limit=50)
+    assert set(uuids(by_tag["results"])) == tagged and by_tag["degraded"] is False
+    assert all(tag in r["tags"] for r in by_tag["results"])
+
+    local_date = {e.uuid: e.local.date().isoformat() for e in DAYONE_ENTRIES}
+    year = Counter(e.local.year for e in DAYONE_ENTRIES).most_common(1)[0][0]
+    in_year = {u for u, d in local_date.items() if d.startswith(f"{year}-")}
+    by_date = await call(
+        dayone, "search_entries", query="day", date_from=f"{year}-01-01",
+        date_to=f"{year}-12-31", limit=50,
+    )  # fmt: skip
+    assert set(uuids(by_date["results"])) == in_year
+    assert all(r["date"] == local_date[r["uuid"]] for r in by_date["results"])
+
+
+async def test_dayone_get_entry_shows_every_field(dayone: ToolContext) -> None:
+    for e in DAYONE_ENTRIES:
+        got = await call(dayone, "get_entry", uuid=e.uuid)
+        assert (got["date"], got["time"]) == (e.local.date().isoformat(), e.local.strftime("%H:%M"))
+        assert (got["text"], got["tags"], got["timezone"]) == (e.text, e.tags, e.timezone)
+        assert got.get("city") == e.city
+        assert got["word_count"] == word_count(e.text)
+        for kind, n in e.media.items():
+            assert got.get(kind) == (n or None)
+
+
+async def test_dayone_get_entries_by_date(dayone: ToolContext) -> None:
+    # the longest run of consecutive local days in the fixture
+    days = sorted({e.local.date() for e in DAYONE_ENTRIES})
+    runs: list[list[date]] = []
+    for d in days:
+        if runs and d - runs[-1][-1] == timedelta(days=1):
+            runs[-1].append(d)
+        else:
+            runs.append([d])
+    run = max(runs, key=len)
+    assert len(run) > 1
+    expected = sorted((e for e in DAYONE_ENTRIES if run[0] <= e.local.date() <= run[-1]),
+                      key=lambda e: e.created)  # fmt: skip
+    got = await call(
+        dayone, "get_entries_by_date", date_from=run[0].isoformat(), date_to=run[-1].isoformat()
+    )
+    assert got["total"] == got["count"] == len(expected)
+    assert uuids(got["entries"]) == [e.uuid for e in expected]
+    assert [x["text"] for x in got["entries"]] == [e.text for e in expected]
+    one_day = await call(dayone, "get_entries_by_date", date_from=run[1].isoformat())
+    assert uuids(one_day["entries"]) == [e.uuid for e in expected if e.local.date() == run[1]]
+
+
+async def test_dayone_on_this_day(dayone: ToolContext) -> None:
+    today = DAYONE_NOW.astimezone(ZoneInfo(dayone.timezone)).date()
+    [(busiest, _)] = Counter(e.local.strftime("%m-%d") for e in DAYONE_ENTRIES).most_common(1)
+    for month_day in (busiest, None):
+        wanted = month_day or today.strftime("%m-%d")
+        expected = sorted(
+            (e for e in DAYONE_ENTRIES if e.local.strftime("%m-%d") == wanted),
+            key=lambda e: e.local.replace(tzinfo=None),
+            reverse=True,
+        )
+        args = {"month_day": month_day} if month_day else {}
+        got = await call(dayone, "on_this_day", **args)
+        assert got["month_day"] == wanted
+        assert uuids(got["entries"]) == [e.uuid for e in expected]
+        assert [x["years_ago"] for x in got["entries"]] == [
+            today.year - e.local.year for e in expected
+        ]
+        assert month_day is None or len(expected) > 1  # a month-day of several years
+
+
+async def test_dayone_find_similar_excludes_source(
+    dayone: ToolContext, local: LocalEmbedder
+) -> None:
+    # the nearest entries by the same model, computed here (the source itself is nearest)
+    vectors = await local.embed([e.text for e in DAYONE_ENTRIES], purpose="test")
+    source = DAYONE_ENTRIES[0]
+    sims = sorted(
+        ((float(v @ vectors[0]), e.uuid) for e, v in zip(DAYONE_ENTRIES, vectors, strict=True)),
+        reverse=True,
+    )
+    assert sims[0][1] == source.uuid
+    got = await call(dayone, "find_similar", uuid=source.uuid)
+    assert got["uuid"] == source.uuid and got["count"] == 5
+    assert uuids(got["results"]) == [u for _, u in sims[1:6]]
+    assert [r["similarity"] for r in got["results"]] == pytest.approx(
+        [s for s, _ in sims[1:6]], abs=2e-3
+    )
+
+
+async def test_dayone_list_tags_counts(dayone: ToolContext) -> None:
+    expected = Counter(t for e in DAYONE_ENTRIES for t in e.tags)
+    got = await call(dayone, "list_tags")
+    assert got["count"] == len(expected)
+    assert {t["tag"]: t["count"] for t in got["tags"]} == dict(expected)
+    counts = [t["count"] for t in got["tags"]]
+    assert counts == sorted(counts, reverse=True)
+
+
+async def test_dayone_entry_stats_totals(dayone: ToolContext) -> None:
+    days = Counter(e.local.date() for e in DAYONE_ENTRIES)
+    words = sum(word_count(e.text) for e in DAYONE_ENTRIES)
+    stats = await call(dayone, "entry_stats")
+    assert stats["total_entries"] == len(DAYONE_ENTRIES)
+    assert stats["days_with_entries"] == len(days)
+    assert (stats["first_date"], stats["last_date"]) == (
+        min(days).isoformat(), max(days).isoformat())  # fmt: skip
+    assert stats["total_words"] == words
+    assert stats["average_words"] == round(words / len(DAYONE_ENTRIES), 1)
+    assert stats["by_weekday"] == {
+        name: sum(n for d, n in days.items() if calendar.day_name[d.weekday()] == name)
+        for name in calendar.day_name
+    }
+    assert stats["by_month"] == {
+        name: sum(n for d, n in days.items() if calendar.month_name[d.month] == name)
+        for name in calendar.month_name[1:]
+    }
+    year = max(days).year
+    in_year = await call(dayone, "entry_stats", date_from=f"{year}-01-01")
+    assert in_year["total_entries"] == sum(n for d, n in days.items() if d.year == year)

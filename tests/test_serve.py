@@ -236,3 +236,34 @@ def test_serve_requires_telegram_settings(
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and missing in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("missing", "extra"),
+    [
+        ("ANTHROPIC_API_KEY", {"ANTHROPIC_API_KEY": "", "LLM_PROVIDER": ""}),  # the default
+        (
+            "OPENAI_BASE_URL",
+            {"LLM_PROVIDER": "openai", "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""},
+        ),
+    ],
+)
+def test_serve_without_llm_settings_exits_2_naming_the_variable(
+    tmp_path: Path, missing: str, extra: dict[str, str]
+) -> None:
+    # were the check missing, start-up would go on and fail on the database instead (exit 1)
+    unreachable = f"postgresql://engram:pw@127.0.0.1:{_free_port()}/engram"
+    env = _env(DATABASE_URL=unreachable, DB_CONNECT_TIMEOUT="1", ENGRAM_HOME=str(tmp_path))
+    env.update(extra)
+    proc = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "serve"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"engram: configuration error: {missing}: ")
+    assert proc.stdout == ""

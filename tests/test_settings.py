@@ -20,6 +20,8 @@ def test_defaults() -> None:
     assert s.timezone == "Europe/Madrid"
     assert s.database_url == ""
     assert s.telegram_allowed_chat_ids == frozenset()
+    assert (s.llm_provider, s.anthropic_model) == ("anthropic", "claude-sonnet-4-5")
+    assert s.message_retention_days == 7
 
 
 @pytest.mark.parametrize(
