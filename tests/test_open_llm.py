@@ -30,6 +30,15 @@ async def usage_rows(db: Database) -> list[dict[str, Any]]:
     return [dict(r) for r in await db.fetch("SELECT * FROM api_usage ORDER BY id")]
 
 
+async def say_hi(llm: Any) -> str:
+    """One real agent call through ``llm`` (64 tokens at most); the answer's text."""
+    completion = await llm.complete(
+        system="Be brief.", messages=[Message.user("hi")], tools=[], max_tokens=64,
+        purpose="agent", chat_id=CHAT,
+    )  # fmt: skip
+    return str(completion.text)
+
+
 async def test_anthropic_model_and_base_url_from_settings(
     fake_claude: FakeAnthropic, db: Database
 ) -> None:
@@ -46,11 +55,8 @@ async def test_anthropic_model_and_base_url_from_settings(
     fake_claude.queue_text("Hello from the fake.")
     async with open_llm(settings, db) as llm:
         assert type(llm) is AnthropicLLM and llm.model == model
-        completion = await llm.complete(
-            system="Be brief.", messages=[Message.user("hi")], tools=[], max_tokens=64,
-            purpose="agent", chat_id=CHAT,
-        )  # fmt: skip
-    assert completion.text == "Hello from the fake."
+        text = await say_hi(llm)
+    assert text == "Hello from the fake."
     [request] = fake_claude.requests
     assert request.body["model"] == model and request.body["max_tokens"] == 64
     assert llm._client.is_closed()
@@ -75,11 +81,8 @@ async def test_openai_model_and_base_url_from_settings(
     fake_openai.queue_chat_text("Hi from the compatible server.")
     async with open_llm(settings, db) as llm:
         assert type(llm) is OpenAICompatibleLLM and llm.model == model
-        completion = await llm.complete(
-            system="Be brief.", messages=[Message.user("hi")], tools=[], max_tokens=64,
-            purpose="agent", chat_id=CHAT,
-        )  # fmt: skip
-    assert completion.text == "Hi from the compatible server."
+        text = await say_hi(llm)
+    assert text == "Hi from the compatible server."
     [call] = fake_openai.calls_to(CHAT_COMPLETIONS)
     assert call.authorized and call.model == model and call.params["max_tokens"] == 64
     assert llm._client.is_closed()
