@@ -267,3 +267,42 @@ def test_serve_without_llm_settings_exits_2_naming_the_variable(
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith(f"engram: configuration error: {missing}: ")
     assert proc.stdout == ""
+
+
+async def test_serve_purges_messages_compacted_past_the_retention(
+    tmp_path: Path, database_url: str, db: dbmod.Database
+) -> None:
+    """``engram serve`` runs the purge job (its first pass at start): a message compacted more
+    than MESSAGE_RETENTION_DAYS ago is deleted; a recently compacted one and an old uncompacted
+    one stay."""
+    ids = {}
+    for name, age, compacted in (("old_compacted", 9, True), ("recent_compacted", 2, True),
+                                 ("old_uncompacted", 30, False)):  # fmt: skip
+        ids[name] = await db.fetchval(
+            "INSERT INTO chat_messages (chat_id, role, content, created_at, compacted_at)"
+            " VALUES (77, 'user', $1, now() - make_interval(days => $2),"
+            " CASE WHEN $3 THEN now() - make_interval(days => $2) END) RETURNING id",
+            name, age, compacted,
+        )  # fmt: skip
+    port = _free_port()
+    env = _env(DATABASE_URL=database_url, ENGRAM_PORT=str(port), ENGRAM_HOME=str(tmp_path),
+               MESSAGE_RETENTION_DAYS="7")  # fmt: skip
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "actors.cli", "serve"], env=env, cwd=tmp_path,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        with trio.fail_after(60):
+            while await db.fetchval("SELECT count(*) FROM chat_messages WHERE id = $1",
+                                    ids["old_compacted"]):  # fmt: skip
+                assert proc.returncode is None, "engram serve exited"
+                await trio.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(20):
+            assert await proc.wait() == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    left = {r["id"] for r in await db.fetch("SELECT id FROM chat_messages")}
+    assert left == {ids["recent_compacted"], ids["old_uncompacted"]}
