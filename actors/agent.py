@@ -40,7 +40,6 @@ from actors.context import (
     build_context,
     context_tokens,
     format_window,
-    history_section,
     repair_messages,
 )
 from actors.turn import TurnInput, TurnReply
@@ -302,7 +301,7 @@ class Agent:
         text = reply_text(state)
         await link_cited_entries(self.tool_db, chat_id, memory.pattern_ids, state.messages, text)
         user_row = ChatMessage(role="user", content=turn.text, created_at=now, id=user_id)
-        over = self._over_budget(chat_id, context, [*window, user_row, *rows])
+        over = self._over_budget(chat_id, context, [user_row, *rows])
 
         async def persist(conn: Connection) -> None:
             await self.conversation.add_rows(conn, chat_id, rows)
@@ -360,12 +359,14 @@ class Agent:
             log.info("agent.turn", **fields)
 
     def _over_budget(
-        self, chat_id: int, context: TurnContext, rows: Sequence[ChatMessage]
+        self, chat_id: int, context: TurnContext, new_rows: Sequence[ChatMessage]
     ) -> bool:
-        """Whether the next turn's context would exceed the budget (and a compaction is due)."""
+        """Whether the next turn's context would exceed the budget (and a compaction is due):
+        this turn's history section (already formatted) with the turn's own rows after it."""
         if self.on_over_budget is None:
             return False
-        window = history_section(format_window(rows, self.timezone, self.clock()))
+        added = format_window(new_rows, self.timezone, self.clock())
+        window = f"{context.window}\n{added}"
         tokens = context_tokens(
             system=context.base, patterns=context.patterns, window=window, tools=context.tools
         )
