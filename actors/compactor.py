@@ -28,8 +28,9 @@ from typing import Any
 import attrs
 import trio
 
-from actors.agent import tool_specs, wall_clock
+from actors.agent import wall_clock
 from actors.context import PERSONA, RetrievedMemory, build_context
+from actors.tool_loop import tool_specs
 from memory.compaction import CompactionOptions, CompactionOutcome, compact_chat
 from memory.conversation import DEFAULT_WINDOW_LIMIT, Queries, recent_window
 from memory.dedup import Adjudicator

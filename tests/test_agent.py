@@ -14,19 +14,19 @@ import pytest
 import trio
 from fakes.anthropic_api import check_messages
 
-from actors.agent import (
+from actors.agent import Agent
+from actors.context import DEGRADED_NOTE, RetrievedMemory
+from actors.tool_loop import (
     CAP_NOTE,
     NOTHING_DONE,
     SORRY_BUSY,
     SORRY_FAILED,
     STOP_REASONS,
-    Agent,
     Guardrails,
     LoopState,
     ToolLoop,
     tool_specs,
 )
-from actors.context import DEGRADED_NOTE, RetrievedMemory
 from actors.turn import TurnInput, TurnReply
 from memory.conversation import ChatMessage, SqlConversationStore, repair_rows
 from memory.errors import LLMError, LLMInvalidResponse, LLMOverloaded

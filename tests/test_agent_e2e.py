@@ -22,9 +22,10 @@ from fakes.openai_api import CHAT_COMPLETIONS, FakeOpenAI, run_fake_openai
 from fakes.openai_api import Failure as OpenAIFailure
 from structlog.testing import capture_logs
 
-from actors.agent import SORRY_BUSY, SORRY_SLOW, Agent, sql_agent
+from actors.agent import Agent, sql_agent
 from actors.system import BotSystem
 from actors.telegram_client import BotApiClient
+from actors.tool_loop import SORRY_BUSY, SORRY_SLOW
 from actors.turn import TurnInput, TurnReply
 from memory.cost import DEFAULT_RATES, Rate
 from memory.llm_anthropic import AnthropicLLM
