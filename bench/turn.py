@@ -34,6 +34,9 @@ apart: the sender paces one message per chat per second and 30 per second overal
 are not in the figures. The first ``--warmup`` turns (at least one per chat: the chat actor is
 created on a chat's first update) are not measured.
 
+A last table compares the slowest tenth of the turns with the faster half, part by part:
+what the tail is made of.
+
 Where the time goes comes from wrappers around what the bench hands to the system: the
 ``Database`` (every query, transaction begin/commit, by statement), the turn handler, the
 conversation store, the tool registry (and each tool handler), the LLM and embedder fakes and
@@ -1039,6 +1042,29 @@ def table(title: str, rows: dict[str, list[float]], total_mean: float | None = N
         print(f"    {name:52} {ms(mean)} {ms(pct(values, 50))} {ms(pct(values, 95))}{share}")
 
 
+def tail(turns: list[TurnRecord], splits: list[Breakdown], steps: list[dict[str, float]]) -> None:
+    """What the slowest tenth of the turns spends more time on than the faster half."""
+    totals = [t.total for t in turns]
+    slow = [i for i, x in enumerate(totals) if x >= pct(totals, 90)]
+    fast = [i for i, x in enumerate(totals) if x <= pct(totals, 50)]
+    rows: dict[str, list[float]] = {"the whole turn": totals}
+    rows.update({k: [b.timeline[k] for b in splits] for k in splits[0].timeline})
+    rows.update({k: [b.parts[k] for b in splits] for k in splits[0].parts})
+    rows.update({k: [s[k] for s in steps] for k in steps[0]})
+    sites: dict[str, list[float]] = defaultdict(lambda: [0.0] * len(turns))
+    for i, t in enumerate(turns):
+        for start, seconds, site in t.db:
+            if start < t.t_sent:
+                sites[site][i] += seconds
+    rows.update(sorted(sites.items()))
+    print(f"  the slowest tenth ({len(slow)} turns) against the faster half, mean ms")
+    print(f"    {'':52} {'slow':>7} {'fast':>7} {'extra':>7}")
+    for name, values in rows.items():
+        a = statistics.fmean(values[i] for i in slow)
+        b = statistics.fmean(values[i] for i in fast)
+        print(f"    {name[:52]:52} {ms(a)} {ms(b)} {ms(a - b)}")
+
+
 def report(size: int, turns: list[TurnRecord], counts: dict[str, int], log_lines: int) -> None:
     totals = [t.total for t in turns]
     p50, p95 = pct(totals, 50), pct(totals, 95)
@@ -1088,6 +1114,7 @@ def report(size: int, turns: list[TurnRecord], counts: dict[str, int], log_lines
         f"min {min(results)}; log lines per turn ~{log_lines / max(1, len(turns)):.0f}; "
         f"stub calls {counts}"
     )
+    tail(turns, splits, steps)
     paced = sum(t.paced for t in turns)
     if paced:
         print(f"  WARNING: {paced} turns came within the sender's per-chat pacing interval")
