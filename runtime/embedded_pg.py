@@ -2,7 +2,9 @@
 
 The data directory lives in ``ENGRAM_HOME/postgres``. pgserver keeps a list of the processes
 holding the server, so several engram processes (``serve`` plus a CLI command) share one server,
-and the last one to exit stops it; the next run starts it again on the same data.
+and the last one to exit stops it; the next run starts it again on the same data. A process
+that died holding it (killed) is dropped from that list by the next start
+(:func:`prune_dead_holders`), or the server would never be stopped again.
 
 PostgreSQL's own ``shared_buffers`` (128 MB) is sized for a shared host; a journal of 100,000
 entries with vectors is ~0.5 GB, and every page the buffer cache misses is a copy from the OS
@@ -18,6 +20,7 @@ the journal search statement 12.1 -> 8.3 ms; ``bench/retrieval.py`` 100k p95 10.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -37,6 +40,7 @@ log = get_logger(__name__)
 
 DATABASE_NAME = "engram"
 DEFAULT_SHARED_BUFFERS = "1GB"
+HOLDERS_FILE = ".handle_pids.json"  # pgserver's list of the processes holding the server
 
 
 def _psql_value(server: Any, query: str) -> str:
@@ -116,6 +120,36 @@ def preset(pgdata: Path, shared_buffers: str) -> bool:
     return True
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
+def holders(pgdata: Path) -> list[int]:
+    """The processes pgserver lists as holding the server of ``pgdata``."""
+    try:
+        return [int(p) for p in json.loads((pgdata / HOLDERS_FILE).read_text())]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
+def prune_dead_holders(pgdata: Path) -> list[int]:
+    """Drop the processes that died holding the server (killed, crashed: they never released
+    it) from pgserver's list of holders, so the last live holder still stops the server and
+    :func:`tune` still sees when this process is alone; the pids dropped. Call it under
+    pgserver's inter-process lock."""
+    pids = holders(pgdata)
+    dead = [p for p in pids if not _alive(p)]
+    if dead:
+        (pgdata / HOLDERS_FILE).write_text(json.dumps([p for p in pids if p not in dead]))
+    return dead
+
+
 def _start(pgdata: Path, database: str, shared_buffers: str) -> tuple[Any, str]:
     with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR on servers
         warnings.simplefilter("ignore")
@@ -126,6 +160,12 @@ def _start(pgdata: Path, database: str, shared_buffers: str) -> tuple[Any, str]:
     logging.getLogger("pgserver").setLevel(logging.CRITICAL)
     pgdata.mkdir(parents=True, exist_ok=True)
     with pgserver.PostgresServer._lock:  # type: ignore[attr-defined]  # no start meanwhile
+        if dead := prune_dead_holders(pgdata):
+            log.warning("db.embedded.dead_holders_dropped", pids=dead)
+        if os.getpid() not in holders(pgdata):
+            # a handle this process released while others held the server stays cached by
+            # pgserver, and reusing it would not list us as a holder again: start afresh
+            pgserver.PostgresServer._instances.pop(pgdata.resolve(), None)  # type: ignore[attr-defined]
         preset(pgdata, shared_buffers)  # a stopped cluster starts with the configured value
     try:
         server = pgserver.get_server(pgdata, cleanup_mode="stop")  # type: ignore[attr-defined]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import pytest
 import trio
 
 from runtime import db as dbmod
-from runtime.embedded_pg import _psql_value, embedded_postgres, tune
+from runtime.embedded_pg import HOLDERS_FILE, _psql_value, embedded_postgres, tune
 from runtime.errors import DatabaseUnavailable, SettingsError
 from runtime.settings import load_settings
 
@@ -104,3 +106,22 @@ def test_a_failed_restart_takes_the_value_back(tmp_path: Path) -> None:
         assert _psql_value(server, "SHOW shared_buffers;") == "128MB"  # running again
     finally:
         server.cleanup()
+
+
+async def test_a_holder_that_died_does_not_keep_the_server_running(tmp_path: Path) -> None:
+    """An engram process killed while holding the server never releases it; the next start
+    drops it from the holders, so that process's exit still stops the server."""
+    pgdata = tmp_path / "postgres"
+    done = await trio.run_process([sys.executable, "-c", "import os; print(os.getpid())"],
+                                  capture_stdout=True)  # fmt: skip
+    dead = int(done.stdout)
+    async with embedded_postgres(tmp_path, "engram", shared_buffers="128MB"):
+        holders = pgdata / HOLDERS_FILE
+        holders.write_text(json.dumps([*json.loads(holders.read_text()), dead]))
+    # released, but the dead "holder" is still listed: the server runs on
+    assert (pgdata / "postmaster.pid").exists()
+    assert json.loads((pgdata / HOLDERS_FILE).read_text()) == [dead]
+    async with embedded_postgres(tmp_path, "engram", shared_buffers="128MB") as url:
+        assert await _shared_buffers(url) == "128MB"
+        assert dead not in json.loads((pgdata / HOLDERS_FILE).read_text())
+    assert not (pgdata / "postmaster.pid").exists()  # the last live holder stopped it
