@@ -6,7 +6,7 @@ chat's patterns (an id from another chat reads exactly like an unknown id).
 * ``recall_memory(query, limit)`` ranks this chat's live patterns with
   :func:`memory.retrieval.rank_patterns` (hybrid vector + full text, typed decay); when the
   query cannot be embedded the answer is ``degraded`` (keyword matches only).
-* ``remember(fact, kind)`` stores an explicit pattern through
+* ``remember(fact, kind="belief")`` stores an explicit pattern through
   :func:`memory.explicit_patterns.store_explicit_pattern` (canonical hash, then similarity
   dedup with adjudication in the grey zone); the answer says whether it is new or reinforced an
   existing id.
@@ -70,6 +70,8 @@ class RecallMemoryInput:
     )
 
 
+#: a fact the person asks to remember without saying more ("remember that I'm vegetarian")
+DEFAULT_REMEMBER_KIND: Kind = "belief"
 _KIND_HELP = (
     "behavior (what the person does), emotion (how they feel about something), belief (what "
     "they hold true, facts about their life), goal, preference, temporal (time-bound: plans, "
@@ -87,7 +89,10 @@ class RememberInput:
             "(e.g. 'User prefers tea over coffee')",
         )
     )
-    kind: Kind = attrs.field(metadata=spec(description=f"The kind of memory: {_KIND_HELP}"))
+    kind: Kind = attrs.field(
+        default=DEFAULT_REMEMBER_KIND,
+        metadata=spec(description=f"The kind of memory (default belief): {_KIND_HELP}"),
+    )
 
 
 @attrs.frozen

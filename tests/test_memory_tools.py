@@ -76,7 +76,7 @@ async def test_tool_specs() -> None:
     registry = memory_registry()
     assert registry.names() == ["recall_memory", "remember", "forget_memory"]
     specs = {s["name"]: s["input_schema"] for s in registry.specs()}
-    assert specs["remember"]["required"] == ["fact", "kind"]
+    assert specs["remember"]["required"] == ["fact"]  # remember(fact): the kind is optional
     assert "preference" in specs["remember"]["properties"]["kind"]["enum"]
     assert specs["forget_memory"]["required"] == ["id", "reason"]
     assert [t.name for t in memory_tools()] == registry.names()
@@ -219,6 +219,15 @@ async def test_remember_new_then_reinforced(db: Database, local: LocalEmbedder) 
     assert not err and other["status"] == "new" and other["id"] != first["id"]
     times = await db.fetchval("SELECT times_seen FROM patterns WHERE id = $1", first["id"])
     assert times == 3
+
+
+async def test_remember_takes_just_a_fact(db: Database, local: LocalEmbedder) -> None:
+    """``remember(fact)``: without a kind the fact is stored as a belief."""
+    registry = memory_registry()
+    fact = {"fact": "User is vegetarian"}
+    out, err = await call(registry, "remember", fact, ctx(db, local, CHAT_A))
+    assert not err and out["status"] == "new"
+    assert await db.fetchval("SELECT kind FROM patterns WHERE id = $1", out["id"]) == "belief"
 
 
 async def test_remember_asks_the_adjudicator_in_the_grey_zone(
