@@ -101,7 +101,8 @@ class ChatSize:
 
 @attrs.define
 class VectorPlanner:
-    """Caches each chat's vector count (and own-index flag) per model for ``ttl`` seconds."""
+    """Caches each chat's vector count (and own-index flag) per model for ``ttl`` seconds
+    (a count of zero is not cached)."""
 
     ttl: float = SIZE_TTL
     exact_max: int = EXACT_MAX
@@ -127,7 +128,9 @@ class VectorPlanner:
         key = (chat_id, model)
         hit = self._sizes.get(key)
         now = time.monotonic()
-        if hit is not None and now - hit.at < self.ttl:
+        # a chat without vectors is asked again every time: its first patterns (a remember, a
+        # first compaction) must be searchable by meaning at once, not after the ttl
+        if hit is not None and hit.count > 0 and now - hit.at < self.ttl:
             return hit
         [row] = await db.fetch(
             "SELECT (SELECT count(*) FROM pattern_embeddings WHERE model = $1 AND chat_id = $2)"

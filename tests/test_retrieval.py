@@ -438,6 +438,17 @@ async def test_patterns_without_vectors_of_the_model_are_degraded(db: Database) 
     assert memory.text_block.splitlines()[0].startswith(DEGRADED_MARK)
 
 
+async def test_a_chats_first_pattern_is_found_by_meaning_at_once(db: Database) -> None:
+    """The planner caches a chat's vector count, but not a zero: a pattern stored just after a
+    turn that found none (a ``remember``) is ranked by meaning in the next turn."""
+    emb, planner = query_embedder(), VectorPlanner()
+    assert await rank(db, "q", emb, planner=planner) == ([], False)
+    first = await add_pattern(db, "Goes jogging each Monday at dawn", at_cos(0.8, 1))
+    ranked, degraded = await rank(db, "q", emb, planner=planner)  # no shared word with "q"
+    assert [p.id for p in ranked] == [first] and not degraded
+    assert ranked[0].similarity == pytest.approx(0.8, abs=1e-5)
+
+
 async def test_nothing_to_retrieve(db: Database) -> None:
     memory = await SqlPatternRetriever(db, query_embedder()).retrieve(CHAT, "q")
     assert memory.text_block == "" and memory.pattern_ids == () and not memory.degraded
