@@ -116,12 +116,16 @@ def _spend(groups: Mapping[str, Spend]) -> dict[str, Any]:
     return {k: {"calls": v.calls, "cost_usd": round(v.cost_usd, 4)} for k, v in groups.items()}
 
 
+#: what ``get_usage`` counts (``memory.usage.usage_summary`` with ``include_shared``)
+USAGE_SCOPE = "this chat, plus calls that belong to no chat (journal import, embedding backfill)"
+
+
 def usage_report(summary: UsageSummary, date_from: date, date_to: date) -> dict[str, Any]:
     """The ``get_usage`` result: spend in USD by purpose, model and day."""
     return {
         "date_from": date_from,
         "date_to": date_to,
-        "scope": "all chats",
+        "scope": USAGE_SCOPE,
         "total_usd": round(summary.total.cost_usd, 4),
         "calls": summary.total.calls,
         "failed_calls": summary.total.failed,

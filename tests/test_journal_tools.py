@@ -557,6 +557,7 @@ async def test_get_usage(db: Database) -> None:
     ctx = make_ctx(db, now=now)
     result = await call(ctx, "get_usage")
     assert result["total_usd"] == pytest.approx(6.3) and result["calls"] == 3
+    assert result["scope"].startswith("this chat")  # what the model tells the person
     assert result["by_purpose"] == {
         "agent": {"calls": 2, "cost_usd": 6.0},
         "compaction": {"calls": 1, "cost_usd": 0.3},
