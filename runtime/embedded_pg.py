@@ -20,7 +20,6 @@ the journal search statement 12.1 -> 8.3 ms; ``bench/retrieval.py`` 100k p95 10.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import re
@@ -126,27 +125,19 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     except PermissionError:  # alive, someone else's
-        return True
+        pass
     return True
 
 
-def holders(pgdata: Path) -> list[int]:
-    """The processes pgserver lists as holding the server of ``pgdata``."""
-    try:
-        return [int(p) for p in json.loads((pgdata / HOLDERS_FILE).read_text())]
-    except (OSError, ValueError, TypeError):
-        return []
-
-
-def prune_dead_holders(pgdata: Path) -> list[int]:
+def prune_dead_holders(holders: Any) -> list[int]:
     """Drop the processes that died holding the server (killed, crashed: they never released
-    it) from pgserver's list of holders, so the last live holder still stops the server and
-    :func:`tune` still sees when this process is alone; the pids dropped. Call it under
-    pgserver's inter-process lock."""
-    pids = holders(pgdata)
+    it) from pgserver's list of holders (its ``DiskList``), so the last live holder still
+    stops the server and :func:`tune` still sees when this process is alone; the pids
+    dropped. Call it under pgserver's inter-process lock."""
+    pids: list[int] = holders.get()
     dead = [p for p in pids if not _alive(p)]
     if dead:
-        (pgdata / HOLDERS_FILE).write_text(json.dumps([p for p in pids if p not in dead]))
+        holders.put([p for p in pids if p not in dead])
     return dead
 
 
@@ -154,15 +145,17 @@ def _start(pgdata: Path, database: str, shared_buffers: str) -> tuple[Any, str]:
     with warnings.catch_warnings():  # platformdirs warns about XDG_RUNTIME_DIR on servers
         warnings.simplefilter("ignore")
         import pgserver  # heavy import, only when the embedded server is used
+        from pgserver.utils import DiskList  # type: ignore[import-untyped]
 
     # pgserver logs a failed start with the whole server log at ERROR; the error raised here
     # says the same in one line and names the log file
     logging.getLogger("pgserver").setLevel(logging.CRITICAL)
     pgdata.mkdir(parents=True, exist_ok=True)
     with pgserver.PostgresServer._lock:  # type: ignore[attr-defined]  # no start meanwhile
-        if dead := prune_dead_holders(pgdata):
+        holders = DiskList(pgdata / HOLDERS_FILE)
+        if dead := prune_dead_holders(holders):
             log.warning("db.embedded.dead_holders_dropped", pids=dead)
-        if os.getpid() not in holders(pgdata):
+        if os.getpid() not in holders.get():
             # a handle this process released while others held the server stays cached by
             # pgserver, and reusing it would not list us as a holder again: start afresh
             pgserver.PostgresServer._instances.pop(pgdata.resolve(), None)  # type: ignore[attr-defined]
