@@ -25,6 +25,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -136,12 +137,8 @@ class Agent:
         async def persist(conn: Connection) -> None:
             await self.conversation.add_rows(conn, chat_id, rows)
 
-        async def compact() -> None:
-            await self._request_compaction(chat_id)
-
-        return TurnReply(
-            text, persist=persist if rows else None, after_commit=compact if over else None
-        )
+        compact = partial(self._request_compaction, chat_id) if over else None
+        return TurnReply(text, persist=persist if rows else None, after_commit=compact)
 
     async def _store_and_recall(
         self, turn: TurnInput, external_id: str | None, now: datetime
