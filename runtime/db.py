@@ -1,19 +1,17 @@
-"""PostgreSQL access for trio: an asyncpg pool driven through trio-asyncio.
+"""PostgreSQL access for trio: asyncpg connections driven through trio-asyncio.
 
 This is the only module that imports asyncpg and trio_asyncio. Everything above it sees
 :class:`Database` / :class:`Connection` with ``execute``/``fetch``/``fetchrow``/``fetchval``
 and the project's own error classes from :mod:`runtime.errors`.
 
-Every call crosses into asyncio once: pool methods acquire, run and release inside a single
-asyncio coroutine, so a plain query costs one bridge crossing. The pgvector codec is registered
-on every pooled connection (vectors in and out as numpy arrays).
+The pool is trio's (:mod:`runtime.db_pool`): taking and returning a connection costs no
+crossing, so a plain query crosses into asyncio once, for the statement itself. The pgvector
+codec is registered on every connection (vectors in and out as numpy arrays).
 
 Session state (advisory locks, settings, cursors, LISTEN) is only ever changed on a connection
 held through :meth:`Database.connection` / :meth:`Database.transaction`; such a connection is
-reset (asyncpg's reset query) before it goes back to the pool. A one-shot pool query leaves no
-session state behind, so it is released without that extra round trip (asyncpg's default would
-send ``RESET ALL`` & co. after every query); an open transaction is still rolled back by asyncpg
-either way.
+reset (asyncpg's reset: rollback, ``RESET ALL`` & co.) before it goes back to the pool. A
+one-shot query leaves no session state behind, so it goes back without that round trip.
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ import trio_asyncio
 from pgvector.asyncpg import register_vector
 
 from runtime import errors
+from runtime.db_pool import ConnectionPool
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -123,42 +122,44 @@ async def _bridge(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwar
 class _Queries:
     """Query methods shared by the pool handle and a single acquired connection."""
 
-    _target: Any  # asyncpg.Pool or asyncpg.Connection
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
 
     async def execute(self, query: str, *args: Any) -> str:
-        return await _bridge(self._target.execute, query, *args)
+        return await self._call("execute", query, *args)  # type: ignore[no-any-return]
 
     async def executemany(self, query: str, args: Sequence[Sequence[Any]]) -> None:
-        await _bridge(self._target.executemany, query, args)
+        await self._call("executemany", query, args)
 
     async def fetch(self, query: str, *args: Any) -> list[Row]:
-        return await _bridge(self._target.fetch, query, *args)
+        return await self._call("fetch", query, *args)  # type: ignore[no-any-return]
 
     async def fetchrow(self, query: str, *args: Any) -> Row | None:
-        return await _bridge(self._target.fetchrow, query, *args)
+        return await self._call("fetchrow", query, *args)  # type: ignore[no-any-return]
 
     async def fetchval(self, query: str, *args: Any) -> Any:
-        return await _bridge(self._target.fetchval, query, *args)
+        return await self._call("fetchval", query, *args)
 
     async def copy_records(
         self, table: str, records: Sequence[Sequence[Any]], columns: Sequence[str]
     ) -> None:
         """Bulk load rows with COPY (fast path for imports and benchmarks)."""
-        await _bridge(
-            self._target.copy_records_to_table, table, records=records, columns=list(columns)
-        )
+        await self._call("copy_records_to_table", table, records=records, columns=list(columns))
 
 
 class Connection(_Queries):
     """One connection held by the caller (inside ``transaction()`` or ``connection()``)."""
 
     def __init__(self, raw: Any) -> None:
-        self._target = raw
+        self._raw = raw
+
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return await _bridge(getattr(self._raw, method), *args, **kwargs)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
         """A transaction on this connection: committed on success, rolled back on any error."""
-        tx = self._target.transaction()
+        tx = self._raw.transaction()
         await _bridge(tx.start)
         try:
             yield self
@@ -174,31 +175,46 @@ class Connection(_Queries):
 
 
 class Database(_Queries):
-    """The pool handle. Plain queries use any free connection."""
+    """The pool handle. Plain queries use any free connection.
 
-    def __init__(self, pool: Any, url: str, session_reset: _SessionReset | None = None) -> None:
-        self._target = pool
+    A plain query leaves no session state behind, so its connection goes straight back to the
+    pool; a connection held through :meth:`connection` (the only way to change session state:
+    advisory locks, settings, LISTEN) is reset first (asyncpg's reset: rollback, ``RESET ALL``
+    & co.). A connection whose statement was interrupted (cancelled, lost) is not reused."""
+
+    def __init__(self, pool: ConnectionPool[Any], url: str) -> None:
+        self._pool = pool
         self.url = url
-        self._session_reset = session_reset or _SessionReset()
 
     @property
     def safe_url(self) -> str:
         return redact_url(self.url)
 
+    async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        raw = await self._pool.acquire()
+        clean = False
+        try:
+            result = await _bridge(getattr(raw, method), *args, **kwargs)
+            clean = True
+            return result
+        except errors.DatabaseError:
+            # the server refused the statement: the connection is idle again (a one-shot
+            # statement opens no transaction); a lost one is seen as closed by the pool
+            clean = not raw.is_in_transaction()
+            raise
+        finally:
+            # interrupted (cancelled): the reset waits for asyncpg's cancel request to end
+            # the statement on the server, then undoes whatever it left
+            self._pool.release(raw, reusable=clean or await _reset(raw))
+
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
-        """Hold one connection (e.g. for session-level advisory locks)."""
-        raw = await _bridge(self._target.acquire)
-        pid = raw.get_server_pid()
-        self._session_reset.held.add(pid)  # reset on release (see ``_SessionReset``)
+        """Hold one connection (e.g. for session-level advisory locks); reset before reuse."""
+        raw = await self._pool.acquire()
         try:
             yield Connection(raw)
         finally:
-            with trio.move_on_after(5, shield=True):
-                try:
-                    await _bridge(self._target.release, raw)
-                finally:
-                    self._session_reset.held.discard(pid)
+            self._pool.release(raw, reusable=await _reset(raw))
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[Connection]:
@@ -207,24 +223,29 @@ class Database(_Queries):
             yield conn
 
 
-async def _init_connection(conn: Any) -> None:
-    await register_vector(conn)
+async def _reset(raw: Any) -> bool:
+    """Reset a connection's session (asyncpg's reset: it first waits for a cancelled statement
+    to end, then rolls back an open transaction, ``RESET ALL``, advisory locks, LISTEN);
+    False when that fails or takes over 5 s (the pool then drops the connection)."""
+    if raw.is_closed():
+        return False
+    with trio.move_on_after(5, shield=True):
+        try:
+            await _bridge(raw.reset)
+            return True
+        except errors.DatabaseError as exc:
+            log.warning("db.reset_failed", error=str(exc))
+    return False
 
 
-class _SessionReset:
-    """The pool's ``reset`` hook: asyncpg's reset query (``RESET ALL`` & co., one more round
-    trip) only for connections handed out by :meth:`Database.connection`, the only way to
-    change session state; asyncpg itself still waits out a cancelled query and rolls back an
-    open transaction first, and terminates a connection whose reset fails."""
-
-    def __init__(self) -> None:
-        self.held: set[int] = set()  # server pids of the connections held by callers
-
-    async def __call__(self, conn: Any) -> None:
-        if conn.get_server_pid() in self.held:
-            query = conn.get_reset_query()
-            if query:
-                await conn.execute(query)
+async def _connect(url: str, connect_timeout: float) -> Any:
+    conn = await asyncpg.connect(url, timeout=connect_timeout)
+    try:
+        await register_vector(conn)
+    except BaseException:
+        conn.terminate()
+        raise
+    return conn
 
 
 async def _ensure_pgvector(url: str, connect_timeout: float) -> None:
@@ -275,31 +296,21 @@ async def open_database(
     if not re.match(r"^postgres(ql)?://", url):
         raise errors.DatabaseUnavailable("DATABASE_URL must start with postgresql://")
     await _connect_with_retry(url, connect_timeout)
-    session_reset = _SessionReset()
+    pool: ConnectionPool[Any] = ConnectionPool(
+        lambda: _bridge(_connect, url, connect_timeout),
+        lambda raw: _bridge(raw.close, timeout=connect_timeout),
+        max_size=max_size,
+    )
     try:
-        pool = await _bridge(
-            asyncpg.create_pool,
-            url,
-            min_size=min_size,
-            max_size=max_size,
-            init=_init_connection,
-            reset=session_reset,
-            timeout=connect_timeout,
-            command_timeout=None,
-            # asyncpg re-arms a 300 s inactivity timer on every release; trio-asyncio keeps
-            # cancelled timers (and the request context they hold) in its heap until they expire
-            max_inactive_connection_lifetime=0,
-        )
+        await pool.fill(min_size)
     except errors.DatabaseUnavailable as exc:
+        await pool.close()
         raise errors.DatabaseUnavailable(
             f"cannot reach the database at {redact_url(url)}: {exc}"
         ) from None
     log.info("db.open", url=redact_url(url), pool_max=max_size)
     try:
-        yield Database(pool, url, session_reset)
+        yield Database(pool, url)
     finally:
-        with trio.move_on_after(10, shield=True) as scope:
-            await _bridge(pool.close)
-        if scope.cancelled_caught:
-            pool.terminate()
+        await pool.close()
         log.info("db.closed")

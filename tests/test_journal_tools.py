@@ -675,7 +675,7 @@ class WatchedPool(Database):
     """The pool, noting when a full-text arm statement has finished."""
 
     def __init__(self, db: Database) -> None:
-        super().__init__(db._target, db.url)
+        super().__init__(db._pool, db.url)
         self.text_arm_done = trio.Event()
 
     async def fetch(self, query: str, *args: Any) -> Any:
