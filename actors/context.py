@@ -16,10 +16,11 @@ definitions, ~4 characters per token); the compactor uses it to decide when to c
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Protocol
 from zoneinfo import ZoneInfo
 
@@ -114,9 +115,17 @@ def local(at: datetime, tz: ZoneInfo) -> datetime:
     return at.astimezone(tz)
 
 
+@functools.lru_cache(maxsize=4096)
 def clock_time(at: datetime, tz: ZoneInfo) -> str:
-    """Local time of day, "07:02 AM"."""
+    """Local time of day, "07:02 AM" (cached: the window shows mostly the same rows each
+    turn)."""
     return local(at, tz).strftime("%I:%M %p")
+
+
+@functools.lru_cache(maxsize=4096)
+def local_day(at: datetime, tz: ZoneInfo) -> date:
+    """The local date of ``at`` (cached like :func:`clock_time`)."""
+    return local(at, tz).date()
 
 
 def day_label(at: datetime, tz: ZoneInfo) -> str:
@@ -148,7 +157,7 @@ def format_window(rows: Iterable[ChatMessage], timezone: str, now: datetime) -> 
     lines: list[str] = []
     current = None
     for row in rows:
-        day = local(row.created_at, tz).date()
+        day = local_day(row.created_at, tz)
         if day != current:
             if lines:
                 lines.append("")

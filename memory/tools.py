@@ -207,6 +207,7 @@ class ToolRegistry:
     """The tools offered to the model, by name."""
 
     def __init__(self, tools: Iterable[Tool[Any]]) -> None:
+        self._specs: list[dict[str, Any]] | None = None
         self._tools: dict[str, Tool[Any]] = {}
         for t in tools:
             if t.name in self._tools:
@@ -223,8 +224,11 @@ class ToolRegistry:
         return self._tools.get(name)
 
     def specs(self) -> list[dict[str, Any]]:
-        """The tool definitions for the model, in registration order."""
-        return [t.spec() for t in self._tools.values()]
+        """The tool definitions for the model, in registration order (built once: every
+        turn sends them; treat them as read-only)."""
+        if self._specs is None:
+            self._specs = [t.spec() for t in self._tools.values()]
+        return list(self._specs)
 
     async def call(self, name: str, raw_input: object, ctx: ToolContext) -> ToolOutcome:
         """Validate and run one tool call; every failure becomes an error outcome."""
