@@ -60,9 +60,11 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import re
 import secrets
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -883,12 +885,13 @@ async def measure(
     embedder: HashEmbedder,
     chats: Sequence[int],
     args: argparse.Namespace,
-) -> tuple[list[TurnRecord], dict[str, int]]:
+) -> tuple[list[TurnRecord], dict[str, int], tuple[float, float, float, float]]:
     rec = Recorder()
     timed_db = TimedDatabase(database, rec)
     db = cast(dbmod.Database, timed_db)
     stub = StubBotApi(rec)
     measured: list[TurnRecord] = []
+    cpu_per_turn = (math.nan, math.nan, math.nan, math.nan)
     async with trio.open_nursery() as nursery:
         stub_port = await nursery.start(stub.run)
         base_url = f"http://{HOST}:{stub_port}"
@@ -948,7 +951,9 @@ async def measure(
             await listening.wait()
         port = int(binds[0].rsplit(":", 1)[1])
         try:
+            cpu = CpuMeter()
             measured = await drive(port, rec, chats, args, args.seed)
+            cpu_per_turn = cpu.per_turn(max(args.warmup, len(chats)) + args.turns)
         finally:
             shutdown.request_stop("bench done")
             with trio.move_on_after(20):
@@ -956,7 +961,74 @@ async def measure(
             nursery.cancel_scope.cancel()
     counts = dict(stub.counts)
     counts["(unmatched sendMessage)"] = rec.strays
-    return measured, counts
+    return measured, counts, cpu_per_turn
+
+
+# --- CPU ---------------------------------------------------------------------------------------
+
+
+def _postgres_cpu() -> float:
+    """CPU seconds of this machine's ``postgres`` processes (Linux ``/proc``): their own
+    time and that of their exited children (a closed connection's backend), 0 elsewhere."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        name = text[text.find("(") + 1 : text.rfind(")")]
+        if name == "postgres":
+            fields = text[text.rfind(")") + 2 :].split()
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    return total / tick
+
+
+_ECHO = "import os\nwhile (b := os.read(0, 1)):\n    os.write(1, b)\n"
+
+
+def reference_ms() -> tuple[float, float]:
+    """How fast this machine is at the moment, best of 5: a fixed pure-Python workload (JSON,
+    arithmetic), and 2,000 one-byte round trips through pipes with another process (wake-ups,
+    as every database query and HTTP call costs). Shared virtual machines vary by tens of
+    percent from one run to the next, and the turn's CPU time with them."""
+    doc = {"rows": [{"id": i, "text": f"entry {i} " * 20, "tags": ["a", "b"]} for i in range(200)]}
+    compute = wakeups = math.inf
+    with subprocess.Popen(
+        [sys.executable, "-c", _ECHO], stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0
+    ) as echo:
+        assert echo.stdin is not None and echo.stdout is not None
+        w, r = echo.stdin.fileno(), echo.stdout.fileno()
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(20):
+                json.loads(json.dumps(doc))
+                sum(i * i for i in range(20_000))
+            compute = min(compute, time.perf_counter() - start)
+            start = time.perf_counter()
+            for _ in range(2000):
+                os.write(w, b"x")
+                os.read(r, 1)
+            wakeups = min(wakeups, time.perf_counter() - start)
+        echo.stdin.close()
+    return compute * 1000, wakeups * 1000
+
+
+@attrs.define
+class CpuMeter:
+    """CPU used from its creation: this process, and the database server's processes."""
+
+    reference: tuple[float, float] = attrs.field(factory=reference_ms)
+    own: float = attrs.field(factory=time.process_time)
+    server: float = attrs.field(factory=_postgres_cpu)
+
+    def per_turn(self, turns: int) -> tuple[float, float, float, float]:
+        """(this process, the server) CPU seconds per turn since creation, and the reference
+        workloads' times (ms; the mean of their runs before and after)."""
+        own, server = time.process_time() - self.own, _postgres_cpu() - self.server
+        after = reference_ms()
+        compute, wakeups = ((a + b) / 2 for a, b in zip(self.reference, after, strict=True))
+        return own / turns, server / turns, compute, wakeups
 
 
 # --- figures -------------------------------------------------------------------------------------
@@ -1065,7 +1137,13 @@ def tail(turns: list[TurnRecord], splits: list[Breakdown], steps: list[dict[str,
         print(f"    {name[:52]:52} {ms(a)} {ms(b)} {ms(a - b)}")
 
 
-def report(size: int, turns: list[TurnRecord], counts: dict[str, int], log_lines: int) -> None:
+def report(
+    size: int,
+    turns: list[TurnRecord],
+    counts: dict[str, int],
+    log_lines: int,
+    cpu: tuple[float, float, float, float],
+) -> None:
     totals = [t.total for t in turns]
     p50, p95 = pct(totals, 50), pct(totals, 95)
     mean_total = statistics.fmean(totals)
@@ -1078,6 +1156,15 @@ def report(size: int, turns: list[TurnRecord], counts: dict[str, int], log_lines
     acks = [t.t_ack - t.t0 for t in turns]
     print(
         f"  webhook ack (200): p50 {pct(acks, 50) * 1000:.2f} ms, p95 {pct(acks, 95) * 1000:.2f} ms"
+    )
+    print(
+        f"  CPU per turn (warm-up included; {os.cpu_count()} cores): this process (engram, the "
+        f"webhook client, the stub Bot API) {cpu[0] * 1000:.1f} ms, PostgreSQL "
+        f"{cpu[1] * 1000:.1f} ms"
+    )
+    print(
+        f"  machine speed now (lower is faster): reference compute {cpu[2]:.1f} ms, 2,000 pipe "
+        f"round trips with another process {cpu[3]:.1f} ms"
     )
     splits = [breakdown(t) for t in turns]
     table("timeline (adds up to the turn)",
@@ -1126,9 +1213,9 @@ def report(size: int, turns: list[TurnRecord], counts: dict[str, int], log_lines
 
 async def run_size(
     url: str, size: int, args: argparse.Namespace, log: TextIO
-) -> tuple[list[TurnRecord], dict[str, int], int]:
-    """Build the database for ``size`` entries, then measure: (turns, stub calls, log offset
-    where the measurement started)."""
+) -> tuple[list[TurnRecord], dict[str, int], tuple[float, float, float, float], int]:
+    """Build the database for ``size`` entries, then measure: (turns, stub calls, CPU per
+    turn, log offset where the measurement started)."""
     embedder = HashEmbedder(args.dims)
     chats = [CHAT_BASE + i for i in range(args.chats)]
     async with dbmod.asyncio_loop(), dbmod.open_database(url, max_size=10) as database:
@@ -1156,8 +1243,8 @@ async def run_size(
         )
         log.flush()
         before = log.tell()
-        turns, counts = await measure(database, embedder, chats, args)
-    return turns, counts, before
+        turns, counts, cpu = await measure(database, embedder, chats, args)
+    return turns, counts, cpu, before
 
 
 def run_all(url: str, args: argparse.Namespace, log: TextIO) -> None:
@@ -1167,7 +1254,9 @@ def run_all(url: str, args: argparse.Namespace, log: TextIO) -> None:
         name = f"engram_bench_turn_{size}_{secrets.token_hex(3)}"
         admin(url, f'CREATE DATABASE "{name}"')
         try:
-            turns, counts, before = trio.run(run_size, with_database(url, name), size, args, log)
+            turns, counts, cpu, before = trio.run(
+                run_size, with_database(url, name), size, args, log
+            )
         finally:
             if args.keep:
                 print(f"  kept database {name}", flush=True)
@@ -1177,7 +1266,7 @@ def run_all(url: str, args: argparse.Namespace, log: TextIO) -> None:
         with open(log.name, "rb") as f:
             f.seek(before)
             lines = f.read().count(b"\n")
-        report(size, turns, counts, lines)
+        report(size, turns, counts, lines, cpu)
         last = (size, turns)
     assert last is not None
     size, turns = last
