@@ -126,7 +126,10 @@ class ChatStore(Protocol):
 
     async def commit(
         self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
-    ) -> None: ...
+    ) -> outbox.OutboxRow | None:
+        """Persist the reply; the new outbox row when its first send attempt is already
+        started (the sender gets it as it is), else None."""
+        ...
 
 
 @attrs.frozen
@@ -148,12 +151,13 @@ class SqlChatStore:
 
     async def commit(
         self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
-    ) -> None:
+    ) -> outbox.OutboxRow | None:
         """Persist hook + outbox row + inbox rows final, atomically.
 
-        Usually one statement, no transaction: the outbox row, the inbox rows done and the
-        hook's writes, collected (:class:`actors.outbox.StatementCollector`). A hook that
-        needs more runs in a transaction with the rest, as do skipped rows."""
+        Usually one statement, no transaction: the outbox row (claimed for its first send
+        when it is the chat's only open one: returned, for the sender), the inbox rows done
+        and the hook's writes, collected (:class:`actors.outbox.StatementCollector`). A hook
+        that needs more runs in a transaction with the rest, as do skipped rows."""
         if skipped is None:
             collector = outbox.StatementCollector()
             try:
@@ -162,11 +166,11 @@ class SqlChatStore:
             except outbox.NotCollectable:
                 pass
             else:
-                await outbox.commit_turn(
+                row = await outbox.commit_turn(
                     self.db, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
-                    parse_mode=reply.parse_mode, before=collector.statements,
+                    parse_mode=reply.parse_mode, before=collector.statements, claim=True,
                 )  # fmt: skip
-                return
+                return row if row.status == "sending" else None
         async with self.db.transaction() as conn:
             if reply.persist is not None:
                 await reply.persist(conn)
@@ -175,11 +179,12 @@ class SqlChatStore:
                     conn, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
                     parse_mode=reply.parse_mode,
                 )  # fmt: skip
-                return
+                return None
             await outbox.enqueue_reply(
                 conn, chat_id, reply.text, reply.parse_mode, None, list(inbox_ids)
             )
             await inbox.mark_skipped(conn, list(inbox_ids), skipped)
+        return None
 
 
 @attrs.define
@@ -189,7 +194,7 @@ class ChatDeps:
     store: ChatStore
     turns: TurnHandler
     bot: ChatActionClient
-    outbox_ready: Callable[[int], None]
+    outbox_ready: Callable[[int, outbox.OutboxRow | None], None]
     running: RunningTurns = attrs.field(factory=RunningTurns)
     wakes: PendingWakes = attrs.field(factory=PendingWakes)
     transcribe: Transcriber | None = None
@@ -380,8 +385,8 @@ class ChatActor:
         self, reply: TurnReply, inbox_ids: Sequence[int], *, skipped: str | None = None
     ) -> None:
         """Commit the reply and finish the rows (see :class:`ChatStore`); then notify."""
-        await self.deps.store.commit(self.chat_id, reply, inbox_ids, skipped)
-        self.deps.outbox_ready(self.chat_id)
+        claimed = await self.deps.store.commit(self.chat_id, reply, inbox_ids, skipped)
+        self.deps.outbox_ready(self.chat_id, claimed)
 
 
 def chat_factory(deps: ChatDeps) -> Callable[[int], ChatActor]:

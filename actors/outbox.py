@@ -98,15 +98,22 @@ async def enqueue_reply(
 
 
 _COMMIT_TURN = """
-reply AS (
-    INSERT INTO outbox (chat_id, text, parse_mode, reply_to_message_id, inbox_ids)
-    VALUES ($1, $2, $3, $4, $5::bigint[]) RETURNING id
+older AS (
+    SELECT $6::bool AND NOT EXISTS (
+        SELECT 1 FROM outbox WHERE chat_id = $1 AND status = ANY($7::text[])
+    ) AS claim
+), reply AS (
+    INSERT INTO outbox (chat_id, text, parse_mode, reply_to_message_id, inbox_ids, status, attempts)
+    SELECT $1, $2, $3, $4, $5::bigint[], CASE WHEN claim THEN 'sending' ELSE 'pending' END,
+           CASE WHEN claim THEN 1 ELSE 0 END
+    FROM older
+    RETURNING {columns}
 ), done AS (
     UPDATE inbox SET status = 'done', processed_at = now(), last_error = NULL
     WHERE id = ANY($5::bigint[]) AND status <> 'done' RETURNING id
 )
-SELECT (SELECT id FROM reply) AS outbox_id, (SELECT count(*) FROM done) AS done
-"""
+SELECT reply.*, (SELECT count(*) FROM done) AS done FROM reply
+""".replace("{columns}", _COLUMNS)
 _WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE)\s", re.IGNORECASE)
 _PARAM = re.compile(r"\$(\d+)")
 
@@ -149,23 +156,28 @@ async def commit_turn(
     parse_mode: ParseMode | None = None,
     reply_to_message_id: int | None = None,
     before: Sequence[Statement] = (),
-) -> int:
+    claim: bool = False,
+) -> OutboxRow:
     """Enqueue a turn's reply and mark its inbox rows done, atomically, in one statement (one
-    round trip; on a connection in a transaction it commits with the rest); the outbox id.
+    round trip; on a connection in a transaction it commits with the rest); the new row.
+
+    ``claim``: when the chat has no other open row, the row's first send attempt starts with
+    it (``sending``, ``attempts`` 1, as :func:`next_pending_claimed` would): the caller hands
+    the row to the sender, which sends it without reading it back. With an older open row it
+    stays ``pending``, for the sender to take in order.
 
     ``before``: more writes (e.g. a :class:`StatementCollector`'s) run in the same statement,
     as data-modifying CTEs: all or nothing with the reply. They run on one snapshot, so they
     must not depend on each other's effects; ``$n`` in their text must be parameters only."""
     args: list[Any] = [chat_id, text, parse_mode, reply_to_message_id]
-    args.append(list(dict.fromkeys(inbox_ids)))
+    args += [list(dict.fromkeys(inbox_ids)), claim, list(OPEN_STATUSES)]
     ctes = []
     for n, (query, params) in enumerate(before):
         ctes.append(f"w{n} AS ({_shift_params(query, len(args))}),")
         args.extend(params)
     row = await db.fetchrow(f"WITH {' '.join(ctes)} {_COMMIT_TURN}", *args)
     assert row is not None
-    row_id: int = row["outbox_id"]
-    return row_id
+    return OutboxRow.from_record(row)
 
 
 async def get(db: Queryable, row_id: int) -> OutboxRow | None:

@@ -77,9 +77,12 @@ log = structlog.get_logger(__name__)
 
 @attrs.frozen
 class OutboxReady:
-    """Sent by the chat actor after committing a reply: ``chat_id`` has outbox rows to send."""
+    """Sent by the chat actor after committing a reply: ``chat_id`` has outbox rows to send.
+    ``row``: the new row when the commit already started its first send attempt (it was the
+    chat's only open row): with no worker on the chat, it is sent without reading it back."""
 
     chat_id: int
+    row: OutboxRow | None = None
 
 
 class MessageClient(Protocol):
@@ -251,7 +254,11 @@ class SenderActor:
         log.info("sender.stopped")
 
     async def _handle(self, msg: OutboxReady) -> None:
-        self._wake(msg.chat_id)
+        row = msg.row
+        if row is not None and row.status == "sending" and self._idle(msg.chat_id):
+            self._start_worker(msg.chat_id, row)
+        else:
+            self._wake(msg.chat_id)
 
     async def _sweep(self) -> None:
         for chat_id in await self.store.chats_with_pending():
@@ -263,17 +270,29 @@ class SenderActor:
                 await trio.sleep(interval)
                 await self._sweep()
 
+    def _idle(self, chat_id: int) -> bool:
+        """No worker on ``chat_id`` and workers may start."""
+        return chat_id not in self._workers and not self._stopping and self._nursery is not None
+
     def _wake(self, chat_id: int) -> None:
         """Make sure a worker will look at ``chat_id``'s open rows."""
         if chat_id in self._workers:
             self._again.add(chat_id)
-        elif not self._stopping and self._nursery is not None:
-            self._workers.add(chat_id)
-            self._nursery.start_soon(self._chat_worker, chat_id, name=f"sender:{chat_id}")
+        elif self._idle(chat_id):
+            self._start_worker(chat_id)
 
-    async def _chat_worker(self, chat_id: int) -> None:
+    def _start_worker(self, chat_id: int, first: OutboxRow | None = None) -> None:
+        assert self._nursery is not None
+        self._workers.add(chat_id)
+        self._nursery.start_soon(self._chat_worker, chat_id, first, name=f"sender:{chat_id}")
+
+    async def _chat_worker(self, chat_id: int, first: OutboxRow | None = None) -> None:
+        """Send the chat's open rows in order; ``first``: a row already claimed (its send
+        attempt started by the chat actor's commit), sent before looking for more."""
         with structlog.contextvars.bound_contextvars(chat_id=chat_id):
             try:
+                if first is not None:
+                    await self._send_row(first, claimed=True)
                 while not self._stopping:
                     self._again.discard(chat_id)
                     rows, claimed = await self.store.next_pending_claimed(

@@ -30,6 +30,7 @@ from actors.chat import ChatDeps, RunningTurns, SqlChatStore, Transcriber, chat_
 from actors.compactor import CompactorActor
 from actors.dedupe import DedupeCache
 from actors.inbox_writer import InboxWriter
+from actors.outbox import OutboxRow
 from actors.router import Router
 from actors.sender import OutboxReady, SenderActor
 from actors.telegram_client import BotApiClient
@@ -101,9 +102,9 @@ class BotSystem:
                 supervise, "sender", run_sender, policy
             )
 
-            def outbox_ready(chat_id: int) -> None:
+            def outbox_ready(chat_id: int, row: OutboxRow | None) -> None:
                 try:
-                    sender.send_nowait(OutboxReady(chat_id))
+                    sender.send_nowait(OutboxReady(chat_id, row))
                 except ActorError:  # the sender's sweep finds the row anyway
                     log.warning("system.outbox_notify_failed", chat_id=chat_id)
 

@@ -158,7 +158,11 @@ async def harness(nursery: trio.Nursery) -> Harness:
     store, bot = MemoryStore(), Bot()
     agent = Agent(store=store)
     notified: list[int] = []
-    deps = ChatDeps(store=store, turns=agent, bot=bot, outbox_ready=notified.append)
+
+    def outbox_ready(chat_id: int, row: object) -> None:
+        notified.append(chat_id)
+
+    deps = ChatDeps(store=store, turns=agent, bot=bot, outbox_ready=outbox_ready)
 
     async def transcribe(chat_id: int, voice: Voice) -> str:
         if voice.file_size and voice.file_size > 20 * 1024 * 1024:

@@ -269,12 +269,28 @@ async def test_failed_and_uncertain_are_final_and_not_resent(db: dbmod.Database)
     assert await outbox.mark_sent(db, uncertain) is False
 
 
+async def test_commit_turn_claims_the_row_when_the_chat_has_no_other_open_row(
+    db: dbmod.Database,
+) -> None:
+    a = await _insert(db, 60, 9)
+    alone = await outbox.commit_turn(db, chat_id=9, text="r1", inbox_ids=[a], claim=True)
+    assert (alone.status, alone.attempts) == ("sending", 1)
+    assert await outbox.get(db, alone.id) == alone
+    b = await _insert(db, 61, 9)
+    behind = await outbox.commit_turn(db, chat_id=9, text="r2", inbox_ids=[b], claim=True)
+    assert (behind.status, behind.attempts) == ("pending", 0)  # r1 is still open: after it
+    await outbox.mark_sent(db, alone.id)
+    other = await outbox.commit_turn(db, chat_id=10, text="x", inbox_ids=[], claim=True)
+    assert other.status == "sending"  # another chat's open rows do not count
+
+
 async def test_commit_turn_is_atomic(db: dbmod.Database) -> None:
     a = await _insert(db, 50, 7)
     b = await _insert(db, 51, 7)
-    out_id = await outbox.commit_turn(db, chat_id=7, text="reply", inbox_ids=[a, b])
-    row = await outbox.get(db, out_id)
-    assert row is not None and row.inbox_ids == (a, b)
+    new = await outbox.commit_turn(db, chat_id=7, text="reply", inbox_ids=[a, b])
+    row = await outbox.get(db, new.id)
+    assert row is not None and row.inbox_ids == (a, b) and row == new
+    assert row.status == "pending" and row.attempts == 0  # not claimed unless asked
     assert await inbox.pending_for_chat(db, 7) == []
 
     c = await _insert(db, 52, 7)

@@ -441,6 +441,53 @@ async def test_notification_during_the_workers_last_query_is_not_lost(
     assert client.delivered(4) == ["one", "two"]
 
 
+@attrs.define
+class LoggedOutbox(MemoryOutbox):
+    """Notes the reads and claims the sender makes."""
+
+    calls: list[str] = attrs.field(factory=list)
+
+    async def next_pending(self, chat_id: int, limit: int) -> list[OutboxRow]:
+        self.calls.append(f"read {chat_id}")
+        return await super().next_pending(chat_id, limit)
+
+    async def mark_sending(self, row_id: int) -> int | None:
+        self.calls.append(f"claim {row_id}")
+        return await super().mark_sending(row_id)
+
+
+async def test_a_row_claimed_by_the_commit_is_sent_without_reading_it_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store, client = LoggedOutbox(), FakeClient()
+    async with running(SenderActor(store, client, settings=NO_SWEEP)) as address:
+        store.calls.clear()  # the start-up scan
+        row = store.add(6, "hello", status="sending", attempts=1)  # as commit_turn(claim=True)
+        await address.send(OutboxReady(6, store.rows[row]))
+        await store.wait_final(row)
+        await trio.sleep(1)  # the worker looks for more after the send, and leaves
+    assert client.delivered(6) == ["hello"]
+    # no read and no claim before the send (else: read 6, claim 1, send, read 6)
+    assert store.calls == ["read 6"]
+    assert store.rows[row].status == "sent" and store.rows[row].attempts == 1
+
+
+async def test_a_claimed_row_of_a_busy_chat_waits_its_turn(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store, client = LoggedOutbox(query_delay=1.0), FakeClient()
+    first = store.add(6, "first")
+    async with running(SenderActor(store, client, settings=NO_SWEEP)) as address:
+        await store.wait_final(first)  # t=1: the worker now runs a query that will be empty
+        await trio.sleep(0.5)
+        second = store.add(6, "second", status="sending", attempts=1)
+        await address.send(OutboxReady(6, store.rows[second]))  # the worker is still there
+        with trio.fail_after(60):
+            await store.wait_final(second)
+    assert client.delivered(6) == ["first", "second"]  # once each, in order
+    assert store.calls.count(f"claim {second}") == 1  # taken by the running worker
+
+
 async def test_sweep_finds_rows_without_notification(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
