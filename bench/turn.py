@@ -18,10 +18,15 @@ the embedder replaced by fakes that answer at once:
 So a measured turn is: POST on a keep-alive connection to ``/api/telegram`` (real HTTP on
 127.0.0.1) -> webhook checks and JSON -> inbox insert -> router -> chat actor (open rows and
 claim, typing indicator) -> agent (user row and recent window, context, model call, hybrid
-search over the journal, model call) -> the commit (assistant/tool rows, outbox row, inbox
-done: one statement) -> sender (outbox row and its claim, pacing, ``sendMessage`` over httpx)
--> the clock stops when the stub Bot API (in this process, trio) has read the ``sendMessage``
-request for that chat.
+search over the journal, model call) -> the commit (assistant/tool rows, the outbox row, claimed
+for its first send, inbox done: one statement) -> sender (pacing, ``sendMessage`` over httpx)
+-> the clock stops when the stub Bot API has read the ``sendMessage`` request for that chat.
+
+Telegram's side, the webhook sender and the stub Bot API, runs in a process of its own
+(``bench/_turn_outside.py``), as the real one runs on other machines: it takes the start time,
+POSTs, and takes the end time when its stub reads the reply; both processes read the same
+monotonic clock. (Until 2026-11-24 it ran in the engram process, whose one Python thread then
+also did its work, and read the ``sendMessage`` request only when that thread got to it.)
 
 The journal is loaded by COPY after the migrations, so the ``entries`` trigger of migration
 003 turns its unknown time zones (``Invalid/Zone``, about one entry in nine) into NULL, as an
@@ -136,6 +141,7 @@ SECRET = "bench-turn-secret_token"
 CHAT_BASE = 910_000_000
 GOAL_P95_MS = 30.0
 TURN_TIMEOUT = 30.0
+OUTSIDE = Path(__file__).resolve().parent / "_turn_outside.py"
 now = time.perf_counter
 
 
@@ -155,16 +161,14 @@ class TurnRecord:
     t_ack: float = 0.0  # 200 read
     t_start: float = 0.0  # run_turn entered
     t_end: float = 0.0  # run_turn returned
-    t_sent: float = 0.0  # the stub read sendMessage for the chat
+    t_sent: float = 0.0  # the stub (another process) read sendMessage for the chat
     reply: str = ""
     results: int = -1
     db: list[tuple[float, float, str]] = attrs.field(factory=list)  # start, seconds, site
     spans: list[tuple[str, float, float]] = attrs.field(factory=list)  # name, start, end
     bot: list[tuple[str, float, float]] = attrs.field(factory=list)  # method, start, seconds
-    stub_s: float = 0.0
     #: the chat's previous reply was sent less than the sender's per-chat interval before
     paced: bool = False
-    done: trio.Event = attrs.field(factory=trio.Event)
 
     @property
     def total(self) -> float:
@@ -198,7 +202,6 @@ class Recorder:
     """Routes observations to the turn in flight (turns are sequential)."""
 
     current: TurnRecord | None = None
-    strays: int = 0
 
     def db(self, site: str, start: float, seconds: float) -> None:
         if self.current is not None and start >= self.current.t0:
@@ -211,19 +214,6 @@ class Recorder:
     def bot(self, method: str, start: float, seconds: float) -> None:
         if self.current is not None and start >= self.current.t0:
             self.current.bot.append((method, start, seconds))
-
-    def sent(self, chat_id: int, at: float, text: str) -> None:
-        turn = self.current
-        if turn is None or turn.chat_id != chat_id or turn.done.is_set():
-            self.strays += 1
-            return
-        turn.t_sent, turn.reply = at, text
-        turn.done.set()
-
-    def stub(self, start: float, seconds: float) -> None:
-        turn = self.current
-        if turn is not None and start >= turn.t0 and not turn.done.is_set():
-            turn.stub_s += seconds
 
 
 # --- SQL statement -> a short site name ----------------------------------------------------------
@@ -578,108 +568,6 @@ class ScriptedLLM:
         )
 
 
-# --- loopback HTTP: the stub Bot API and the webhook client --------------------------------------
-
-
-async def read_http(stream: trio.SocketStream, buf: bytearray) -> tuple[bytes, bytes] | None:
-    """One HTTP/1.1 message (head, body) with a Content-Length; None at EOF."""
-    while True:
-        end = buf.find(b"\r\n\r\n")
-        if end >= 0:
-            head = bytes(buf[:end])
-            length = 0
-            for line in head.split(b"\r\n")[1:]:
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            if len(buf) >= end + 4 + length:
-                body = bytes(buf[end + 4 : end + 4 + length])
-                del buf[: end + 4 + length]
-                return head, body
-        data = await stream.receive_some(65536)
-        if not data:
-            return None
-        buf += data
-
-
-class StubBotApi:
-    """A minimal keep-alive Bot API on 127.0.0.1 (getMe, sendChatAction, sendMessage, ...)."""
-
-    def __init__(self, rec: Recorder) -> None:
-        self.rec = rec
-        self.counts: dict[str, int] = defaultdict(int)
-        self.message_id = 0
-
-    async def run(self, *, task_status: trio.TaskStatus[int]) -> None:
-        listeners = await trio.open_tcp_listeners(0, host=HOST)
-        task_status.started(listeners[0].socket.getsockname()[1])
-        await trio.serve_listeners(self._serve, listeners)
-
-    async def _serve(self, stream: trio.SocketStream) -> None:
-        buf = bytearray()
-        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-            while (message := await read_http(stream, buf)) is not None:
-                start = now()
-                head, body = message
-                target = head.split(b" ", 2)[1].decode("latin-1")
-                method = target.rstrip("/").rsplit("/", 1)[-1]
-                self.counts[method] += 1
-                result: Any = True
-                if method == "getMe":
-                    result = {"id": 123456789, "is_bot": True, "first_name": "Bench",
-                              "username": "bench_bot"}  # fmt: skip
-                elif method == "sendMessage":
-                    params = json.loads(body)
-                    self.rec.sent(int(params["chat_id"]), start, str(params["text"]))
-                    self.message_id += 1
-                    result = {"message_id": self.message_id, "date": int(time.time()),
-                              "chat": {"id": params["chat_id"], "type": "private"},
-                              "text": params["text"]}  # fmt: skip
-                payload = json.dumps({"ok": True, "result": result}).encode()
-                await stream.send_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-                    b"Content-Length: %d\r\n\r\n%s" % (len(payload), payload)
-                )
-                self.rec.stub(start, now() - start)
-
-
-class WebhookClient:
-    """POSTs updates to the webhook on one keep-alive connection (reconnects when closed)."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.stream: trio.SocketStream | None = None
-        self.buf = bytearray()
-        self.head = (
-            f"POST /api/telegram HTTP/1.1\r\nHost: {HOST}:{port}\r\n"
-            f"Content-Type: application/json\r\nX-Telegram-Bot-Api-Secret-Token: {SECRET}\r\n"
-        ).encode()
-
-    async def post(self, body: bytes) -> int:
-        for attempt in range(2):
-            if self.stream is None:
-                self.stream = await trio.open_tcp_stream(HOST, self.port)
-                self.buf = bytearray()
-            try:
-                await self.stream.send_all(
-                    self.head + b"Content-Length: %d\r\n\r\n" % len(body) + body
-                )
-                message = await read_http(self.stream, self.buf)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                message = None
-            if message is not None:
-                return int(message[0].split(b" ", 2)[1])
-            await self.aclose()
-            if attempt:
-                break
-        raise BenchError("the webhook closed the connection without an answer")
-
-    async def aclose(self) -> None:
-        if self.stream is not None:
-            await self.stream.aclose()
-            self.stream = None
-
-
 # --- building a database -------------------------------------------------------------------------
 
 
@@ -826,58 +714,62 @@ async def load_chats(db: dbmod.Database, chats: Sequence[int], history: int, see
 # --- one size ------------------------------------------------------------------------------------
 
 
-def update_body(update_id: int, chat_id: int, text: str) -> bytes:
-    return json.dumps(
-        {
-            "update_id": update_id,
-            "message": {
-                "message_id": update_id,
-                "date": int(time.time()),
-                "chat": {"id": chat_id, "type": "private", "first_name": "Bench"},
-                "from": {"id": chat_id, "is_bot": False, "first_name": "Bench"},
-                "text": text,
-            },
-        }
-    ).encode()
+class Outside:
+    """Telegram's side (``bench/_turn_outside.py``) in its own process: the webhook sender
+    and the stub Bot API, talking JSON lines over the child's stdin/stdout."""
+
+    def __init__(self, process: trio.Process) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.process, self.inp, self.out = process, process.stdout, process.stdin
+        self.buf = bytearray()
+
+    async def send(self, **message: Any) -> None:
+        await self.out.send_all(json.dumps(message).encode() + b"\n")
+
+    async def receive(self) -> dict[str, Any]:
+        with trio.fail_after(TURN_TIMEOUT + 10):
+            while (end := self.buf.find(b"\n")) < 0:
+                data = await self.inp.receive_some(65536)
+                if not data:
+                    raise BenchError(f"the outside process ended ({self.process.poll()})")
+                self.buf += data
+        line = bytes(self.buf[:end])
+        del self.buf[: end + 1]
+        value: dict[str, Any] = json.loads(line)
+        return value
 
 
 async def drive(
-    port: int, rec: Recorder, chats: Sequence[int], args: argparse.Namespace, seed: int
-) -> list[TurnRecord]:
-    """Sequential turns; the measured ones after the warm-up."""
-    rng = np.random.default_rng(seed + 2)
-    client = WebhookClient(port)
+    outside: Outside, port: int, rec: Recorder, chats: Sequence[int], args: argparse.Namespace
+) -> tuple[list[TurnRecord], dict[str, int]]:
+    """Sequential turns driven by the outside process; the measured ones after the warm-up,
+    and the stub's calls by method."""
     warmup = max(args.warmup, len(chats))
-    interval = SenderSettings().chat_interval
-    last_sent: dict[int, float] = {}
+    await outside.send(
+        webhook_port=port, chats=list(chats), warmup=warmup, turns=args.turns,
+        spacing=args.spacing, seed=args.seed, interval=SenderSettings().chat_interval,
+    )  # fmt: skip
     measured: list[TurnRecord] = []
     try:
-        for i in range(warmup + args.turns):
-            chat = chats[i % len(chats)]
-            text, _ = user_message(rng)
-            body = update_body(10_000 + i, chat, text)
-            turn = TurnRecord(chat)
+        while "end" not in (msg := await outside.receive()):
+            turn = TurnRecord(msg["chat"], t0=now())  # provisional: before the POST
             rec.current = turn
-            turn.t0 = now()
-            turn.paced = turn.t0 - last_sent.get(chat, -math.inf) < interval
-            status = await client.post(body)
-            turn.t_ack = now()
-            if status != 200:
-                raise BenchError(f"webhook answered {status}")
-            with trio.move_on_after(TURN_TIMEOUT):
-                await turn.done.wait()
-            if not turn.done.is_set():
-                raise BenchError(f"no sendMessage for chat {chat} within {TURN_TIMEOUT:g} s")
-            last_sent[chat] = turn.t_sent
+            await outside.send()
+            done = await outside.receive()
+            if done["status"] != 200:
+                raise BenchError(f"webhook answered {done['status']}")
+            if math.isnan(done["t_sent"]):
+                raise BenchError(f"no sendMessage for {turn.chat_id} within {TURN_TIMEOUT:g} s")
+            turn.t0, turn.t_ack, turn.t_sent = done["t0"], done["t_ack"], done["t_sent"]
+            turn.reply, turn.paced = done["reply"], done["paced"]
             await trio.sleep(0.01)  # the sender records the delivery; not part of the turn
             rec.current = None
-            if i >= warmup:
+            if done["done"] >= warmup:
                 measured.append(turn)
-            await trio.sleep(max(0.0, args.spacing - (now() - turn.t0)))
+            await outside.send()
     finally:
         rec.current = None
-        await client.aclose()
-    return measured
+    return measured, dict(msg["counts"])
 
 
 async def measure(
@@ -889,78 +781,91 @@ async def measure(
     rec = Recorder()
     timed_db = TimedDatabase(database, rec)
     db = cast(dbmod.Database, timed_db)
-    stub = StubBotApi(rec)
     measured: list[TurnRecord] = []
+    counts: dict[str, int] = {}
     cpu_per_turn = (math.nan, math.nan, math.nan, math.nan)
-    async with trio.open_nursery() as nursery:
-        stub_port = await nursery.start(stub.run)
-        base_url = f"http://{HOST}:{stub_port}"
-        settings = load_settings(
-            {
-                "ENGRAM_HOST": HOST,
-                "ENGRAM_PORT": "0",
-                "TELEGRAM_BOT_TOKEN": TOKEN,
-                "TELEGRAM_SECRET_TOKEN": SECRET,
-                "TELEGRAM_ALLOWED_CHAT_IDS": ",".join(str(c) for c in chats),
-                "TELEGRAM_API_BASE_URL": base_url,
-                "SHUTDOWN_DEADLINE": "10",
-            },
-            dotenv=None,
-        )
-        timed_embedder = TimedEmbedder(embedder, rec)
-        thresholds = thresholds_for(timed_embedder.model, settings)
-        extra = memory_tools(thresholds=thresholds)
-        usage = await nursery.start(UsageWriter(db).run)  # as cmd_serve: rows written behind
-        agent = sql_agent(  # as actors.cli.cmd_serve builds it
-            db,
-            ScriptedLLM(usage, rec),
-            timezone=settings.timezone,
-            embedder=timed_embedder,
-            context_token_budget=settings.context_token_budget,
-            retriever=SqlPatternRetriever(db, timed_embedder, thresholds),
-            extra_tools=extra,
-        )
-        agent.conversation = TimedConversation(agent.conversation, rec)
-        agent.tools = TimedRegistry([*JOURNAL_TOOLS, *extra], rec)
-        turns = TimedTurns(agent, rec)
+    process = await trio.lowlevel.open_process(
+        [sys.executable, str(OUTSIDE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    outside = Outside(process)
+    try:
+        async with trio.open_nursery() as nursery:
+            stub_port = (await outside.receive())["port"]
+            base_url = f"http://{HOST}:{stub_port}"
+            settings = load_settings(
+                {
+                    "ENGRAM_HOST": HOST,
+                    "ENGRAM_PORT": "0",
+                    "TELEGRAM_BOT_TOKEN": TOKEN,
+                    "TELEGRAM_SECRET_TOKEN": SECRET,
+                    "TELEGRAM_ALLOWED_CHAT_IDS": ",".join(str(c) for c in chats),
+                    "TELEGRAM_API_BASE_URL": base_url,
+                    "SHUTDOWN_DEADLINE": "10",
+                },
+                dotenv=None,
+            )
+            timed_embedder = TimedEmbedder(embedder, rec)
+            thresholds = thresholds_for(timed_embedder.model, settings)
+            extra = memory_tools(thresholds=thresholds)
+            usage = await nursery.start(UsageWriter(db).run)  # as cmd_serve: rows written behind
+            agent = sql_agent(  # as actors.cli.cmd_serve builds it
+                db,
+                ScriptedLLM(usage, rec),
+                timezone=settings.timezone,
+                embedder=timed_embedder,
+                context_token_budget=settings.context_token_budget,
+                retriever=SqlPatternRetriever(db, timed_embedder, thresholds),
+                extra_tools=extra,
+            )
+            agent.conversation = TimedConversation(agent.conversation, rec)
+            agent.tools = TimedRegistry([*JOURNAL_TOOLS, *extra], rec)
+            turns = TimedTurns(agent, rec)
 
-        def build(s: Any, d: dbmod.Database, sh: Shutdown) -> BotSystem:
-            return BotSystem(
-                s, d, sh, turns=turns,
-                bot_factory=lambda: TimedBotApi(TOKEN, base_url=base_url, rec=rec),
-                background=[EmbeddingBackfill(d, timed_embedder).run],
-            )  # fmt: skip
+            def build(s: Any, d: dbmod.Database, sh: Shutdown) -> BotSystem:
+                return BotSystem(
+                    s, d, sh, turns=turns,
+                    bot_factory=lambda: TimedBotApi(TOKEN, base_url=base_url, rec=rec),
+                    background=[EmbeddingBackfill(d, timed_embedder).run],
+                )  # fmt: skip
 
-        shutdown = Shutdown(deadline=10, signals=())
-        listening = trio.Event()
-        binds: list[str] = []
-        stopped = trio.Event()
+            shutdown = Shutdown(deadline=10, signals=())
+            listening = trio.Event()
+            binds: list[str] = []
+            stopped = trio.Event()
 
-        def on_listening(found: list[str]) -> None:
-            binds.extend(found)
-            listening.set()
+            def on_listening(found: list[str]) -> None:
+                binds.extend(found)
+                listening.set()
 
-        async def run_serve() -> None:
+            async def run_serve() -> None:
+                try:
+                    await serve(settings, db, build, on_listening=on_listening, shutdown=shutdown)
+                finally:
+                    stopped.set()
+
+            nursery.start_soon(run_serve)
+            with trio.fail_after(30):
+                await listening.wait()
+            port = int(binds[0].rsplit(":", 1)[1])
             try:
-                await serve(settings, db, build, on_listening=on_listening, shutdown=shutdown)
+                cpu = CpuMeter()
+                measured, counts = await drive(outside, port, rec, chats, args)
+                cpu_per_turn = cpu.per_turn(max(args.warmup, len(chats)) + args.turns)
             finally:
-                stopped.set()
-
-        nursery.start_soon(run_serve)
-        with trio.fail_after(30):
-            await listening.wait()
-        port = int(binds[0].rsplit(":", 1)[1])
-        try:
-            cpu = CpuMeter()
-            measured = await drive(port, rec, chats, args, args.seed)
-            cpu_per_turn = cpu.per_turn(max(args.warmup, len(chats)) + args.turns)
-        finally:
-            shutdown.request_stop("bench done")
-            with trio.move_on_after(20):
-                await stopped.wait()
-            nursery.cancel_scope.cancel()
-    counts = dict(stub.counts)
-    counts["(unmatched sendMessage)"] = rec.strays
+                shutdown.request_stop("bench done")
+                with trio.move_on_after(20):
+                    await stopped.wait()
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    await outside.send()  # the outside process may stop its stub now
+                with trio.move_on_after(5):
+                    await process.wait()
+                nursery.cancel_scope.cancel()
+    finally:
+        if process.poll() is None:
+            process.kill()
+        with trio.move_on_after(5, shield=True):
+            await process.wait()
+    counts.setdefault("(unmatched sendMessage)", 0)
     return measured, counts, cpu_per_turn
 
 
@@ -1069,14 +974,12 @@ def breakdown(t: TurnRecord) -> Breakdown:
     embed = t.span_s("embed")
     tool_cpu = t.span_s("tool handler") - t.db_within(handler) - embed
     fakes = embed + t.span_s("llm") - encode - t.db_within(llm_spans)
-    harness = t.stub_s
     parts = {
         "database (wall time with a query running)": db_total,
         "context build (window rows -> system prompt)": context,
         "serialization (model JSON, tool input/result JSON)": encode + tool_json,
         "search tool CPU (excl. database, embedding)": tool_cpu,
         "fake model + fake embedder": fakes,
-        "bench stub answering sendChatAction (in-process)": harness,
     }
     parts["rest: HTTP in/out, webhook, router, actors, logs"] = t.total - sum(parts.values())
     timeline = {
