@@ -1061,9 +1061,8 @@ def report(
         f"  webhook ack (200): p50 {pct(acks, 50) * 1000:.2f} ms, p95 {pct(acks, 95) * 1000:.2f} ms"
     )
     print(
-        f"  CPU per turn (warm-up included; {os.cpu_count()} cores): this process (engram, the "
-        f"webhook client, the stub Bot API) {cpu[0] * 1000:.1f} ms, PostgreSQL "
-        f"{cpu[1] * 1000:.1f} ms"
+        f"  CPU per turn (warm-up included; {os.cpu_count()} cores): the engram process "
+        f"{cpu[0] * 1000:.1f} ms, PostgreSQL {cpu[1] * 1000:.1f} ms"
     )
     print(
         f"  machine speed now (lower is faster): reference compute {cpu[2]:.1f} ms, 2,000 pipe "
