@@ -254,9 +254,8 @@ class SenderActor:
         log.info("sender.stopped")
 
     async def _handle(self, msg: OutboxReady) -> None:
-        row = msg.row
-        if row is not None and row.status == "sending" and self._idle(msg.chat_id):
-            self._start_worker(msg.chat_id, row)
+        if msg.row is not None and self._idle(msg.chat_id):
+            self._start_worker(msg.chat_id, msg.row)
         else:
             self._wake(msg.chat_id)
 

@@ -16,6 +16,7 @@ one-shot query leaves no session state behind, so it goes back without that roun
 
 from __future__ import annotations
 
+import abc
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -119,11 +120,12 @@ async def _bridge(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwar
         raise map_error(exc) from exc
 
 
-class _Queries:
+class _Queries(abc.ABC):
     """Query methods shared by the pool handle and a single acquired connection."""
 
+    @abc.abstractmethod
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError
+        """Run the asyncpg connection method ``method`` (mapping errors)."""
 
     async def execute(self, query: str, *args: Any) -> str:
         return await self._call("execute", query, *args)  # type: ignore[no-any-return]
