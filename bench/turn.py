@@ -99,6 +99,7 @@ from _turn_data import (
     chat_history,
     user_message,
 )
+from _turn_outside import HOST, SECRET, TURN_TIMEOUT
 
 from actors.agent import sql_agent
 from actors.sender import SenderSettings
@@ -135,12 +136,9 @@ from runtime.serve import serve
 from runtime.settings import load_settings
 from runtime.shutdown import Shutdown
 
-HOST = "127.0.0.1"
 TOKEN = "123456789:BENCH_fake-token_for-local-stub_only"
-SECRET = "bench-turn-secret_token"
 CHAT_BASE = 910_000_000
 GOAL_P95_MS = 30.0
-TURN_TIMEOUT = 30.0
 OUTSIDE = Path(__file__).resolve().parent / "_turn_outside.py"
 now = time.perf_counter
 
