@@ -13,7 +13,7 @@ On shutdown (:meth:`CompactorActor.aclose`) it refuses new requests, finishes th
 hand and drops the queued ones: they are re-requested by the next turn over budget.
 
 :class:`WindowEstimate` is the budget re-check: the agent's own rule
-(:func:`actors.context.context_tokens` over the system prompt, the recent window and the tool
+(:func:`actors.agent.context.context_tokens` over the system prompt, the recent window and the tool
 definitions) plus an allowance for the retrieved patterns (the retriever's 2,000-token budget),
 so the compactor never thinks a chat is under budget while the agent thinks it is over.
 """
@@ -28,16 +28,16 @@ from typing import Any
 import attrs
 import trio
 
-from actors.agent import wall_clock
-from actors.context import PERSONA, RetrievedMemory, build_context
-from actors.tool_loop import tool_specs
-from memory.compaction import CompactionOptions, CompactionOutcome, compact_chat
-from memory.conversation import DEFAULT_WINDOW_LIMIT, Queries, recent_window
-from memory.dedup import Adjudicator
-from memory.embeddings import Embedder
-from memory.llm import LLM
-from memory.thresholds import thresholds_for
-from memory.tools import ToolRegistry
+from actors.agent.context import PERSONA, RetrievedMemory, build_context
+from actors.agent.handler import wall_clock
+from actors.agent.tool_loop import tool_specs
+from memory.conversation.messages import DEFAULT_WINDOW_LIMIT, Queries, recent_window
+from memory.embeddings.providers import Embedder
+from memory.embeddings.thresholds import thresholds_for
+from memory.llm.protocol import LLM
+from memory.patterns.compaction import CompactionOptions, CompactionOutcome, compact_chat
+from memory.patterns.dedup import Adjudicator
+from memory.tools.registry import ToolRegistry
 from runtime.actor import Mailbox
 from runtime.db import Database
 from runtime.errors import ActorStopped, MailboxFull
@@ -178,7 +178,7 @@ def sql_compactor(
     adjudicator: Adjudicator | None = None,
     capacity: int = 64,
 ) -> CompactorActor:
-    """The production compactor: :func:`memory.compaction.compact_chat` with the settings'
+    """The production compactor: :func:`memory.patterns.compaction.compact_chat` with the settings'
     keep-recent, chunk size, thresholds and budget, the budget re-checked by
     :class:`WindowEstimate` over ``tools`` (the agent's registry)."""
     options = CompactionOptions(

@@ -22,9 +22,9 @@ from typing import Protocol
 import attrs
 import trio
 
-from actors import inbox
-from actors.chat import PendingWakes, RunningTurns, Wake
-from actors.telegram_types import Update
+from actors.chat.actor import PendingWakes, RunningTurns, Wake
+from actors.queues import inbox
+from actors.telegram.types import Update
 from runtime.actor import Mailbox, serve
 from runtime.db import Database
 from runtime.errors import ActorError, DatabaseError, MailboxFull

@@ -8,7 +8,7 @@ different chats concurrently); every request passes the per-chat pacing (one req
 every chat with open rows (``pending``, or ``sending`` left by a crash) gets a worker, so a
 lost notification only delays a reply.
 
-A reply is split with :mod:`actors.chunking` (UTF-16 limit, paragraph/line/word boundaries,
+A reply is split with :mod:`actors.telegram.chunking` (UTF-16 limit, paragraph/line/word boundaries,
 never inside an HTML tag or entity); each delivered chunk is recorded at once
 (``record_chunk_sent``), so a restart resumes after the last delivered chunk. Per request:
 
@@ -34,8 +34,11 @@ import attrs
 import structlog
 import trio
 
-from actors import outbox
-from actors.chunking import (
+from actors.queues import outbox
+from actors.queues.inbox import Queryable
+from actors.queues.outbox import OutboxRow
+from actors.sender_policy import SenderSettings, SlidingWindowLimiter
+from actors.telegram.chunking import (
     MAX_MESSAGE_UTF16,
     ChunkPlan,
     html_to_text,
@@ -44,10 +47,7 @@ from actors.chunking import (
     utf16_len,
     visible_text,
 )
-from actors.inbox import Queryable
-from actors.outbox import OutboxRow
-from actors.sender_policy import SenderSettings, SlidingWindowLimiter
-from actors.telegram_errors import (
+from actors.telegram.errors import (
     ApiError,
     BadRequest,
     MalformedHtml,
@@ -126,7 +126,7 @@ class OutboxStore(Protocol):
 
 @attrs.frozen
 class DbOutbox:
-    """:class:`OutboxStore` over the ``outbox`` table (see :mod:`actors.outbox`)."""
+    """:class:`OutboxStore` over the ``outbox`` table (see :mod:`actors.queues.outbox`)."""
 
     db: Queryable
 

@@ -10,7 +10,7 @@ from collections import deque
 import attrs
 import trio
 
-from actors.chunking import MAX_MESSAGE_UTF16
+from actors.telegram.chunking import MAX_MESSAGE_UTF16
 
 
 @attrs.frozen

@@ -26,17 +26,17 @@ from typing import Any
 import attrs
 import trio
 
-from actors.chat import ChatDeps, RunningTurns, SqlChatStore, Transcriber, chat_factory
+from actors.agent.turn import NoAgent, TurnHandler
+from actors.chat.actor import ChatDeps, RunningTurns, SqlChatStore, Transcriber, chat_factory
 from actors.compactor import CompactorActor
-from actors.dedupe import DedupeCache
-from actors.inbox_writer import InboxWriter
-from actors.outbox import OutboxRow
+from actors.queues.dedupe import DedupeCache
+from actors.queues.inbox_writer import InboxWriter
+from actors.queues.outbox import OutboxRow
 from actors.router import Router
 from actors.sender import OutboxReady, SenderActor
-from actors.telegram_client import BotApiClient
-from actors.telegram_errors import TelegramError
-from actors.turn import NoAgent, TurnHandler
-from actors.webhook import WEBHOOK_PATH, webhook_handler
+from actors.telegram.client import BotApiClient
+from actors.telegram.errors import TelegramError
+from actors.telegram.webhook import WEBHOOK_PATH, webhook_handler
 from runtime.actor import Address
 from runtime.asgi import AsgiApp
 from runtime.db import Database
@@ -200,6 +200,6 @@ async def _check_bot(bot: BotApiClient) -> None:
 
 
 def _default_poller() -> Callable[..., Any]:
-    from actors.poller import Poller
+    from actors.telegram.poller import Poller
 
     return Poller

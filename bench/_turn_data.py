@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from memory.tool_results import truncate_for_storage
+from memory.tools.results import truncate_for_storage
 
 
 def _words(text: str) -> tuple[str, ...]:
@@ -132,7 +132,8 @@ def word_vector(word: str, dims: int) -> np.ndarray:
 
 
 class HashEmbedder:
-    """:class:`memory.embeddings.Embedder` answering at once: the normalised sum of hashed word
+    """:class:`memory.embeddings.providers.Embedder` answering at once: the normalised sum of
+    hashed word
     vectors, function words left out (so texts sharing words are close, and the vector arm of
     the search has neighbours to find). Word vectors are cached."""
 

@@ -49,8 +49,8 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from memory.embeddings import Embedder, LocalEmbedder, OpenAIEmbedder
-from memory.thresholds import Thresholds, default_thresholds
+from memory.embeddings.providers import Embedder, LocalEmbedder, OpenAIEmbedder
+from memory.embeddings.thresholds import Thresholds, default_thresholds
 
 DEFAULT_SET = Path(__file__).resolve().parent / "data" / "paraphrases.jsonl"
 LABELS = ("same", "related", "unrelated", "query", "query_unrelated")
@@ -145,7 +145,7 @@ def report(
     )
     current = default_thresholds(model)
     if current != chosen:
-        print(f"(memory.thresholds has {current} for this model)", file=out)
+        print(f"(memory.embeddings.thresholds has {current} for this model)", file=out)
 
 
 async def calibrate(path: Path) -> list[tuple[str, Thresholds]]:

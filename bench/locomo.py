@@ -13,9 +13,11 @@ conversation's chat; a question counts when a retrieved pattern's evidence ids i
 question's. ``now`` is the conversation's last session date (the chat's present).
 
 * ``vector``: exact cosine order over the chat's vectors (``pattern_embeddings``);
-* ``fulltext``: ``to_tsquery('english', memory.query_text.or_tsquery(q))`` ranked by ``ts_rank``;
-* ``hybrid``: :func:`memory.retrieval.rank_patterns` with a ``LexiconCache`` (the product path,
-  as :class:`memory.retrieval.SqlPatternRetriever` runs it), in its score order
+* ``fulltext``: ``to_tsquery('english', memory.patterns.query_text.or_tsquery(q))`` ranked by
+``ts_rank``;
+* ``hybrid``: :func:`memory.patterns.retrieval.rank_patterns` with a ``LexiconCache`` (the product
+path,
+  as :class:`memory.patterns.retrieval.SqlPatternRetriever` runs it), in its score order
   (``hybrid+mmr``: after the retriever's MMR, i.e. what would be injected).
 
 ``--experiments`` also prints fusion/scoring variants computed here from the two arms
@@ -65,12 +67,12 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
 
-from memory.canonical import canonical_hash
-from memory.embedding_store import store_vectors
-from memory.embeddings import LocalEmbedder
-from memory.query_text import content_text, content_words, or_tsquery
-from memory.ranking import memory_factor, mmr, recency
-from memory.thresholds import SEED, Thresholds
+from memory.embeddings.providers import LocalEmbedder
+from memory.embeddings.store import store_vectors
+from memory.embeddings.thresholds import SEED, Thresholds
+from memory.patterns.canonical import canonical_hash
+from memory.patterns.query_text import content_text, content_words, or_tsquery
+from memory.patterns.ranking import memory_factor, mmr, recency
 from runtime import db as dbmod
 from runtime.embedded_pg import embedded_postgres
 from runtime.migrate import apply_migrations
@@ -240,7 +242,8 @@ async def fulltext_arm(
     return [(int(r["id"]), float(r["rank"])) for r in rows]
 
 
-#: The lexical arm recommended for memory.retrieval: BM25 (k1 1.2, b 0.75, tf taken as 1 since
+#: The lexical arm recommended for memory.patterns.retrieval: BM25 (k1 1.2, b 0.75, tf taken as 1
+# since
 #: claims rarely repeat a word) with document frequencies counted over the chat's live patterns
 #: through the GIN index. $1 chat, $2 the query's content words, $3 limit, $4 live statuses.
 BM25_SQL = """
@@ -283,10 +286,10 @@ async def hybrid_arm(
     now: datetime,
     thresholds: Thresholds | None = None,
 ) -> tuple[list[int], list[int]] | None:
-    """The product path: ``memory.retrieval.rank_patterns`` order, and that order after the
+    """The product path: ``memory.patterns.retrieval.rank_patterns`` order, and that order after the
     retriever's MMR (lambda 0.7) as injected; None until the module exists."""
     try:
-        from memory.retrieval import LexiconCache, rank_patterns
+        from memory.patterns.retrieval import LexiconCache, rank_patterns
     except ImportError:
         return None
     ranked, _degraded = await rank_patterns(
@@ -433,8 +436,8 @@ def variant_rankings(min_sim: float) -> dict[str, Variant]:
     ``relevance`` is one of: ``rrf`` (k = 60, vector + ts_rank arms), ``product`` (the product's
     ``cosine x RRF / max RRF``), ``convex`` (``0.5 cosine + 0.5 lexical / max lexical``, cosine
     of every candidate); ``_bm25`` uses BM25 instead of ts_rank for the lexical arm, ``_cw`` the
-    query's content words (memory.query_text) for the query vector. The typed weight is then
-    applied with recency at strength ``beta``: ``relevance x (1 - beta + beta x recency)``
+    query's content words (memory.patterns.query_text) for the query vector. The typed weight is
+    then applied with recency at strength ``beta``: ``relevance x (1 - beta + beta x recency)``
     (beta 1 = the seed's formula, 0 = no recency; memory and confidence are constant here).
     """
 
@@ -610,7 +613,7 @@ def print_table(title: str, recall: Recall, arms: Sequence[str]) -> None:
 
 
 async def run(url: str, args: argparse.Namespace) -> None:
-    from memory.thresholds import default_thresholds
+    from memory.embeddings.thresholds import default_thresholds
 
     embedder = LocalEmbedder()
     min_sim = default_thresholds(embedder.model).min_similarity

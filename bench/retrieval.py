@@ -53,9 +53,9 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from memory.embedding_store import ensure_vector_index
-from memory.retrieval import SqlPatternRetriever, VectorPlanner, ensure_chat_indexes
-from memory.thresholds import SEED
+from memory.embeddings.store import ensure_vector_index
+from memory.embeddings.thresholds import SEED
+from memory.patterns.retrieval import SqlPatternRetriever, VectorPlanner, ensure_chat_indexes
 from runtime import db as dbmod
 from runtime.embedded_pg import DEFAULT_SHARED_BUFFERS, tune
 from runtime.errors import DatabaseError
@@ -274,7 +274,7 @@ async def measure(
 
 async def explain_one(db: dbmod.Database, r: SqlPatternRetriever, chat: int, text: str) -> str:
     """EXPLAIN ANALYZE of the statement ``retrieve`` runs for one query."""
-    from memory import retrieval
+    from memory.patterns import retrieval
 
     captured: list[tuple[str, list[Any], int]] = []
     real = retrieval._fetch
@@ -335,7 +335,7 @@ async def scenario(
 
 async def wordllama_ms(n: int = 50) -> float | None:
     try:
-        from memory.embeddings import LocalEmbedder
+        from memory.embeddings.providers import LocalEmbedder
 
         emb = LocalEmbedder()
         await emb.load()

@@ -4,14 +4,14 @@ For each journal size a fresh database gets the schema, the journal by COPY (``e
 and ``entry_embeddings``, 256-d vectors of the fake embedder; indexes built after the load)
 and chat histories; then the real process composition runs in this process
 (``runtime.serve.serve`` + ``actors.system.BotSystem``: hypercorn, webhook, inbox writer,
-router, chat actors, sender) with ``actors.agent.sql_agent`` as the turn handler, the model and
-the embedder replaced by fakes that answer at once:
+router, chat actors, sender) with ``actors.agent.handler.sql_agent`` as the turn handler, the model
+and the embedder replaced by fakes that answer at once:
 
-* the fake LLM (a ``memory.llm.LLM``) first asks for ``search_entries`` with a query taken
+* the fake LLM (a ``memory.llm.protocol.LLM``) first asks for ``search_entries`` with a query taken
   from the question, then answers from the tool result. It does what ``AnthropicLLM`` does
   around the network: encodes the request (messages, system prompt, tool definitions) as the
   Messages API JSON, decodes a JSON answer and writes the ``api_usage`` row through
-  ``memory.llm.call_and_record``;
+  ``memory.llm.protocol.call_and_record``;
 * the fake embedder returns a normalised sum of hashed word vectors, so the vector arm of the
   hybrid search runs against the stored vectors.
 
@@ -101,17 +101,18 @@ from _turn_data import (
 )
 from _turn_outside import HOST, SECRET, TURN_TIMEOUT
 
-from actors.agent import sql_agent
+from actors.agent.handler import sql_agent
+from actors.agent.turn import TurnHandler, TurnInput, TurnReply
 from actors.sender import SenderSettings
 from actors.system import BotSystem
-from actors.telegram_client import BotApiClient
-from actors.turn import TurnHandler, TurnInput, TurnReply
-from memory.canonical import canonical_hash
-from memory.conversation import ChatMessage, ConversationStore
-from memory.cost import DEFAULT_RATES
-from memory.embedding_store import EmbeddingBackfill, ensure_vector_index
-from memory.journal_tools import JOURNAL_TOOLS
-from memory.llm import (
+from actors.telegram.client import BotApiClient
+from memory.conversation.messages import ChatMessage, ConversationStore
+from memory.embeddings.store import EmbeddingBackfill, ensure_vector_index
+from memory.embeddings.thresholds import thresholds_for
+from memory.journal.tools import JOURNAL_TOOLS
+from memory.llm.anthropic_provider import DEFAULT_MODEL, message_params, tool_params
+from memory.llm.cost import DEFAULT_RATES
+from memory.llm.protocol import (
     CallContext,
     Completion,
     Message,
@@ -121,12 +122,11 @@ from memory.llm import (
     ToolUseBlock,
     call_and_record,
 )
-from memory.llm_anthropic import DEFAULT_MODEL, message_params, tool_params
-from memory.memory_tools import memory_tools
-from memory.retrieval import SqlPatternRetriever
-from memory.thresholds import thresholds_for
-from memory.tools import Tool, ToolContext, ToolOutcome, ToolRegistry
-from memory.usage_writer import UsageWriter
+from memory.llm.usage_writer import UsageWriter
+from memory.patterns.canonical import canonical_hash
+from memory.patterns.retrieval import SqlPatternRetriever
+from memory.tools.memory_tools import memory_tools
+from memory.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
 from runtime import db as dbmod
 from runtime.embedded_pg import DEFAULT_SHARED_BUFFERS, tune
 from runtime.errors import DatabaseError
@@ -433,7 +433,7 @@ class TimedRegistry(ToolRegistry):
 
 
 class TimedEmbedder:
-    """The fake embedder, timed (a ``memory.embeddings.Embedder``)."""
+    """The fake embedder, timed (a ``memory.embeddings.providers.Embedder``)."""
 
     def __init__(self, inner: HashEmbedder, rec: Recorder) -> None:
         self.inner, self.rec = inner, rec
@@ -477,7 +477,8 @@ _VOCAB = frozenset(VOCAB)
 
 
 class ScriptedLLM:
-    """:class:`memory.llm.LLM` answering at once: a ``search_entries`` call, then the answer.
+    """:class:`memory.llm.protocol.LLM` answering at once: a ``search_entries`` call, then the
+    answer.
 
     Around the (absent) network it does what the Anthropic provider does: the request as
     Messages API JSON, the answer decoded from JSON, the ``api_usage`` row written by
@@ -822,7 +823,7 @@ async def measure(
             thresholds = thresholds_for(timed_embedder.model, settings)
             extra = memory_tools(thresholds=thresholds)
             usage = await nursery.start(UsageWriter(db).run)  # as cmd_serve: rows written behind
-            agent = sql_agent(  # as actors.cli.cmd_serve builds it
+            agent = sql_agent(  # as actors.cli.main.cmd_serve builds it
                 db,
                 ScriptedLLM(usage, rec),
                 timezone=settings.timezone,

@@ -15,8 +15,8 @@ import pytest
 import structlog
 from fakes.anthropic_api import FakeAnthropic, run_fake_anthropic
 
-from memory.embeddings import LocalEmbedder
-from memory.llm_anthropic import AnthropicLLM
+from memory.embeddings.providers import LocalEmbedder
+from memory.llm.anthropic_provider import AnthropicLLM
 from runtime import db as dbmod
 from runtime.migrate import apply_migrations
 

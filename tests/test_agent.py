@@ -14,9 +14,9 @@ import pytest
 import trio
 from fakes.anthropic_api import check_messages
 
-from actors.agent import Agent
-from actors.context import DEGRADED_NOTE, RetrievedMemory
-from actors.tool_loop import (
+from actors.agent.context import DEGRADED_NOTE, RetrievedMemory
+from actors.agent.handler import Agent
+from actors.agent.tool_loop import (
     CAP_NOTE,
     NOTHING_DONE,
     SORRY_BUSY,
@@ -27,13 +27,20 @@ from actors.tool_loop import (
     ToolLoop,
     tool_specs,
 )
-from actors.turn import TurnInput, TurnReply
-from memory.conversation import ChatMessage, SqlConversationStore, repair_rows
+from actors.agent.turn import TurnInput, TurnReply
+from memory.conversation.messages import ChatMessage, SqlConversationStore, repair_rows
 from memory.errors import LLMError, LLMInvalidResponse, LLMOverloaded
-from memory.llm import Completion, Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
-from memory.llm_anthropic import message_params
-from memory.tool_results import STORAGE_CAP
-from memory.tools import Tool, ToolContext, ToolRegistry, spec
+from memory.llm.anthropic_provider import message_params
+from memory.llm.protocol import (
+    Completion,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+)
+from memory.tools.registry import Tool, ToolContext, ToolRegistry, spec
+from memory.tools.results import STORAGE_CAP
 from runtime.db import Connection
 from runtime.errors import DatabaseError
 

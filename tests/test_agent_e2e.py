@@ -22,15 +22,15 @@ from fakes.openai_api import CHAT_COMPLETIONS, FakeOpenAI, run_fake_openai
 from fakes.openai_api import Failure as OpenAIFailure
 from structlog.testing import capture_logs
 
-from actors.agent import Agent, sql_agent
+from actors.agent.handler import Agent, sql_agent
+from actors.agent.tool_loop import SORRY_BUSY, SORRY_SLOW
+from actors.agent.turn import TurnInput, TurnReply
 from actors.system import BotSystem
-from actors.telegram_client import BotApiClient
-from actors.tool_loop import SORRY_BUSY, SORRY_SLOW
-from actors.turn import TurnInput, TurnReply
-from memory.cost import DEFAULT_RATES, Rate
-from memory.llm_anthropic import AnthropicLLM
-from memory.llm_openai import OpenAICompatibleLLM
-from memory.tool_results import STORAGE_CAP, truncate_for_storage
+from actors.telegram.client import BotApiClient
+from memory.llm.anthropic_provider import AnthropicLLM
+from memory.llm.cost import DEFAULT_RATES, Rate
+from memory.llm.openai_provider import OpenAICompatibleLLM
+from memory.tools.results import STORAGE_CAP, truncate_for_storage
 from runtime.db import Database
 from runtime.serve import serve
 from runtime.settings import load_settings
@@ -305,7 +305,7 @@ async def test_weight_message_end_to_end(db: Database, fake_claude: FakeAnthropi
     async with run_fake_bot_api() as bot_api, claude_agent(db, fake_claude) as agent:
 
         def build(s: Any, d: Database, sh: Shutdown) -> BotSystem:
-            from actors.poller import Poller
+            from actors.telegram.poller import Poller
 
             def bot() -> BotApiClient:
                 return BotApiClient(DEFAULT_TOKEN, base_url=bot_api.base_url)

@@ -14,8 +14,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
-from memory.embeddings import LocalEmbedder
-from memory.thresholds import BY_MODEL, SEED
+from memory.embeddings.providers import LocalEmbedder
+from memory.embeddings.thresholds import BY_MODEL, SEED
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "wordllama-l2-supercat-256"

@@ -12,7 +12,8 @@ import pytest
 import trio
 import trio.testing
 
-from actors.chat import (
+from actors.agent.turn import TurnInput, TurnReply
+from actors.chat.actor import (
     GAVE_UP,
     NOTHING_TO_STOP,
     SORRY,
@@ -22,10 +23,9 @@ from actors.chat import (
     RunningTurns,
     Wake,
 )
-from actors.inbox import InboxRow
-from actors.telegram_types import Voice
-from actors.turn import TurnInput, TurnReply
-from actors.voice import VoiceTooLarge
+from actors.queues.inbox import InboxRow
+from actors.telegram.types import Voice
+from actors.telegram.voice import VoiceTooLarge
 from runtime.registry import Registry
 
 CHAT = 42

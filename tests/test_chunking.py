@@ -10,7 +10,7 @@ from fakes.bot_api import telegram_html_text
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.chunking import (
+from actors.telegram.chunking import (
     MAX_MESSAGE_UTF16,
     escape_html,
     html_to_text,
@@ -21,7 +21,7 @@ from actors.chunking import (
     validate_html,
     visible_text,
 )
-from actors.telegram_errors import MalformedHtml
+from actors.telegram.errors import MalformedHtml
 
 # --- checking helpers --------------------------------------------------------------------------
 

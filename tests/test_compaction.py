@@ -15,8 +15,12 @@ import pytest
 import trio
 from fakes.anthropic_api import FakeAnthropic
 
-from memory.canonical import canonical_hash
-from memory.compaction import (
+from memory.conversation.messages import ChatMessage, ToolCall, insert_rows
+from memory.embeddings.providers import EmbeddingError, LocalEmbedder
+from memory.embeddings.thresholds import default_thresholds
+from memory.llm.anthropic_provider import AnthropicLLM
+from memory.patterns.canonical import canonical_hash
+from memory.patterns.compaction import (
     INTERRUPTED,
     CompactionOptions,
     CompactionOutcome,
@@ -26,13 +30,9 @@ from memory.compaction import (
     select_chunk,
     store_explicit_pattern,
 )
-from memory.conversation import ChatMessage, ToolCall, insert_rows
-from memory.dedup import LLMAdjudicator
-from memory.embeddings import EmbeddingError, LocalEmbedder
-from memory.entry_links import TOOL_LOOP_CONFIDENCE
-from memory.llm_anthropic import AnthropicLLM
-from memory.pattern_writes import COMPACTION_LINK_CONFIDENCE
-from memory.thresholds import default_thresholds
+from memory.patterns.dedup import LLMAdjudicator
+from memory.patterns.entry_links import TOOL_LOOP_CONFIDENCE
+from memory.patterns.writes import COMPACTION_LINK_CONFIDENCE
 from runtime.db import Database
 
 CHAT = 7770001

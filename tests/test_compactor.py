@@ -13,15 +13,15 @@ import trio
 from fakes.anthropic_api import Failure, FakeAnthropic
 from fakes.bot_api import DEFAULT_TOKEN, run_fake_bot_api
 
-from actors.agent import sql_agent
+from actors.agent.handler import sql_agent
 from actors.compactor import CompactorActor, WindowEstimate, sql_compactor
 from actors.system import BotSystem
-from actors.telegram_client import BotApiClient
-from memory.compaction import CompactionOptions, CompactionOutcome, compact_chat
-from memory.conversation import ChatMessage, insert_rows
-from memory.embeddings import LocalEmbedder
-from memory.journal_tools import journal_registry
-from memory.llm_anthropic import AnthropicLLM
+from actors.telegram.client import BotApiClient
+from memory.conversation.messages import ChatMessage, insert_rows
+from memory.embeddings.providers import LocalEmbedder
+from memory.journal.tools import journal_registry
+from memory.llm.anthropic_provider import AnthropicLLM
+from memory.patterns.compaction import CompactionOptions, CompactionOutcome, compact_chat
 from runtime import db as dbmod
 from runtime.db import Database
 from runtime.serve import serve
@@ -251,7 +251,7 @@ async def bot_turn(
         agent.on_over_budget = compactor.request
 
         def build(s: Any, d: Database, sh: Shutdown) -> BotSystem:
-            from actors.poller import Poller
+            from actors.telegram.poller import Poller
 
             def bot() -> BotApiClient:
                 return BotApiClient(DEFAULT_TOKEN, base_url=bot_api.base_url)

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from fakes.anthropic_api import check_messages
 
-from actors.context import (
+from actors.agent.context import (
     CHARS_PER_TOKEN,
     DEGRADED_NOTE,
     NO_HISTORY,
@@ -26,9 +26,9 @@ from actors.context import (
     repair_messages,
     system_prompt,
 )
-from memory.conversation import ChatMessage, ToolCall, render_tool_result, repair_rows
-from memory.llm import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
-from memory.llm_anthropic import message_params
+from memory.conversation.messages import ChatMessage, ToolCall, render_tool_result, repair_rows
+from memory.llm.anthropic_provider import message_params
+from memory.llm.protocol import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 
 TZ = "Europe/Madrid"
 NOW = datetime(2026, 2, 19, 11, 33, tzinfo=UTC)  # Thursday 12:33 in Madrid

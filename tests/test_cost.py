@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.cost import (
+from memory.llm.cost import (
     DEFAULT_RATES,
     Cost,
     Rate,

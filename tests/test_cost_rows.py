@@ -2,7 +2,7 @@
 ``compaction`` (with its repair call), ``adjudication`` (compaction dedup and the merge job) and
 ``embedding`` (pattern writes and the backfill job). Driven through the real SDK clients against
 the strict fake servers, with rows written as in production: through the write-behind
-:class:`memory.usage_writer.UsageWriter`, flushed when its block ends. (``agent`` and
+:class:`memory.llm.usage_writer.UsageWriter`, flushed when its block ends. (``agent`` and
 ``transcription`` rows are checked exactly in test_agent_e2e.py, test_llm.py, test_voice.py.)
 Expected costs come from the project's rate table, never typed in."""
 
@@ -18,17 +18,17 @@ import fakes.openai_api as fake_openai
 import pytest
 from fakes.anthropic_api import Failure, FakeAnthropic
 
-from memory.compaction import CompactionOptions, compact_chat
-from memory.conversation import ChatMessage, insert_rows
-from memory.cost import DEFAULT_RATES, token_cost
-from memory.dedup import LLMAdjudicator
-from memory.embedding_store import backfill_once, store_vectors
-from memory.embeddings import OPENAI_MODEL, LocalEmbedder, OpenAIEmbedder
-from memory.explicit_patterns import store_explicit_pattern
-from memory.llm_anthropic import AnthropicLLM
-from memory.merge import merge_patterns
-from memory.thresholds import Thresholds
-from memory.usage_writer import UsageWriter, open_usage_writer
+from memory.conversation.messages import ChatMessage, insert_rows
+from memory.embeddings.providers import OPENAI_MODEL, LocalEmbedder, OpenAIEmbedder
+from memory.embeddings.store import backfill_once, store_vectors
+from memory.embeddings.thresholds import Thresholds
+from memory.llm.anthropic_provider import AnthropicLLM
+from memory.llm.cost import DEFAULT_RATES, token_cost
+from memory.llm.usage_writer import UsageWriter, open_usage_writer
+from memory.patterns.compaction import CompactionOptions, compact_chat
+from memory.patterns.dedup import LLMAdjudicator
+from memory.patterns.explicit import store_explicit_pattern
+from memory.patterns.merge import merge_patterns
 from runtime.db import Database
 
 CHAT = 4240001
@@ -38,7 +38,8 @@ SONNET, HAIKU = "claude-sonnet-4-5", "claude-haiku-4-5-20251001"  # the second p
 
 
 def expected_cost(model: str, input_tokens: int, output_tokens: int = 0) -> float:
-    """The cost by memory.cost's rate table; the model must be priced (else the test is moot)."""
+    """The cost by memory.llm.cost's rate table; the model must be priced (else the test is
+    moot)."""
     cost = token_cost(DEFAULT_RATES, model, input_tokens, output_tokens)
     assert cost.known and cost.usd > 0, model
     return cost.usd

@@ -12,18 +12,18 @@ import numpy as np
 import pytest
 from fakes.anthropic_api import Failure, FakeAnthropic
 
-from memory.canonical import canonical_hash
-from memory.dedup import (
+from memory.embeddings.providers import LocalEmbedder
+from memory.embeddings.store import store_vectors
+from memory.embeddings.thresholds import SEED, thresholds_for
+from memory.llm.anthropic_provider import AnthropicLLM
+from memory.patterns.canonical import canonical_hash
+from memory.patterns.dedup import (
     ADJUDICATION_SYSTEM,
     Adjudication,
     LLMAdjudicator,
     find_duplicate,
     kinds_compatible,
 )
-from memory.embedding_store import store_vectors
-from memory.embeddings import LocalEmbedder
-from memory.llm_anthropic import AnthropicLLM
-from memory.thresholds import SEED, thresholds_for
 from runtime.db import Database
 
 CHAT, OTHER = 100, 200

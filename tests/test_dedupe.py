@@ -6,8 +6,8 @@ import pytest
 import trio
 import trio.testing
 
-from actors.dedupe import DEFAULT_MAX_KEYS, DEFAULT_TTL, DedupeCache
-from actors.telegram_types import dedupe_keys, parse_update
+from actors.queues.dedupe import DEFAULT_MAX_KEYS, DEFAULT_TTL, DedupeCache
+from actors.telegram.types import dedupe_keys, parse_update
 
 
 def test_defaults_follow_the_seed() -> None:

@@ -13,9 +13,9 @@ import httpx
 import trio
 from fakes.bot_api import DEFAULT_TOKEN, FakeBotApi, run_fake_bot_api
 
+from actors.agent.turn import TurnInput, TurnReply
 from actors.system import BotSystem
-from actors.telegram_client import BotApiClient
-from actors.turn import TurnInput, TurnReply
+from actors.telegram.client import BotApiClient
 from runtime import db as dbmod
 from runtime.serve import serve
 from runtime.settings import load_settings
@@ -78,7 +78,7 @@ async def running_bot(
 
         system = BotSystem(s, d, sh, polling=polling, turns=agent, bot_factory=bot)
         if polling:
-            from actors.poller import Poller
+            from actors.telegram.poller import Poller
 
             def short_poll(*args: Any, **kwargs: Any) -> Poller:
                 return Poller(*args, poll_timeout=1, **kwargs)

@@ -11,16 +11,8 @@ import pytest
 import trio
 import trio.lowlevel
 
-from memory import embedding_store
-from memory.embedding_store import (
-    EmbeddingBackfill,
-    backfill_once,
-    ensure_vector_index,
-    index_name,
-    missing_owner_ids,
-    store_vectors,
-)
-from memory.embeddings import (
+from memory.embeddings import store as embedding_store
+from memory.embeddings.providers import (
     EMPTY_TEXT,
     LOCAL_DIMS,
     OPENAI_DIMS,
@@ -33,6 +25,14 @@ from memory.embeddings import (
     make_embedder,
     request_batches,
     unit,
+)
+from memory.embeddings.store import (
+    EmbeddingBackfill,
+    backfill_once,
+    ensure_vector_index,
+    index_name,
+    missing_owner_ids,
+    store_vectors,
 )
 from runtime.db import Database
 from runtime.errors import SettingsError

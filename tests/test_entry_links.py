@@ -1,11 +1,12 @@
-"""Tool-loop pattern ↔ entry links (memory.entry_links): the citation rule and the upsert."""
+"""Tool-loop pattern ↔ entry links (memory.patterns.entry_links): the citation rule and the
+upsert."""
 
 from __future__ import annotations
 
 import json
 from datetime import UTC, date, datetime, timedelta
 
-from memory.entry_links import (
+from memory.patterns.entry_links import (
     TOOL_LOOP_CONFIDENCE,
     ToolExchange,
     cited_entries,

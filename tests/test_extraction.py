@@ -13,7 +13,8 @@ import pytest
 from fakes.anthropic_api import Failure, FakeAnthropic
 
 from memory.errors import LLMUnavailable
-from memory.extraction import (
+from memory.llm.anthropic_provider import AnthropicLLM
+from memory.patterns.extraction import (
     EXTRACTION_SYSTEM,
     ChunkMessage,
     Contradiction,
@@ -32,7 +33,6 @@ from memory.extraction import (
     repair_prompt,
     user_prompt,
 )
-from memory.llm_anthropic import AnthropicLLM
 from runtime.db import Database
 
 CHAT = 4242

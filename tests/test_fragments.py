@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.fragments import (
+from actors.chat.fragments import (
     FRAGMENT_GAP_S,
     FRAGMENT_MAX_CHARS,
     FRAGMENT_MIN_CHARS,

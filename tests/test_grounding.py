@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from memory.grounding import (
+from memory.patterns.grounding import (
     GROUNDING_MIN_OVERLAP,
     content_words,
     directs_the_bot,

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors import inbox, outbox
-from actors.chat import SqlChatStore
-from actors.turn import TurnReply
+from actors.agent.turn import TurnReply
+from actors.chat.actor import SqlChatStore
+from actors.queues import inbox, outbox
 from runtime import db as dbmod
 from runtime import errors
 

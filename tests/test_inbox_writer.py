@@ -11,8 +11,8 @@ import pytest
 import trio
 import trio.testing
 
-from actors import inbox
-from actors.inbox_writer import InboxWriter
+from actors.queues import inbox
+from actors.queues.inbox_writer import InboxWriter
 from runtime import db as dbmod
 from runtime.errors import DatabaseError, DatabaseUnavailable, QueryError
 

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory.embedding_store import backfill_once, missing_owner_ids
-from memory.embeddings import OPENAI_MODEL, EmbeddingError, LocalEmbedder, OpenAIEmbedder
-from memory.journal import (
+from memory.embeddings.providers import OPENAI_MODEL, EmbeddingError, LocalEmbedder, OpenAIEmbedder
+from memory.embeddings.store import backfill_once, missing_owner_ids
+from memory.journal.dayone import (
     JournalFormatError,
     MalformedEntry,
     import_dayone,
@@ -29,8 +29,8 @@ from memory.journal import (
     read_export,
     word_count,
 )
-from memory.progress import Progress, format_duration, render_line
 from runtime.db import Database
+from runtime.progress import Progress, format_duration, render_line
 
 FIXTURE = Path(__file__).parent / "fixtures" / "dayone_small.json"
 VALID = 28
@@ -339,7 +339,7 @@ def test_progress_on_a_terminal_and_elsewhere() -> None:
 _CLI = (
     "import sys\n"
     "from runtime.cli import base_parser, run_cli\n"
-    "from memory.journal_commands import register\n"
+    "from actors.cli.journal import register\n"
     "parser, sub = base_parser()\n"
     "register(sub)\n"
     "sys.exit(run_cli(parser, sys.argv[1:]))\n"

@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 import trio
 
-from memory import journal_search
-from memory.embedding_store import ensure_vector_index
-from memory.embeddings import LocalEmbedder
-from memory.journal import import_dayone, word_count
-from memory.journal_search import find_candidates
-from memory.journal_tools import (
+from memory.embeddings.providers import LocalEmbedder
+from memory.embeddings.store import ensure_vector_index
+from memory.journal import search as journal_search
+from memory.journal.dayone import import_dayone, word_count
+from memory.journal.search import find_candidates
+from memory.journal.tools import (
     _LOCAL,
     CANDIDATES_PER_ARM,
     JOURNAL_TOOLS,
@@ -32,8 +32,8 @@ from memory.journal_tools import (
     journal_registry,
     search_candidates,
 )
-from memory.tools import ToolContext, ToolOutcome
-from memory.usage import log_api_usage
+from memory.llm.usage import log_api_usage
+from memory.tools.registry import ToolContext, ToolOutcome
 from runtime.db import Database
 from runtime.migrate import apply_migrations, load_migrations
 

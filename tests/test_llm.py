@@ -20,7 +20,6 @@ from fakes.anthropic_api import FakeAnthropic
 from fakes.openai_api import CHAT_COMPLETIONS, EMBEDDINGS, FakeOpenAI, run_fake_openai
 from fakes.openai_api import Failure as OpenAIFailure
 
-from memory.cost import DEFAULT_RATES, Rate
 from memory.errors import (
     LLMError,
     LLMInvalidResponse,
@@ -30,7 +29,10 @@ from memory.errors import (
     LLMTimeout,
     LLMUnavailable,
 )
-from memory.llm import (
+from memory.llm.anthropic_provider import AnthropicLLM, message_params
+from memory.llm.cost import DEFAULT_RATES, Rate
+from memory.llm.openai_provider import OpenAICompatibleLLM, chat_messages
+from memory.llm.protocol import (
     LLM,
     CallContext,
     Completion,
@@ -42,8 +44,6 @@ from memory.llm import (
     retry_after_seconds,
     status_error,
 )
-from memory.llm_anthropic import AnthropicLLM, message_params
-from memory.llm_openai import OpenAICompatibleLLM, chat_messages
 from runtime.db import Database
 
 CHAT = 777

@@ -10,8 +10,8 @@ import numpy as np
 import trio
 import trio.testing
 
-from memory.embedding_store import ensure_vector_index
-from memory.maintenance import ChatIndexJob
+from memory.embeddings.store import ensure_vector_index
+from memory.patterns.maintenance import ChatIndexJob
 from runtime.db import Database
 
 DIMS, MODEL = 16, "test-maintenance-16"

@@ -11,12 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from memory.canonical import canonical_hash
-from memory.dedup import Adjudication
-from memory.embedding_store import store_vectors
-from memory.embeddings import EmbeddingError, LocalEmbedder
-from memory.memory_tools import memory_registry, memory_tools
-from memory.tools import ToolContext, ToolRegistry
+from memory.embeddings.providers import EmbeddingError, LocalEmbedder
+from memory.embeddings.store import store_vectors
+from memory.patterns.canonical import canonical_hash
+from memory.patterns.dedup import Adjudication
+from memory.tools.memory_tools import memory_registry, memory_tools
+from memory.tools.registry import ToolContext, ToolRegistry
 from runtime.db import Database
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)

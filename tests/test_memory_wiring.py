@@ -12,15 +12,15 @@ from datetime import UTC, datetime
 import pytest
 from fakes.anthropic_api import FakeAnthropic
 
-from actors.agent import Agent, sql_agent
-from actors.turn import TurnInput
-from memory.dedup import LLMAdjudicator
-from memory.embeddings import LocalEmbedder
-from memory.explicit_patterns import store_explicit_pattern
-from memory.llm_anthropic import AnthropicLLM
-from memory.memory_tools import memory_tools, never_same
-from memory.retrieval import SqlPatternRetriever
-from memory.thresholds import thresholds_for
+from actors.agent.handler import Agent, sql_agent
+from actors.agent.turn import TurnInput
+from memory.embeddings.providers import LocalEmbedder
+from memory.embeddings.thresholds import thresholds_for
+from memory.llm.anthropic_provider import AnthropicLLM
+from memory.patterns.dedup import LLMAdjudicator
+from memory.patterns.explicit import store_explicit_pattern
+from memory.patterns.retrieval import SqlPatternRetriever
+from memory.tools.memory_tools import memory_tools, never_same
 from runtime.db import Database
 
 CHAT, OTHER = 7710001, 7710002

@@ -12,11 +12,12 @@ import attrs
 import numpy as np
 import pytest
 
-from memory.canonical import canonical_hash
-from memory.dedup import Adjudication
-from memory.embedding_store import index_name, store_vectors
-from memory.embeddings import LocalEmbedder
-from memory.merge import (
+from memory.embeddings.providers import LocalEmbedder
+from memory.embeddings.store import index_name, store_vectors
+from memory.embeddings.thresholds import Thresholds
+from memory.patterns.canonical import canonical_hash
+from memory.patterns.dedup import Adjudication
+from memory.patterns.merge import (
     PatternStats,
     choose_survivor,
     combine,
@@ -24,7 +25,6 @@ from memory.merge import (
     merge_reason,
     similar_pairs,
 )
-from memory.thresholds import Thresholds
 from runtime.db import Database
 
 T0 = datetime(2026, 10, 1, tzinfo=UTC)

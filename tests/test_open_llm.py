@@ -10,10 +10,10 @@ import pytest
 from fakes.anthropic_api import FakeAnthropic
 from fakes.openai_api import CHAT_COMPLETIONS, FakeOpenAI, run_fake_openai
 
-from actors.cli import open_llm
-from memory.llm import Message
-from memory.llm_anthropic import AnthropicLLM
-from memory.llm_openai import OpenAICompatibleLLM
+from actors.cli.main import open_llm
+from memory.llm.anthropic_provider import AnthropicLLM
+from memory.llm.openai_provider import OpenAICompatibleLLM
+from memory.llm.protocol import Message
 from runtime.db import Database
 from runtime.settings import load_settings
 

@@ -1,4 +1,5 @@
-"""``engram patterns list|merge|purge`` through ``actors.cli.main`` against a test database, with
+"""``engram patterns list|merge|purge`` through ``actors.cli.main.main`` against a test database,
+with
 the fake Anthropic server adjudicating merges (the CLI runs in a worker thread with its own trio
 loop while the fake serves on this one)."""
 
@@ -13,12 +14,12 @@ import pytest
 import trio
 from fakes.anthropic_api import FakeAnthropic, run_fake_anthropic
 
-from actors.cli import main
-from memory.canonical import canonical_hash
-from memory.embedding_store import store_vectors
-from memory.embeddings import LocalEmbedder
-from memory.merge import MergePair
-from memory.patterns_cli import pair_line, render_table
+from actors.cli.main import main
+from actors.cli.patterns import pair_line, render_table
+from memory.embeddings.providers import LocalEmbedder
+from memory.embeddings.store import store_vectors
+from memory.patterns.canonical import canonical_hash
+from memory.patterns.merge import MergePair
 from runtime.db import Database
 
 T0 = datetime(2026, 10, 1, 9, 30, tzinfo=UTC)

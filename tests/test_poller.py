@@ -17,8 +17,16 @@ import trio.lowlevel
 import trio.testing
 from fakes.bot_api import DEFAULT_TOKEN, Failure, FakeBotApi, message_object, run_fake_bot_api
 
-from actors.dedupe import DedupeCache
-from actors.poller import (
+from actors.queues.dedupe import DedupeCache
+from actors.telegram.client import BotApiClient
+from actors.telegram.errors import (
+    Conflict,
+    MaybeDeliveredError,
+    PreConnectError,
+    RateLimited,
+    ServerError,
+)
+from actors.telegram.poller import (
     BotStateOffsets,
     PollBatch,
     Poller,
@@ -26,15 +34,7 @@ from actors.poller import (
     backoff_delay,
     parse_batch,
 )
-from actors.telegram_client import BotApiClient
-from actors.telegram_errors import (
-    Conflict,
-    MaybeDeliveredError,
-    PreConnectError,
-    RateLimited,
-    ServerError,
-)
-from actors.telegram_types import ALLOWED_UPDATES, Update
+from actors.telegram.types import ALLOWED_UPDATES, Update
 from runtime import db as dbmod
 from runtime.errors import DatabaseUnavailable
 

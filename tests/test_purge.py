@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import trio
 
-from memory.purge import PurgeJob, purge_compacted
+from memory.conversation.purge import PurgeJob, purge_compacted
 from runtime.db import Database
 
 NOW = datetime(2024, 5, 20, 12, 0, tzinfo=UTC)

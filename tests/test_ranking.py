@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.ranking import (
+from memory.patterns.ranking import (
     DECAY_BY_KIND,
     MIN_SIMILARITY,
     MMR_LAMBDA,

@@ -1,6 +1,7 @@
-"""``memory.reembed`` against the real PostgreSQL with the local model really loaded: every side
+"""``memory.embeddings.reembed`` against the real PostgreSQL with the local model really loaded:
+every side
 table embedded, resumable after an outage, ``all_rows`` re-embeds, indexes built afterwards,
-permanent failures skipped; and ``engram memory reembed`` through ``actors.cli.main``."""
+permanent failures skipped; and ``engram memory reembed`` through ``actors.cli.main.main``."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory.canonical import canonical_hash
-from memory.embedding_store import index_name
-from memory.embeddings import EmbeddingError, LocalEmbedder
-from memory.progress import Progress
-from memory.reembed import count_pending, reembed
+from memory.embeddings.providers import EmbeddingError, LocalEmbedder
+from memory.embeddings.reembed import count_pending, reembed
+from memory.embeddings.store import index_name
+from memory.patterns.canonical import canonical_hash
 from runtime.db import Database
+from runtime.progress import Progress
 
 MODEL = "wordllama-l2-supercat-256"
 TABLES = ("entry_embeddings", "pattern_embeddings", "alias_embeddings", "episode_embeddings")
@@ -171,7 +172,7 @@ def test_cli_memory_reembed(
 ) -> None:
     import trio
 
-    from actors.cli import main
+    from actors.cli.main import main
     from runtime import db as dbmod
 
     for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "EMBEDDING_PROVIDER", "DATABASE_URL"):

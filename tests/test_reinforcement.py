@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.canonical import canonical_hash, normalize
-from memory.reinforcement import (
+from memory.patterns.canonical import canonical_hash, normalize
+from memory.patterns.reinforcement import (
     DISPUTE_AFTER,
     STRENGTH_CAP,
     PatternStats,

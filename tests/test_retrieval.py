@@ -1,4 +1,4 @@
-"""Pattern retrieval (memory.retrieval) against the real (embedded) PostgreSQL."""
+"""Pattern retrieval (memory.patterns.retrieval) against the real (embedded) PostgreSQL."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ import attrs
 import numpy as np
 import pytest
 
-from actors.context import patterns_section
-from memory import ranking
-from memory.embedding_store import ensure_vector_index, store_vectors
-from memory.embeddings import EmbeddingError
-from memory.retrieval import (
+from actors.agent.context import patterns_section
+from memory.embeddings.providers import EmbeddingError
+from memory.embeddings.store import ensure_vector_index, store_vectors
+from memory.embeddings.thresholds import SEED, Thresholds
+from memory.patterns import ranking
+from memory.patterns.retrieval import (
     DEGRADED_MARK,
     Lexicon,
     LexiconCache,
@@ -31,7 +32,6 @@ from memory.retrieval import (
     rank_patterns,
     relevance,
 )
-from memory.thresholds import SEED, Thresholds
 from runtime.db import Database
 
 DIMS = 16

@@ -6,10 +6,10 @@ import attrs
 import trio
 import trio.testing
 
-from actors import inbox
-from actors.chat import RunningTurns, Wake
+from actors.chat.actor import RunningTurns, Wake
+from actors.queues import inbox
 from actors.router import Router, is_stop_command
-from actors.telegram_types import parse_update
+from actors.telegram.types import parse_update
 from runtime.db import Database
 
 

@@ -15,9 +15,8 @@ import trio
 import trio.testing
 from fakes.bot_api import Failure, FakeBotApi, run_fake_bot_api
 
-from actors import outbox
-from actors.chunking import html_to_text, utf16_len, visible_text
-from actors.outbox import OutboxRow
+from actors.queues import outbox
+from actors.queues.outbox import OutboxRow
 from actors.sender import (
     DbOutbox,
     MessageClient,
@@ -29,8 +28,9 @@ from actors.sender import (
     plain_fallback,
     plan_chunks,
 )
-from actors.telegram_client import BotApiClient
-from actors.telegram_errors import (
+from actors.telegram.chunking import html_to_text, utf16_len, visible_text
+from actors.telegram.client import BotApiClient
+from actors.telegram.errors import (
     BadRequest,
     Forbidden,
     MaybeDeliveredError,
@@ -70,7 +70,7 @@ def parse_error() -> BadRequest:
 
 @attrs.define
 class MemoryOutbox:
-    """An OutboxStore in memory, with the same transitions as actors.outbox."""
+    """An OutboxStore in memory, with the same transitions as actors.queues.outbox."""
 
     rows: dict[int, OutboxRow] = attrs.field(factory=dict)
     record_delay: float = 0.0

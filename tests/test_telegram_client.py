@@ -16,9 +16,9 @@ from fakes.bot_api import DEFAULT_TOKEN, Failure, FakeBotApi, run_fake_bot_api
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.chunking import html_to_text, split_html
-from actors.telegram_client import BotApiClient
-from actors.telegram_errors import (
+from actors.telegram.chunking import html_to_text, split_html
+from actors.telegram.client import BotApiClient
+from actors.telegram.errors import (
     BadRequest,
     Conflict,
     FileTooLarge,
@@ -34,7 +34,7 @@ from actors.telegram_errors import (
     classify_exception,
     is_transient,
 )
-from actors.telegram_types import dedupe_key, dedupe_keys, parse_update
+from actors.telegram.types import dedupe_key, dedupe_keys, parse_update
 
 TOKEN = DEFAULT_TOKEN
 SECRET = TOKEN.split(":")[1]

@@ -15,8 +15,8 @@ import pytest
 import trio
 from fakes.bot_api import DEFAULT_TOKEN, FakeBotApi, run_fake_bot_api
 
-from actors.telegram_commands import generate_secret_token, register, valid_secret_token
-from actors.telegram_types import ALLOWED_UPDATES
+from actors.cli.telegram import generate_secret_token, register, valid_secret_token
+from actors.telegram.types import ALLOWED_UPDATES
 from runtime.cli import base_parser
 from runtime.errors import SettingsError
 from runtime.settings import Secret, Settings, load_settings
@@ -205,7 +205,7 @@ async def test_missing_bot_token_is_a_settings_error(tmp_path: Path, argv: list[
 CLI = (
     "import sys\n"
     "from runtime.cli import base_parser, run_cli\n"
-    "from actors.telegram_commands import register\n"
+    "from actors.cli.telegram import register\n"
     "parser, sub = base_parser()\n"
     "register(sub)\n"
     "sys.exit(run_cli(parser, sys.argv[1:]))\n"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from memory.thresholds import SEED, Thresholds, default_thresholds, thresholds_for
+from memory.embeddings.thresholds import SEED, Thresholds, default_thresholds, thresholds_for
 from runtime.errors import SettingsError
 from runtime.settings import load_settings
 

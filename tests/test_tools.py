@@ -10,17 +10,8 @@ import attrs
 import pytest
 import structlog
 
-from memory.personal_tools import LogWeightInput
-from memory.tool_results import (
-    STORAGE_CAP,
-    escape_untrusted,
-    excerpt,
-    streaks,
-    truncate_for_storage,
-    wrap_untrusted,
-    writing_stats,
-)
-from memory.tools import (
+from memory.tools.personal_tools import LogWeightInput
+from memory.tools.registry import (
     Tool,
     ToolContext,
     ToolError,
@@ -30,6 +21,15 @@ from memory.tools import (
     parse_input,
     spec,
     tool,
+)
+from memory.tools.results import (
+    STORAGE_CAP,
+    escape_untrusted,
+    excerpt,
+    streaks,
+    truncate_for_storage,
+    wrap_untrusted,
+    writing_stats,
 )
 
 

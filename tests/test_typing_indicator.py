@@ -9,9 +9,9 @@ import trio
 import trio.testing
 from fakes.bot_api import Failure, run_fake_bot_api
 
-from actors.telegram_client import BotApiClient
-from actors.telegram_errors import RateLimited
-from actors.typing_indicator import ChatActionClient, TypingIndicator, typing_while
+from actors.chat.typing_indicator import ChatActionClient, TypingIndicator, typing_while
+from actors.telegram.client import BotApiClient
+from actors.telegram.errors import RateLimited
 
 
 @attrs.define

@@ -7,8 +7,8 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 import structlog
 
-from memory.cost import Rate
-from memory.usage import MAX_ERROR_CHARS, REDACTED, log_api_usage, scrub_error, usage_summary
+from memory.llm.cost import Rate
+from memory.llm.usage import MAX_ERROR_CHARS, REDACTED, log_api_usage, scrub_error, usage_summary
 from runtime.db import Database
 
 

@@ -1,4 +1,4 @@
-"""Write-behind of api_usage rows (memory.usage_writer) against the real PostgreSQL."""
+"""Write-behind of api_usage rows (memory.llm.usage_writer) against the real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import structlog
 import trio
 
-from memory.usage import log_api_usage
-from memory.usage_writer import UsageWriter, open_usage_writer
+from memory.llm.usage import log_api_usage
+from memory.llm.usage_writer import UsageWriter, open_usage_writer
 from runtime.db import Database
 
 

@@ -23,9 +23,9 @@ from fakes.openai_api import (
     run_fake_openai,
 )
 
-from actors.telegram_client import BotApiClient
-from actors.telegram_types import Voice
-from actors.voice import (
+from actors.telegram.client import BotApiClient
+from actors.telegram.types import Voice
+from actors.telegram.voice import (
     BUSY,
     DOWNLOAD_FAILED,
     NO_SPEECH,
@@ -36,7 +36,7 @@ from actors.voice import (
     VoiceTooLarge,
     transcribe_voice,
 )
-from memory.cost import Rate
+from memory.llm.cost import Rate
 from runtime.db import Database
 
 OGG = b"OggS\x00\x02" + bytes(range(256)) * 8

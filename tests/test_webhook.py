@@ -22,11 +22,11 @@ import trio
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from actors import inbox
-from actors.dedupe import DedupeCache
-from actors.inbox_writer import InboxWriter
-from actors.telegram_types import Update
-from actors.webhook import SECRET_HEADER, WEBHOOK_PATH, AuthFailureGuard, webhook_handler
+from actors.queues import inbox
+from actors.queues.dedupe import DedupeCache
+from actors.queues.inbox_writer import InboxWriter
+from actors.telegram.types import Update
+from actors.telegram.webhook import SECRET_HEADER, WEBHOOK_PATH, AuthFailureGuard, webhook_handler
 from runtime import db as dbmod
 from runtime.asgi import PathDispatcher
 from runtime.errors import DatabaseUnavailable

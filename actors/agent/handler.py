@@ -1,0 +1,238 @@
+"""The agent: a :class:`~actors.agent.turn.TurnHandler` answering with an LLM and the journal tools.
+
+One turn:
+
+1. store the user row at once, in its own transaction (a re-run after a crash finds the same
+   row by its ``external_message_id``);
+2. build the context: system prompt (persona, date and time in the configured time zone,
+   memory instructions) + retrieved patterns + the recent window (:mod:`actors.agent.context`);
+3. run the tool loop (:mod:`actors.agent.tool_loop`) under the guardrails (seed 000, "Agent safety
+   guardrails"): at most 15 tool calls, 120 s wall clock, stop when the same tool is called
+   with identical arguments twice in a row, tool_use/tool_result pairs repaired before every
+   request;
+4. return the reply; its ``persist`` hook stores the assistant and tool_result rows (results
+   truncated for storage) in the chat actor's outbox transaction.
+
+An LLM failure (rate limit, overload, timeout, anything else) gives a short "sorry, try
+again" reply; the user row stays. When a guardrail trips, the text the model already wrote is
+sent, with a note saying why it stopped. When the estimated context exceeds
+``context_token_budget``, the reply's ``after_commit`` hook calls ``on_over_budget(chat_id)``
+(the compactor's trigger) once the chat actor has committed the turn's rows.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import attrs
+import trio
+
+from actors.agent.context import (
+    PERSONA,
+    NoPatterns,
+    PatternRetriever,
+    RetrievedMemory,
+    TurnContext,
+    build_context,
+    context_tokens,
+    format_window,
+)
+from actors.agent.tool_loop import (
+    Guardrails,
+    LoopState,
+    ToolLoop,
+    reply_text,
+    tool_specs,
+    transcript_rows,
+)
+from actors.agent.turn import TurnInput, TurnReply
+from actors.agent.turn_links import link_cited_entries
+from memory.conversation.messages import (
+    DEFAULT_WINDOW_LIMIT,
+    ChatMessage,
+    ConversationStore,
+    SqlConversationStore,
+)
+from memory.journal.tools import JOURNAL_TOOLS
+from memory.llm.protocol import LLM, Message
+from memory.tools.registry import Queries, QueryEmbedder, Tool, ToolContext, ToolRegistry
+from runtime.concurrency import both
+from runtime.db import Connection, Database
+from runtime.logs import get_logger
+
+log = get_logger(__name__)
+
+Clock = Callable[[], datetime]
+OverBudget = Callable[[int], Awaitable[None] | None]
+
+
+def wall_clock() -> datetime:
+    """The current UTC time (the wall clock, independent of trio's)."""
+    return datetime.now(UTC)
+
+
+# --- the turn handler ----------------------------------------------------------------------------
+
+
+def _valid_timezone(_: object, __: object, value: str) -> None:
+    ZoneInfo(value)  # raises for an unknown zone
+
+
+@attrs.define(kw_only=True)
+class Agent:
+    """The :class:`~actors.agent.turn.TurnHandler` of engram (see the module docstring)."""
+
+    llm: LLM
+    conversation: ConversationStore
+    tools: ToolRegistry
+    tool_db: Queries
+    timezone: str = attrs.field(validator=_valid_timezone)
+    embedder: QueryEmbedder | None = None
+    retriever: PatternRetriever = attrs.field(factory=NoPatterns)
+    clock: Clock = wall_clock
+    guardrails: Guardrails = attrs.field(factory=Guardrails)
+    max_tokens: int = 2048
+    window_limit: int = DEFAULT_WINDOW_LIMIT
+    retrieval_timeout: float = 10.0
+    context_token_budget: int = 40_000
+    on_over_budget: OverBudget | None = None
+    persona: str = PERSONA
+
+    async def run_turn(self, turn: TurnInput) -> TurnReply:
+        """Answer one user message (see the module docstring)."""
+        chat_id = turn.chat_id
+        deadline = trio.current_time() + self.guardrails.turn_seconds
+        now = self.clock()
+        external_id = turn.external_ids[0] if turn.external_ids else None
+        user_id, window, memory = await self._store_and_recall(turn, external_id, now)
+        specs = tool_specs(self.tools)
+        context = build_context(
+            now=now, timezone=self.timezone, memory=memory, window=window, tools=specs,
+            persona=self.persona,
+        )  # fmt: skip
+        tool_ctx = ToolContext(
+            db=self.tool_db, embedder=self.embedder, chat_id=chat_id, timezone=self.timezone,
+            now=now,
+        )  # fmt: skip
+        loop = ToolLoop(self.llm, self.tools, specs, context.system, tool_ctx,
+                        self.guardrails, self.max_tokens)  # fmt: skip
+        state = LoopState([Message.user(turn.text)])
+        with trio.move_on_at(deadline) as scope:
+            await loop.run(state)
+        state.flush()
+        if scope.cancelled_caught:
+            state.tripped = "time_limit"
+        rows = transcript_rows(state.messages, self.clock())
+        self._log(turn, state, memory)
+        text = reply_text(state)
+        await link_cited_entries(self.tool_db, chat_id, memory.pattern_ids, state.messages, text)
+        user_row = ChatMessage(role="user", content=turn.text, created_at=now, id=user_id)
+        over = self._over_budget(chat_id, context, [user_row, *rows])
+
+        async def persist(conn: Connection) -> None:
+            await self.conversation.add_rows(conn, chat_id, rows)
+
+        compact = partial(self._request_compaction, chat_id) if over else None
+        return TurnReply(text, persist=persist if rows else None, after_commit=compact)
+
+    async def _store_and_recall(
+        self, turn: TurnInput, external_id: str | None, now: datetime
+    ) -> tuple[int, list[ChatMessage], RetrievedMemory]:
+        """The user row and recent window, and the retrieved patterns, fetched concurrently
+        (on two pool connections: neither waits for the other's round trips; the retrieval
+        never raises, a failing one degrades)."""
+        (user_id, window), memory = await both(
+            lambda: self.conversation.add_user_and_recent(
+                turn.chat_id, turn.text, external_id, now, self.window_limit
+            ),
+            lambda: self._retrieve(turn.chat_id, turn.text),
+        )
+        return user_id, list(window), memory
+
+    async def _retrieve(self, chat_id: int, query: str) -> RetrievedMemory:
+        """Patterns for the turn; a failing or slow retriever degrades instead of failing."""
+        with trio.move_on_after(self.retrieval_timeout):
+            try:
+                return await self.retriever.retrieve(chat_id, query)
+            except Exception as exc:
+                log.warning("agent.retrieval_failed", chat_id=chat_id, error=repr(exc))
+                return RetrievedMemory(degraded=True)
+        log.warning("agent.retrieval_timeout", chat_id=chat_id, seconds=self.retrieval_timeout)
+        return RetrievedMemory(degraded=True)
+
+    def _log(self, turn: TurnInput, state: LoopState, memory: RetrievedMemory) -> None:
+        fields: dict[str, Any] = {
+            "chat_id": turn.chat_id, "inbox_ids": list(turn.inbox_ids),
+            "llm_calls": state.llm_calls, "tool_calls": state.tool_calls,
+            "input_tokens": state.input_tokens, "output_tokens": state.output_tokens,
+            "cost_usd": round(state.cost_usd, 6), "memory_degraded": memory.degraded,
+        }  # fmt: skip
+        if state.error is not None:
+            exc = state.error
+            log.warning(
+                "agent.turn_failed", cause=type(exc).__name__, status=exc.status,
+                error_type=exc.error_type, error=exc.message, retry_after=exc.retry_after,
+                **fields,
+            )  # fmt: skip
+        elif state.tripped is not None:
+            log.warning("agent.guardrail", guardrail=state.tripped,
+                        partial_answer=bool(state.last_text), **fields)  # fmt: skip
+        else:
+            log.info("agent.turn", **fields)
+
+    def _over_budget(
+        self, chat_id: int, context: TurnContext, new_rows: Sequence[ChatMessage]
+    ) -> bool:
+        """Whether the next turn's context would exceed the budget (and a compaction is due):
+        this turn's history section (already formatted) with the turn's own rows after it."""
+        if self.on_over_budget is None:
+            return False
+        added = format_window(new_rows, self.timezone, self.clock())
+        window = f"{context.window}\n{added}"
+        tokens = context_tokens(
+            system=context.base, patterns=context.patterns, window=window, tools=context.tools
+        )
+        if tokens <= self.context_token_budget:
+            return False
+        log.info("agent.over_budget", chat_id=chat_id, tokens=tokens,
+                 budget=self.context_token_budget)  # fmt: skip
+        return True
+
+    async def _request_compaction(self, chat_id: int) -> None:
+        """Call ``on_over_budget`` (run by the chat actor once the turn's rows are committed,
+        so the compactor's own budget check sees them); its failure is logged, not raised."""
+        if self.on_over_budget is None:
+            return
+        try:
+            result = self.on_over_budget(chat_id)
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:  # the compaction trigger must not fail the turn
+            log.error("agent.over_budget_callback_failed", chat_id=chat_id, error=repr(exc))
+
+
+def sql_agent(
+    db: Database,
+    llm: LLM,
+    *,
+    timezone: str,
+    embedder: QueryEmbedder | None = None,
+    extra_tools: Sequence[Tool[Any]] = (),
+    **options: Any,
+) -> Agent:
+    """The production agent: ``chat_messages`` on ``db``, the journal tools (plus
+    ``extra_tools``, e.g. the memory tools) on ``db``."""
+    return Agent(
+        llm=llm,
+        conversation=SqlConversationStore(db),
+        tools=ToolRegistry([*JOURNAL_TOOLS, *extra_tools]),
+        tool_db=db,
+        timezone=timezone,
+        embedder=embedder,
+        **options,
+    )

@@ -1,0 +1,59 @@
+"""The turn-handler interface between the chat actor and the agent.
+
+The chat actor assembles what the person said (fragments joined, album captions combined,
+voice transcribed) into a :class:`TurnInput`, asks a :class:`TurnHandler` for a
+:class:`TurnReply`, and then, in one transaction, runs the reply's ``persist`` hook, puts the
+reply text in the outbox and marks the inbox rows done. The agent (Claude tool loop) implements
+``TurnHandler``; tests use their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import attrs
+
+from actors.queues.outbox import ParseMode
+from runtime.db import Connection
+
+
+@attrs.frozen
+class TurnInput:
+    """One assembled user message."""
+
+    chat_id: int
+    text: str
+    inbox_ids: tuple[int, ...]
+    message_ids: tuple[int, ...]
+    #: durable ids of the source updates (``update:<id>``), for chat_messages.external_message_id
+    external_ids: tuple[str, ...]
+    sender_id: int | None = None
+    kind: str = "text"  # text | voice | media_group | edited | callback
+
+
+@attrs.frozen
+class TurnReply:
+    """What to send back; ``persist`` runs inside the outbox transaction (e.g. store rows),
+    ``after_commit`` once that transaction has committed (e.g. ask for a compaction, which
+    must see the turn's rows)."""
+
+    text: str
+    parse_mode: ParseMode | None = None
+    persist: Callable[[Connection], Awaitable[Any]] | None = None
+    after_commit: Callable[[], Awaitable[Any]] | None = None
+
+
+class TurnHandler(Protocol):
+    async def run_turn(self, turn: TurnInput) -> TurnReply: ...
+
+
+@attrs.frozen
+class NoAgent:
+    """The handler used until an LLM is configured: says so instead of pretending to think."""
+
+    async def run_turn(self, turn: TurnInput) -> TurnReply:
+        return TurnReply(
+            "I received your message, but no language model is configured yet, so I cannot "
+            "answer. (The operator needs to set up engram's agent.)"
+        )

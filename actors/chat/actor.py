@@ -1,0 +1,402 @@
+"""ChatActor: one per chat, processes that chat's inbox rows strictly in order.
+
+The inbox table is the chat's queue. A :class:`Wake` tells the actor something new may be
+there; it loads the open rows it has not taken yet (by id) and, for each:
+
+* text: fragment reassembly (a >= 4000-char text waits up to 1.5 s for its continuation) and
+  media-group buffering (500 ms), via the pure rules in :mod:`actors.chat.fragments`; the actor is a
+  :class:`~runtime.registry.TimedHandler`, so the registry wakes it at the buffer's deadline;
+* ``/stop`` (already acted on by the router, which cancelled the running turn), ``/start``,
+  ``/help``: answered directly;
+* voice: downloaded and transcribed, then handled as text; too large or failed -> a reply
+  saying so;
+* edited messages and button presses: handled as text; anything else is skipped with a reason.
+
+A turn runs the :class:`~actors.agent.turn.TurnHandler` with ``typing`` shown, then commits in one
+transaction: the reply's ``persist`` hook, the outbox row, and the inbox rows marked done. A row
+that keeps failing is skipped after ``max_attempts`` so a poison update cannot crash-loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol, cast
+
+import attrs
+import trio
+
+from actors.agent.turn import TurnHandler, TurnInput, TurnReply
+from actors.chat import fragments
+from actors.chat.typing_indicator import typing_while
+from actors.queues import inbox, outbox
+from actors.telegram.errors import MalformedUpdate
+from actors.telegram.types import Message, Voice, parse_update
+from actors.telegram.voice import VoiceError
+from runtime.db import Connection, Database
+from runtime.errors import DatabaseError
+from runtime.logs import get_logger
+
+log = get_logger(__name__)
+
+SORRY = "Sorry, something went wrong on my side. Please try again in a moment."
+GAVE_UP = "Sorry, I could not process one of your messages, so I skipped it."
+STOPPED = "Stopped."
+NOTHING_TO_STOP = "There was nothing to stop."
+NO_VOICE = "I can't transcribe voice messages here (no speech-to-text is configured). Please type."
+UNSUPPORTED = "I can only read text, captions and voice messages for now."
+HELP = (
+    "I'm engram, a companion with a long memory. Talk to me by text or voice.\n"
+    "/stop cancels the reply I'm working on."
+)
+
+
+@attrs.frozen
+class Wake:
+    """New inbox rows may exist for this chat."""
+
+
+Transcriber = Callable[[int, Voice], Awaitable[str]]
+
+
+class ChatActionClient(Protocol):
+    async def send_chat_action(self, chat_id: int | str, action: str = "typing") -> None: ...
+
+
+@attrs.define
+class PendingWakes:
+    """At most one undelivered :class:`Wake` per chat (the router claims, the actor takes)."""
+
+    _chats: set[int] = attrs.field(factory=set)
+
+    def claim(self, chat_id: int) -> bool:
+        """True when no wake is pending for the chat (the caller must then deliver one)."""
+        if chat_id in self._chats:
+            return False
+        self._chats.add(chat_id)
+        return True
+
+    def release(self, chat_id: int) -> None:
+        """The wake was taken by the actor (or could not be delivered)."""
+        self._chats.discard(chat_id)
+
+
+@attrs.define
+class RunningTurns:
+    """Cancel scopes of running turns by chat, so ``/stop`` can cancel without queueing."""
+
+    _scopes: dict[int, trio.CancelScope] = attrs.field(factory=dict)
+    _stopped: set[int] = attrs.field(factory=set)
+
+    def register(self, chat_id: int, scope: trio.CancelScope) -> None:
+        self._scopes[chat_id] = scope
+
+    def unregister(self, chat_id: int, scope: trio.CancelScope) -> None:
+        if self._scopes.get(chat_id) is scope:
+            del self._scopes[chat_id]
+
+    def cancel(self, chat_id: int) -> bool:
+        """Cancel the chat's running turn; True when there was one."""
+        scope = self._scopes.pop(chat_id, None)
+        if scope is None:
+            return False
+        scope.cancel()
+        self._stopped.add(chat_id)
+        return True
+
+    def consume_stopped(self, chat_id: int) -> bool:
+        """True once after :meth:`cancel` stopped a turn of this chat."""
+        if chat_id in self._stopped:
+            self._stopped.discard(chat_id)
+            return True
+        return False
+
+
+class ChatStore(Protocol):
+    """The chat actor's view of the inbox and outbox (SQL in production, memory in timer tests)."""
+
+    async def take_open(
+        self, chat_id: int, after: int, max_attempts: int
+    ) -> tuple[list[inbox.InboxRow], int | None]:
+        """Open rows above ``after`` and the id of the first, claimed (see
+        :func:`actors.queues.inbox.take_open`)."""
+        ...
+
+    async def mark_processing(self, ids: Sequence[int]) -> None: ...
+
+    async def mark_skipped(self, ids: Sequence[int], reason: str) -> None: ...
+
+    async def commit(
+        self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
+    ) -> outbox.OutboxRow | None:
+        """Persist the reply; the new outbox row when its first send attempt is already
+        started (the sender gets it as it is), else None."""
+        ...
+
+
+@attrs.frozen
+class SqlChatStore:
+    """:class:`ChatStore` on PostgreSQL: one transaction per committed turn."""
+
+    db: Database
+
+    async def take_open(
+        self, chat_id: int, after: int, max_attempts: int
+    ) -> tuple[list[inbox.InboxRow], int | None]:
+        return await inbox.take_open(self.db, chat_id, after, max_attempts)
+
+    async def mark_processing(self, ids: Sequence[int]) -> None:
+        await inbox.mark_processing(self.db, ids)
+
+    async def mark_skipped(self, ids: Sequence[int], reason: str) -> None:
+        await inbox.mark_skipped(self.db, ids, reason)
+
+    async def commit(
+        self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
+    ) -> outbox.OutboxRow | None:
+        """Persist hook + outbox row + inbox rows final, atomically.
+
+        Usually one statement, no transaction: the outbox row (claimed for its first send
+        when it is the chat's only open one: returned, for the sender), the inbox rows done
+        and the hook's writes, collected (:class:`actors.queues.outbox.StatementCollector`). A hook
+        that needs more runs in a transaction with the rest, as do skipped rows."""
+        if skipped is None:
+            collector = outbox.StatementCollector()
+            try:
+                if reply.persist is not None:
+                    await reply.persist(cast(Connection, collector))
+            except outbox.NotCollectable:
+                pass
+            else:
+                row = await outbox.commit_turn(
+                    self.db, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
+                    parse_mode=reply.parse_mode, before=collector.statements, claim=True,
+                )  # fmt: skip
+                return row if row.status == "sending" else None
+        async with self.db.transaction() as conn:
+            if reply.persist is not None:
+                await reply.persist(conn)
+            if skipped is None:
+                await outbox.commit_turn(
+                    conn, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
+                    parse_mode=reply.parse_mode,
+                )  # fmt: skip
+                return None
+            await outbox.enqueue_reply(
+                conn, chat_id, reply.text, reply.parse_mode, None, list(inbox_ids)
+            )
+            await inbox.mark_skipped(conn, list(inbox_ids), skipped)
+        return None
+
+
+@attrs.define
+class ChatDeps:
+    """What every chat actor shares."""
+
+    store: ChatStore
+    turns: TurnHandler
+    bot: ChatActionClient
+    outbox_ready: Callable[[int, outbox.OutboxRow | None], None]
+    running: RunningTurns = attrs.field(factory=RunningTurns)
+    wakes: PendingWakes = attrs.field(factory=PendingWakes)
+    transcribe: Transcriber | None = None
+    typing_interval: float = 5.0
+    max_attempts: int = 3
+
+
+@attrs.define
+class ChatActor:
+    """The per-chat actor body (a registry handler with a timer)."""
+
+    chat_id: int
+    deps: ChatDeps
+    state: fragments.Reassembler = attrs.field(factory=fragments.Reassembler)
+    cursor: int = 0  # highest inbox id already taken into memory
+    sources: dict[int, tuple[str, str]] = attrs.field(factory=dict)  # inbox id -> (ext id, kind)
+
+    # --- registry hooks ------------------------------------------------------------------------
+
+    async def handle(self, msg: Wake) -> None:
+        self.deps.wakes.release(self.chat_id)  # before reading: a later insert wakes us again
+        rows, claimed = await self.deps.store.take_open(
+            self.chat_id, self.cursor, self.deps.max_attempts
+        )
+        for row in rows:
+            if row.id <= self.cursor:
+                continue
+            self.cursor = row.id
+            await self._take(row, claimed=row.id == claimed)
+
+    def deadline(self) -> float | None:
+        return fragments.deadline(self.state)
+
+    async def on_deadline(self) -> None:
+        flushed = fragments.expire(self.state, trio.current_time())
+        if not flushed:  # called early: the mailbox is closing, flush what is buffered
+            flushed = fragments.flush_all(self.state)
+        await self._run_flushed(flushed)
+
+    # --- per row -------------------------------------------------------------------------------
+
+    async def _take(self, row: inbox.InboxRow, *, claimed: bool = False) -> None:
+        store = self.deps.store
+        if row.attempts >= self.deps.max_attempts:
+            log.warning("chat.giving_up", inbox_id=row.id, attempts=row.attempts)
+            await self._commit(TurnReply(GAVE_UP), [row.id], skipped="too many failed attempts")
+            return
+        if not claimed:
+            await store.mark_processing([row.id])
+        try:
+            update = parse_update(row.payload)
+        except MalformedUpdate as exc:
+            await store.mark_skipped([row.id], f"malformed update: {exc}")
+            return
+        ext = row.update_key
+        msg = update.message or update.edited_message
+        if update.kind == "message" and msg is not None:
+            await self._message(row.id, ext, msg)
+        elif update.kind == "edited_message" and msg is not None and (msg.text or msg.caption):
+            await self._flush_then_turn(
+                row.id, ext, f"(edited) {msg.text or msg.caption}", msg, kind="edited"
+            )
+        elif update.kind == "callback_query" and update.callback_query is not None:
+            cq = update.callback_query
+            if cq.data:
+                await self._flush_then_turn(
+                    row.id, ext, cq.data, None, kind="callback", sender=cq.from_user_id
+                )
+            else:
+                await store.mark_skipped([row.id], "callback without data")
+        else:
+            await store.mark_skipped([row.id], f"unsupported update kind {update.kind}")
+
+    async def _message(self, inbox_id: int, ext: str, msg: Message) -> None:
+        text = msg.text
+        if text is not None and text.startswith("/"):
+            await self._command(inbox_id, ext, text, msg)
+            return
+        if msg.voice is not None:
+            await self._voice(inbox_id, ext, msg, msg.voice)
+            return
+        if text is None and msg.caption is None and msg.media_group_id is None:
+            await self._run_flushed(fragments.flush_all(self.state))
+            await self._commit(TurnReply(UNSUPPORTED), [inbox_id], skipped="no text")
+            return
+        self.sources[inbox_id] = (ext, "media_group" if msg.media_group_id else "text")
+        item = fragments.Inbound(
+            chat_id=self.chat_id,
+            sender_id=msg.from_user_id or 0,
+            message_id=msg.message_id,
+            text=text if text is not None else (msg.caption or ""),
+            received_at=trio.current_time(),
+            update_ids=(inbox_id,),
+            media_group_id=msg.media_group_id,
+        )
+        await self._run_flushed(fragments.offer(self.state, item, trio.current_time()))
+
+    async def _command(self, inbox_id: int, ext: str, text: str, msg: Message) -> None:
+        await self._run_flushed(fragments.flush_all(self.state))
+        command = text.split()[0].split("@")[0].lower()
+        if command == "/stop":
+            stopped = self.deps.running.consume_stopped(self.chat_id)
+            await self._commit(TurnReply(STOPPED if stopped else NOTHING_TO_STOP), [inbox_id])
+        elif command in ("/start", "/help"):
+            await self._commit(TurnReply(HELP), [inbox_id])
+        else:  # other commands are ordinary text for the agent
+            await self._flush_then_turn(inbox_id, ext, text, msg, kind="text")
+
+    async def _voice(self, inbox_id: int, ext: str, msg: Message, voice: Voice) -> None:
+        await self._run_flushed(fragments.flush_all(self.state))
+        if self.deps.transcribe is None:
+            await self._commit(TurnReply(NO_VOICE), [inbox_id])
+            return
+        try:
+            async with typing_while(self.deps.bot, self.chat_id, self.deps.typing_interval):
+                text = await self.deps.transcribe(self.chat_id, voice)
+        except VoiceError as exc:  # too large / failed: str(exc) is meant for the person
+            await self._commit(TurnReply(str(exc)), [inbox_id])
+            return
+        await self._flush_then_turn(inbox_id, ext, text, msg, kind="voice")
+
+    async def _flush_then_turn(
+        self,
+        inbox_id: int,
+        ext: str,
+        text: str,
+        msg: Message | None,
+        *,
+        kind: str,
+        sender: int | None = None,
+    ) -> None:
+        await self._run_flushed(fragments.flush_all(self.state))
+        message_ids = (msg.message_id,) if msg is not None else ()
+        sender_id = sender if sender is not None else (msg.from_user_id if msg else None)
+        await self._run_turn(
+            TurnInput(self.chat_id, text, (inbox_id,), message_ids, (ext,), sender_id, kind=kind)
+        )
+
+    def _ext(self, inbox_id: int) -> str:
+        return self.sources.pop(inbox_id, (f"inbox:{inbox_id}", "text"))[0]
+
+    # --- turns ---------------------------------------------------------------------------------
+
+    async def _run_flushed(self, flushed: Sequence[fragments.Flushed]) -> None:
+        for item in flushed:
+            if not item.text.strip():
+                await self._commit(TurnReply(UNSUPPORTED), item.update_ids, skipped="no text")
+                continue
+            kinds = {self.sources.get(i, ("", "text"))[1] for i in item.update_ids}
+            turn = TurnInput(
+                chat_id=self.chat_id,
+                text=item.text,
+                inbox_ids=tuple(item.update_ids),
+                message_ids=tuple(item.message_ids),
+                external_ids=tuple(self._ext(i) for i in item.update_ids),
+                sender_id=item.sender_id or None,
+                kind="media_group" if "media_group" in kinds else "text",
+            )
+            await self._run_turn(turn)
+
+    async def _run_turn(self, turn: TurnInput) -> None:
+        reply: TurnReply | None = None
+        with trio.CancelScope() as scope:
+            self.deps.running.register(self.chat_id, scope)
+            try:
+                async with typing_while(self.deps.bot, self.chat_id, self.deps.typing_interval):
+                    reply = await self.deps.turns.run_turn(turn)
+            except DatabaseError:
+                raise  # the actor restarts; the rows stay open and are retried
+            except Exception as exc:
+                log.error("chat.turn_failed", inbox_ids=list(turn.inbox_ids), exc_info=exc)
+                reply = TurnReply(SORRY)
+            finally:
+                self.deps.running.unregister(self.chat_id, scope)
+        if scope.cancelled_caught or reply is None:
+            log.info("chat.turn_stopped", inbox_ids=list(turn.inbox_ids))
+            await self.deps.store.mark_skipped(turn.inbox_ids, "stopped by /stop")
+            return
+        await self._commit(reply, turn.inbox_ids)
+        if reply.after_commit is not None:
+            try:
+                await reply.after_commit()
+            except Exception as exc:  # the reply is committed: nothing to undo, keep going
+                log.error("chat.after_commit_failed", inbox_ids=list(turn.inbox_ids),
+                          exc_info=exc)  # fmt: skip
+
+    async def _commit(
+        self, reply: TurnReply, inbox_ids: Sequence[int], *, skipped: str | None = None
+    ) -> None:
+        """Commit the reply and finish the rows (see :class:`ChatStore`); then notify."""
+        claimed = await self.deps.store.commit(self.chat_id, reply, inbox_ids, skipped)
+        self.deps.outbox_ready(self.chat_id, claimed)
+
+
+def chat_factory(deps: ChatDeps) -> Callable[[int], ChatActor]:
+    """The registry factory: a fresh actor body per chat (and per restart)."""
+
+    def build(chat_id: int) -> ChatActor:
+        return ChatActor(chat_id, deps)
+
+    return build
+
+
+__all__: Any = ["ChatActor", "ChatDeps", "PendingWakes", "RunningTurns", "Wake", "chat_factory"]

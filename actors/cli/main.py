@@ -1,0 +1,215 @@
+"""The ``engram`` command: the runtime's core commands plus the bot's.
+
+``engram serve [--polling]`` composes the process (see :mod:`runtime.serve`) with the bot's
+actor system (:mod:`actors.system`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+import trio
+
+from actors.agent.handler import sql_agent
+from actors.chat.actor import Transcriber
+from actors.cli import journal as journal_commands
+from actors.cli import patterns as patterns_cli
+from actors.cli import telegram as telegram_commands
+from actors.compactor import sql_compactor
+from actors.system import BotSystem
+from actors.telegram.client import BotApiClient
+from actors.telegram.types import Voice
+from memory.conversation.purge import PurgeJob
+from memory.embeddings.providers import open_embedder
+from memory.embeddings.store import EmbeddingBackfill
+from memory.embeddings.thresholds import thresholds_for
+from memory.llm.anthropic_provider import AnthropicLLM
+from memory.llm.cost import configured_rates
+from memory.llm.openai_provider import OpenAICompatibleLLM
+from memory.llm.protocol import LLM
+from memory.llm.usage import Queries as UsageQueries
+from memory.llm.usage_writer import open_usage_writer
+from memory.patterns.dedup import LLMAdjudicator
+from memory.patterns.maintenance import ChatIndexJob
+from memory.patterns.retrieval import LexiconCache, SqlPatternRetriever
+from memory.tools.memory_tools import memory_tools
+from runtime.cli import base_parser, open_settings_database, run_cli
+from runtime.db import Database
+from runtime.errors import SettingsError
+from runtime.serve import serve
+from runtime.settings import Settings
+from runtime.shutdown import Shutdown
+
+
+def check_serve_settings(settings: Settings, *, polling: bool) -> None:
+    """What ``serve`` needs before it starts anything (one SettingsError naming the variable)."""
+    if settings.llm_provider == "anthropic" and not settings.anthropic_api_key:
+        raise SettingsError(
+            "ANTHROPIC_API_KEY",
+            "is required for LLM_PROVIDER=anthropic (or set LLM_PROVIDER=openai and "
+            "OPENAI_BASE_URL for an OpenAI-compatible server)",
+        )
+    if settings.llm_provider == "openai" and not (
+        settings.openai_api_key or settings.openai_base_url
+    ):
+        raise SettingsError(
+            "OPENAI_BASE_URL",
+            "is required for LLM_PROVIDER=openai (an OpenAI-compatible server; or set "
+            "OPENAI_API_KEY for OpenAI itself)",
+        )
+    if not settings.telegram_bot_token:
+        raise SettingsError("TELEGRAM_BOT_TOKEN", "is required (the token from BotFather)")
+    configured_rates(settings.model_rates)  # a bad MODEL_RATES stops start-up here
+    if not polling and not settings.telegram_secret_token:
+        raise SettingsError(
+            "TELEGRAM_SECRET_TOKEN",
+            "is required in webhook mode (or run `engram serve --polling`)",
+        )
+
+
+@asynccontextmanager
+async def voice_transcriber(settings: Settings, db: Database) -> AsyncIterator[Transcriber | None]:
+    """An OpenAI-backed transcriber when OPENAI_API_KEY is set; the SDK client is closed after."""
+    if not settings.openai_api_key:
+        yield None
+        return
+    from openai import AsyncOpenAI
+
+    from actors.telegram.voice import transcribe_voice
+
+    client = AsyncOpenAI(
+        api_key=settings.openai_api_key.reveal(),
+        base_url=settings.openai_base_url or None,
+        max_retries=0,
+    )
+    bot = BotApiClient(
+        settings.telegram_bot_token.reveal(), base_url=settings.telegram_api_base_url
+    )
+    try:
+
+        async def transcribe(chat_id: int, voice: Voice) -> str:
+            result = await transcribe_voice(
+                bot=bot,
+                openai=client,
+                db=db,
+                chat_id=chat_id,
+                voice=voice,
+                model=settings.transcription_model,
+                rates=configured_rates(settings.model_rates),
+            )
+            return result.text
+
+        yield transcribe
+    finally:
+        await bot.aclose()
+        await client.close()
+
+
+@asynccontextmanager
+async def open_llm(settings: Settings, db: UsageQueries) -> AsyncIterator[LLM]:
+    """The configured chat model; its SDK client is closed when the block ends."""
+    llm: AnthropicLLM | OpenAICompatibleLLM
+    if settings.llm_provider == "anthropic":
+        llm = AnthropicLLM(
+            api_key=settings.anthropic_api_key.reveal(),
+            db=db,
+            rates=configured_rates(settings.model_rates),
+            model=settings.anthropic_model,
+            base_url=settings.anthropic_base_url or None,
+        )
+    else:
+        llm = OpenAICompatibleLLM(
+            api_key=settings.openai_api_key.reveal() or "not-needed",
+            model=settings.openai_model,
+            db=db,
+            rates=configured_rates(settings.model_rates),
+            base_url=settings.openai_base_url or None,
+        )
+    try:
+        yield llm
+    finally:
+        with trio.move_on_after(5, shield=True):
+            await llm.aclose()
+
+
+async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
+    check_serve_settings(settings, polling=args.polling)
+    async with (
+        open_settings_database(settings) as database,
+        open_usage_writer(database) as usage,  # api_usage rows off the turn's path
+        voice_transcriber(settings, database) as transcribe,
+        open_llm(settings, usage) as llm,
+        open_embedder(
+            settings.embedding_provider,
+            settings.openai_api_key.reveal() or None,
+            settings.openai_base_url or None,
+            usage_db=usage,
+            rates=configured_rates(settings.model_rates),
+        ) as embedder,
+    ):
+        thresholds = thresholds_for(embedder.model, settings)
+        lexicons = LexiconCache()  # per-chat BM25 statistics, shared by retrieval and recall
+        agent = sql_agent(
+            database,
+            llm,
+            timezone=settings.timezone,
+            embedder=embedder,
+            context_token_budget=settings.context_token_budget,
+            retriever=SqlPatternRetriever(database, embedder, thresholds, lexicons=lexicons),
+            extra_tools=memory_tools(LLMAdjudicator(llm), thresholds=thresholds, lexicons=lexicons),
+        )
+        compactor = sql_compactor(database, llm, embedder, settings, tools=agent.tools)
+        agent.on_over_budget = compactor.request
+
+        def build(s: Settings, db: Database, shutdown: Shutdown) -> BotSystem:
+            return BotSystem(
+                s,
+                db,
+                shutdown,
+                polling=args.polling,
+                turns=agent,
+                transcribe=transcribe,
+                background=[
+                    EmbeddingBackfill(db, embedder).run,
+                    PurgeJob(
+                        db,
+                        retention_days=s.message_retention_days,
+                        interval=s.maintenance_interval,
+                    ).run,
+                    ChatIndexJob(
+                        db,
+                        model=embedder.model,
+                        dims=embedder.dims,
+                        interval=s.maintenance_interval,
+                    ).run,
+                ],
+                compactor=compactor,
+            )
+
+        return await serve(settings, database, build)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser, sub = base_parser()
+    p = sub.add_parser("serve", help="run the bot (HTTP server, actors)")
+    p.add_argument(
+        "--polling",
+        action="store_true",
+        help="get updates by long polling instead of a webhook (no public HTTPS needed)",
+    )
+    p.set_defaults(handler=cmd_serve)
+    telegram_commands.register(sub)
+    journal_commands.register(sub)
+    patterns_cli.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_cli(build_parser(), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,183 @@
+"""``engram telegram ...``: manage the bot's webhook and show what Telegram knows about the bot.
+
+    engram telegram set-webhook --url https://bot.example.org/api/telegram [--drop-pending]
+    engram telegram delete-webhook [--drop-pending]
+    engram telegram info
+
+``set-webhook`` needs a secret token (Telegram sends it in a header, the webhook checks it):
+the configured TELEGRAM_SECRET_TOKEN, or a fresh random one that is printed once, to be put in
+the environment or ``.env``. The bot token is never printed, and a missing one is a
+configuration error (exit code 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from actors.telegram.client import BotApiClient
+from actors.telegram.errors import Unauthorized
+from actors.telegram.types import ALLOWED_UPDATES, BotUser, WebhookInfo
+from runtime.cli import fail
+from runtime.errors import SettingsError
+from runtime.settings import Settings
+
+SECRET_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
+WEBHOOK_PATH = "/api/telegram"
+
+
+def generate_secret_token() -> str:
+    """A random webhook secret: ``secrets.token_urlsafe(32)`` kept to A-Za-z0-9_-."""
+    token = re.sub(r"[^A-Za-z0-9_-]", "", secrets.token_urlsafe(32))
+    if not SECRET_TOKEN_RE.fullmatch(token):  # cannot happen: 43 url-safe characters
+        raise RuntimeError("generated secret token is not valid")
+    return token
+
+
+def valid_secret_token(token: str) -> bool:
+    """True for 1-256 characters of A-Z, a-z, 0-9, ``_`` and ``-`` (what Telegram accepts)."""
+    return SECRET_TOKEN_RE.fullmatch(token) is not None
+
+
+@asynccontextmanager
+async def open_bot(settings: Settings) -> AsyncIterator[BotApiClient]:
+    """A Bot API client for the configured token; SettingsError when it is missing or bad."""
+    token = settings.telegram_bot_token.reveal()
+    if not token:
+        raise SettingsError(
+            "TELEGRAM_BOT_TOKEN",
+            "not set; get a token from @BotFather and put it in the environment or .env",
+        )
+    try:
+        client = BotApiClient(token, base_url=settings.telegram_api_base_url)
+    except ValueError:
+        raise SettingsError(
+            "TELEGRAM_BOT_TOKEN", "invalid format (expected <digits>:<secret> from @BotFather)"
+        ) from None
+    async with client:
+        try:
+            yield client
+        except Unauthorized:
+            raise SettingsError(
+                "TELEGRAM_BOT_TOKEN", "Telegram rejected the token (401 Unauthorized)"
+            ) from None
+
+
+def _https_url_problem(url: str) -> str | None:
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return "is not a valid URL"
+    if parts.scheme != "https" or not parts.hostname:
+        return "must be an https:// URL (Telegram only delivers webhooks over HTTPS)"
+    return None
+
+
+async def cmd_set_webhook(settings: Settings, args: argparse.Namespace) -> int:
+    """setWebhook with a secret token and engram's allowed_updates."""
+    url: str = args.url.strip()
+    problem = _https_url_problem(url)
+    if problem is not None:
+        return fail(f"--url {problem}", 2)
+    configured = settings.telegram_secret_token.reveal()
+    if configured and not valid_secret_token(configured):
+        raise SettingsError(
+            "TELEGRAM_SECRET_TOKEN", "must be 1-256 characters of A-Z, a-z, 0-9, _ and -"
+        )
+    secret = configured or generate_secret_token()
+    async with open_bot(settings) as bot:
+        await bot.set_webhook(
+            url, secret, ALLOWED_UPDATES, drop_pending_updates=bool(args.drop_pending)
+        )
+    print(f"webhook set: {url}")
+    print(f"allowed updates: {', '.join(ALLOWED_UPDATES)}")
+    if args.drop_pending:
+        print("pending updates were dropped")
+    if configured:
+        print("secret token: the configured TELEGRAM_SECRET_TOKEN")
+    else:
+        print()
+        print("No TELEGRAM_SECRET_TOKEN was configured, so a new one was generated.")
+        print("Telegram now sends it with every update and the webhook rejects requests")
+        print("without it. Put this line in the environment (or .env) of `engram serve`;")
+        print("it is shown only this once:")
+        print()
+        print(f"TELEGRAM_SECRET_TOKEN={secret}")
+    if not url.rstrip("/").endswith(WEBHOOK_PATH):
+        print(f"note: engram's webhook route is {WEBHOOK_PATH}; check that the URL reaches it")
+    return 0
+
+
+async def cmd_delete_webhook(settings: Settings, args: argparse.Namespace) -> int:
+    """deleteWebhook (long polling needs it)."""
+    async with open_bot(settings) as bot:
+        await bot.delete_webhook(drop_pending_updates=bool(args.drop_pending))
+    if args.drop_pending:
+        print("webhook deleted; pending updates were dropped")
+    else:
+        print("webhook deleted; pending updates are kept for `engram serve --polling`")
+    return 0
+
+
+def _when(timestamp: int | None) -> str:
+    if timestamp is None:
+        return "-"
+    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def format_info(me: BotUser, hook: WebhookInfo) -> list[str]:
+    """Readable lines for ``engram telegram info`` (no secrets in either object)."""
+    name = f"@{me.username}" if me.username else "(no username)"
+    lines = [
+        f"bot:              {name} ({me.first_name}, id {me.id})",
+        f"webhook:          {hook.url or '(none: long polling with engram serve --polling)'}",
+        f"pending updates:  {hook.pending_update_count}",
+    ]
+    if hook.url:
+        kinds = ", ".join(hook.allowed_updates) if hook.allowed_updates else "(Telegram default)"
+        lines.append(f"allowed updates:  {kinds}")
+        if hook.max_connections is not None:
+            lines.append(f"max connections:  {hook.max_connections}")
+        if hook.has_custom_certificate:
+            lines.append("certificate:      custom (self-signed)")
+    if hook.last_error_date is not None or hook.last_error_message:
+        lines.append(
+            f"last error:       {_when(hook.last_error_date)}: {hook.last_error_message or '?'}"
+        )
+    return lines
+
+
+async def cmd_info(settings: Settings, args: argparse.Namespace) -> int:
+    """getMe + getWebhookInfo, printed readably."""
+    async with open_bot(settings) as bot:
+        me = await bot.get_me()
+        hook = await bot.get_webhook_info()
+    for line in format_info(me, hook):
+        print(line)
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``engram telegram {set-webhook,delete-webhook,info}`` to the CLI's subparsers."""
+    parser = subparsers.add_parser("telegram", help="manage the Telegram webhook; bot info")
+    sub = parser.add_subparsers(dest="telegram_command", metavar="ACTION")
+    sub.required = True
+    p = sub.add_parser(
+        "set-webhook",
+        help="point Telegram at engram's webhook (prints a new secret token if none is set)",
+    )
+    p.add_argument("--url", required=True, help=f"public https URL of {WEBHOOK_PATH}")
+    p.add_argument("--drop-pending", action="store_true", help="drop the updates Telegram holds")
+    p.set_defaults(handler=cmd_set_webhook)
+    p = sub.add_parser("delete-webhook", help="remove the webhook (needed for --polling)")
+    p.add_argument("--drop-pending", action="store_true", help="drop the updates Telegram holds")
+    p.set_defaults(handler=cmd_delete_webhook)
+    p = sub.add_parser("info", help="show the bot (getMe) and its webhook (getWebhookInfo)")
+    p.set_defaults(handler=cmd_info)

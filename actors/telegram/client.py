@@ -1,0 +1,332 @@
+"""Telegram Bot API client on httpx (runs under trio): one request per call, no retries.
+
+Retries, backoff, chunking and the HTML fallback belong to the sender; this client only maps
+every failure onto ``actors.telegram.errors``: ``ApiError`` subclasses for ``ok: false``
+answers, ``PreConnectError``/``MaybeDeliveredError`` for network failures.
+
+The token is part of every URL, so it must never leak: network errors are re-raised without
+chaining the httpx exception (which carries the request URL), messages are scrubbed, the
+``httpx`` logger gets a redacting filter while a client is open, and ``repr`` hides it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import Self
+
+import httpx
+
+from actors.telegram.errors import (
+    FileTooLarge,
+    NetworkError,
+    UnexpectedResponse,
+    api_error_class,
+    classify_exception,
+)
+from actors.telegram.types import (
+    BotUser,
+    FileInfo,
+    UpdateBatch,
+    WebhookInfo,
+    parse_bot_user,
+    parse_file_info,
+    parse_sent_message_id,
+    parse_update_batch,
+    parse_webhook_info,
+)
+
+DEFAULT_BASE_URL = "https://api.telegram.org"
+_TOKEN_RE = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{1,200}")
+_FILE_PATH_RE = re.compile(r"[A-Za-z0-9_.\-/]{1,512}")
+REDACTED = "<redacted>"
+
+
+class _RedactToken(logging.Filter):
+    """Rewrites httpx's "HTTP Request: POST https://.../bot<token>/..." log lines."""
+
+    def __init__(self, scrub: Callable[[str], str]) -> None:
+        super().__init__()
+        self._scrub = scrub
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken record is not ours to fix
+            return True
+        record.msg, record.args = self._scrub(message), None
+        return True
+
+
+async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
+    """The body, or ``FileTooLarge`` as soon as it passes ``max_bytes``.
+
+    Past the limit the response is closed *inside* the loop, so httpx's chain of async
+    generators ends with an error instead of being abandoned half-way (which trio reports
+    as a ResourceWarning, encode/httpx#3686).
+    """
+    data = bytearray()
+    exceeded = False
+    try:
+        async for piece in response.aiter_bytes():
+            if not exceeded:
+                data += piece
+                if len(data) > max_bytes:
+                    exceeded = True
+                    await response.aclose()
+    except (httpx.HTTPError, httpx.StreamError):
+        if not exceeded:
+            raise
+    if exceeded:
+        raise FileTooLarge(None, max_bytes)
+    return bytes(data)
+
+
+def _params(**values: object) -> dict[str, object]:
+    return {k: v for k, v in values.items() if v is not None}
+
+
+class BotApiClient:
+    """Async Bot API client; use ``async with BotApiClient(token) as bot:`` or call ``aclose``."""
+
+    def __init__(
+        self,
+        token: str,
+        *,
+        base_url: str = DEFAULT_BASE_URL,
+        timeout: float = 30.0,
+        connect_timeout: float = 10.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        if not _TOKEN_RE.fullmatch(token):
+            raise ValueError("bot token has an invalid format (expected <digits>:<secret>)")
+        self._token = token
+        self._secret = token.split(":", 1)[1]
+        self._base = base_url.rstrip("/")
+        self._connect_timeout = connect_timeout
+        self._timeout_s = timeout
+        self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
+        self._http = httpx.AsyncClient(timeout=self._timeout, transport=transport)
+        self._filter = _RedactToken(self.scrub)
+        logging.getLogger("httpx").addFilter(self._filter)
+
+    def __repr__(self) -> str:
+        return f"BotApiClient(base_url={self._base!r}, token={REDACTED!r})"
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        logging.getLogger("httpx").removeFilter(self._filter)
+        await self._http.aclose()
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the bot token (and its secret part) replaced by ``<redacted>``."""
+        return text.replace(self._token, REDACTED).replace(self._secret, REDACTED)
+
+    # --- transport -----------------------------------------------------------------------------
+
+    def _network_error(self, method: str, exc: BaseException) -> NetworkError:
+        kind = classify_exception(exc) or NetworkError
+        detail = self.scrub(str(exc) or repr(exc))
+        return kind(method, detail, cause_type=type(exc).__name__)
+
+    def _api_error(self, method: str, response: httpx.Response) -> Exception:
+        """The error for an answer that is not ``200 {"ok": true, ...}``."""
+        try:
+            body: object = response.json()
+        except (ValueError, UnicodeDecodeError):
+            body = None
+        if not isinstance(body, Mapping) or body.get("ok") is not False:
+            if response.is_success:
+                return UnexpectedResponse(f"{method}: HTTP {response.status_code}: no Bot API body")
+            body = {}
+        code = body.get("error_code")
+        if not isinstance(code, int) or isinstance(code, bool):
+            code = response.status_code
+        description = body.get("description")
+        if not isinstance(description, str):
+            description = response.reason_phrase or "error"
+        retry_after: float | None = None
+        migrate: int | None = None
+        params = body.get("parameters")
+        if isinstance(params, Mapping):
+            value = params.get("retry_after")
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                retry_after = float(value)
+            value = params.get("migrate_to_chat_id")
+            if isinstance(value, int) and not isinstance(value, bool):
+                migrate = value
+        return api_error_class(code)(
+            method,
+            response.status_code,
+            code,
+            self.scrub(description)[:500],
+            retry_after=retry_after,
+            migrate_to_chat_id=migrate,
+        )
+
+    async def call(
+        self,
+        method: str,
+        params: Mapping[str, object] | None = None,
+        *,
+        read_timeout: float | None = None,
+    ) -> object:
+        """POST ``params`` as JSON to ``method`` and return its ``result``; raises TelegramError."""
+        timeout = self._timeout
+        if read_timeout is not None:
+            timeout = httpx.Timeout(
+                self._timeout_s, connect=self._connect_timeout, read=read_timeout
+            )
+        # ASCII-escaped JSON: a stray lone surrogate in a reply cannot break the encoding
+        content = json.dumps(dict(params or {}), separators=(",", ":"), ensure_ascii=True)
+        error: Exception
+        try:
+            response = await self._http.post(
+                f"{self._base}/bot{self._token}/{method}",
+                content=content.encode("ascii"),
+                headers={"content-type": "application/json"},
+                timeout=timeout,
+            )
+        except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
+            error = self._network_error(method, exc)
+        else:
+            try:
+                body: object = response.json()
+            except (ValueError, UnicodeDecodeError):
+                body = None
+            if response.is_success and isinstance(body, Mapping) and body.get("ok") is True:
+                return body.get("result")
+            error = self._api_error(method, response)
+        raise error  # raised outside the except block: no __context__ holding the URL
+
+    # --- methods -------------------------------------------------------------------------------
+
+    async def get_me(self) -> BotUser:
+        """getMe: the bot's own user."""
+        return parse_bot_user(await self.call("getMe"))
+
+    async def get_updates(
+        self,
+        offset: int | None = None,
+        timeout: int = 0,  # noqa: ASYNC109 - the Bot API long-poll parameter
+        allowed_updates: Sequence[str] | None = None,
+        *,
+        limit: int | None = None,
+    ) -> UpdateBatch:
+        """getUpdates as a long poll (read timeout = ``timeout`` + 10 s)."""
+        params = _params(
+            offset=offset,
+            timeout=timeout,
+            limit=limit,
+            allowed_updates=None if allowed_updates is None else list(allowed_updates),
+        )
+        result = await self.call("getUpdates", params, read_timeout=timeout + 10.0)
+        return parse_update_batch(result)
+
+    async def send_message(
+        self,
+        chat_id: int | str,
+        text: str,
+        parse_mode: str | None = None,
+        *,
+        reply_to_message_id: int | None = None,
+        disable_link_preview: bool = False,
+        disable_notification: bool = False,
+        reply_markup: Mapping[str, object] | None = None,
+    ) -> int:
+        """sendMessage; returns the new message's id. Replies survive a deleted target."""
+        params = _params(
+            chat_id=chat_id,
+            text=text,
+            parse_mode=parse_mode,
+            reply_parameters=None
+            if reply_to_message_id is None
+            else {"message_id": reply_to_message_id, "allow_sending_without_reply": True},
+            link_preview_options={"is_disabled": True} if disable_link_preview else None,
+            disable_notification=True if disable_notification else None,
+            reply_markup=None if reply_markup is None else dict(reply_markup),
+        )
+        return parse_sent_message_id(await self.call("sendMessage", params))
+
+    async def send_chat_action(self, chat_id: int | str, action: str = "typing") -> None:
+        """sendChatAction (shown for 5 s or until the next message)."""
+        await self.call("sendChatAction", {"chat_id": chat_id, "action": action})
+
+    async def answer_callback_query(
+        self, callback_query_id: str, text: str | None = None, *, show_alert: bool = False
+    ) -> None:
+        """answerCallbackQuery: stop the button's spinner (optionally with a notification)."""
+        params = _params(
+            callback_query_id=callback_query_id, text=text, show_alert=show_alert or None
+        )
+        await self.call("answerCallbackQuery", params)
+
+    async def get_file(self, file_id: str) -> FileInfo:
+        """getFile: the file's path for ``download_file`` (valid for at least an hour)."""
+        return parse_file_info(await self.call("getFile", {"file_id": file_id}))
+
+    async def download_file(self, file_path: str, max_bytes: int) -> bytes:
+        """Download a file by its getFile path; ``FileTooLarge`` past ``max_bytes``.
+
+        Refuses on a too large Content-Length before reading the body, and stops reading
+        as soon as a body without (or with a lying) Content-Length passes the limit.
+        """
+        if not _FILE_PATH_RE.fullmatch(file_path) or ".." in file_path or file_path.startswith("/"):
+            raise ValueError(f"refusing suspicious file path {file_path!r}")
+        url = f"{self._base}/file/bot{self._token}/{file_path}"
+        method = "downloadFile"
+        error: Exception
+        try:
+            async with self._http.stream("GET", url) as response:
+                if not response.is_success:
+                    await response.aread()
+                    error = self._api_error(method, response)
+                else:
+                    declared = response.headers.get("content-length")
+                    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+                        raise FileTooLarge(int(declared), max_bytes)
+                    return await _read_capped(response, max_bytes)
+        except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
+            error = self._network_error(method, exc)
+        raise error
+
+    async def set_webhook(
+        self,
+        url: str,
+        secret_token: str,
+        allowed_updates: Sequence[str] | None = None,
+        *,
+        drop_pending_updates: bool = False,
+        max_connections: int | None = None,
+    ) -> None:
+        """setWebhook; Telegram then sends ``secret_token`` in X-Telegram-Bot-Api-Secret-Token."""
+        params = _params(
+            url=url,
+            secret_token=secret_token,
+            allowed_updates=None if allowed_updates is None else list(allowed_updates),
+            drop_pending_updates=drop_pending_updates,
+            max_connections=max_connections,
+        )
+        await self.call("setWebhook", params)
+
+    async def delete_webhook(self, drop_pending_updates: bool = False) -> None:
+        """deleteWebhook (needed before getUpdates can be used)."""
+        await self.call("deleteWebhook", {"drop_pending_updates": drop_pending_updates})
+
+    async def get_webhook_info(self) -> WebhookInfo:
+        """getWebhookInfo."""
+        return parse_webhook_info(await self.call("getWebhookInfo"))

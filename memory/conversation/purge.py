@@ -1,0 +1,79 @@
+"""The retention purge: compacted messages are hard-deleted after ``MESSAGE_RETENTION_DAYS``.
+
+Compaction only soft-deletes (``compacted_at``), leaving time to audit what the extractor made
+of a span (seed 000, "Concurrency safety" step 5, "Extraction reliability"). The patterns keep
+their evidence as immutable text in ``pattern_observations``, so nothing they need goes away.
+``0`` days keeps compacted messages forever. :class:`PurgeJob` runs the purge at start and then
+every ``MAINTENANCE_INTERVAL`` seconds; a failed pass is logged and the next one tries again.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import trio
+
+from runtime.logs import get_logger
+from runtime.periodic import PeriodicJob
+
+log = get_logger(__name__)
+
+BATCH = 5000  # rows per DELETE: short transactions, no long lock on a big backlog
+
+
+class Queries(Protocol):
+    async def execute(self, query: str, *args: Any) -> str: ...
+
+
+_DELETE = """
+DELETE FROM chat_messages WHERE id IN (
+    SELECT id FROM chat_messages
+    WHERE compacted_at IS NOT NULL AND compacted_at < $1
+    LIMIT $2
+)
+"""
+
+
+async def purge_compacted(
+    db: Queries, retention_days: int, now: datetime | None = None, *, batch: int = BATCH
+) -> int:
+    """Delete the messages compacted more than ``retention_days`` before ``now``; the count.
+
+    Uncompacted messages are never touched; ``retention_days <= 0`` deletes nothing.
+    """
+    if retention_days <= 0:
+        return 0
+    cutoff = (now or datetime.now(UTC)) - timedelta(days=retention_days)
+    total = 0
+    while True:
+        status = await db.execute(_DELETE, cutoff, batch)
+        deleted = int(status.split()[-1])
+        total += deleted
+        if deleted < batch:
+            return total
+
+
+class PurgeJob(PeriodicJob):
+    """Background job: :func:`purge_compacted` at start, then every ``interval`` seconds."""
+
+    name = "purge"
+
+    def __init__(self, db: Queries, *, retention_days: int, interval: float) -> None:
+        super().__init__(interval)
+        self.db, self.retention_days = db, retention_days
+        self.deleted = 0
+
+    async def run_once(self) -> int:
+        count = await purge_compacted(self.db, self.retention_days)
+        self.deleted += count
+        if count:
+            log.info("purge.deleted", messages=count, retention_days=self.retention_days)
+        return count
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        if self.retention_days <= 0:
+            task_status.started(self)
+            log.info("purge.disabled", retention_days=self.retention_days)
+            await trio.sleep_forever()
+        await super().run(task_status=task_status)

@@ -1,0 +1,229 @@
+"""Claude through the Anthropic Messages API (the ``anthropic`` SDK, which runs under trio).
+
+    llm = AnthropicLLM(api_key=key, db=db)
+    completion = await llm.complete(system=..., messages=[Message.user("hi")], tools=[...],
+                                    max_tokens=1024, purpose="agent", chat_id=42)
+    await llm.aclose()
+
+SDK retries are off (``max_retries=0``): failures surface at once as :mod:`memory.errors`
+classes and the caller owns the retry policy. One ``api_usage`` row per call.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, cast
+
+import anthropic
+import anthropic.resources.messages.messages as sdk_messages
+from anthropic.types import Message as ApiMessage
+
+from memory.errors import LLMError, LLMRequestError, LLMTimeout, LLMUnavailable
+from memory.llm.cost import DEFAULT_RATES, RateTable
+from memory.llm.protocol import (
+    Block,
+    CallContext,
+    Completion,
+    Message,
+    StopReason,
+    TextBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+    call_and_record,
+    invalid_response,
+    status_error,
+    transport_error,
+)
+from memory.llm.usage import Queries
+from runtime.logs import get_logger
+
+log = get_logger(__name__)
+
+DEFAULT_MODEL = "claude-sonnet-4-5"
+PROVIDER = "anthropic"
+_STOP_REASONS: dict[str | None, StopReason] = {
+    "tool_use": "tool_use",
+    "max_tokens": "max_tokens",
+    "model_context_window_exceeded": "max_tokens",
+}
+
+
+def block_param(block: Block) -> dict[str, Any]:
+    """One neutral block as a Messages API content block."""
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text}
+    if isinstance(block, ToolUseBlock):
+        return {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input)}
+    param: dict[str, Any] = {
+        "type": "tool_result",
+        "tool_use_id": block.tool_use_id,
+        "content": block.content,
+    }
+    if block.is_error:
+        param["is_error"] = True
+    return param
+
+
+def message_params(messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """Neutral messages as Messages API messages.
+
+    Blank text blocks are dropped (the API rejects them) and a user message's tool results
+    are put first (the API requires them before any text).
+    """
+    out: list[dict[str, Any]] = []
+    for message in messages:
+        blocks = [
+            b for b in message.blocks if not (isinstance(b, TextBlock) and not b.text.strip())
+        ]
+        results = [b for b in blocks if isinstance(b, ToolResultBlock)]
+        ordered = results + [b for b in blocks if not isinstance(b, ToolResultBlock)]
+        out.append({"role": message.role, "content": [block_param(b) for b in ordered]})
+    return out
+
+
+def tool_params(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Neutral tool specs as Messages API tools (``input_schema``)."""
+    return [
+        {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)}
+        for t in tools
+    ]
+
+
+def _usage(raw: ApiMessage) -> tuple[int, int]:
+    """Billed input (cache writes and reads counted as input) and output tokens."""
+    usage = raw.usage
+    cached = (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
+    return usage.input_tokens + cached, usage.output_tokens
+
+
+class AnthropicLLM:
+    """:class:`memory.llm.protocol.LLM` for Claude; owns its SDK client (close it with
+    ``aclose``)."""
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        db: Queries,
+        model: str = DEFAULT_MODEL,
+        base_url: str | None = None,
+        timeout: float = 120.0,
+        rates: RateTable = DEFAULT_RATES,
+        provider: str = PROVIDER,
+    ) -> None:
+        if not api_key:
+            raise ValueError("AnthropicLLM needs an API key")
+        self.model = model
+        self._db = db
+        self._rates = rates
+        self._ctx = CallContext(provider, model, (api_key,))
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
+        )
+        end_of_life = getattr(sdk_messages, "DEPRECATED_MODELS", {}).get(model)
+        if end_of_life:
+            log.warning("llm.model_deprecated", model=model, end_of_life=end_of_life)
+        self._deprecation = re.escape(f"The model '{model}' is deprecated")
+
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        max_tokens: int,
+        purpose: str,
+        chat_id: int | None,
+    ) -> Completion:
+        """One Messages API call; raises a :class:`memory.errors.LLMError` subclass on failure."""
+        params: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "messages": message_params(messages),
+        }
+        if system:
+            params["system"] = system
+        if tools:
+            params["tools"] = tool_params(tools)
+
+        async def send() -> ApiMessage:
+            # messages.create warns (DeprecationWarning) on every call with a model it lists
+            # as deprecated; we log that once, above. The filter is inserted per call (no
+            # await in between): a test run's warning filters are reset per test phase.
+            warnings.filterwarnings("ignore", self._deprecation, DeprecationWarning)
+            return cast(ApiMessage, await self._client.messages.create(**params))
+
+        return await call_and_record(
+            self._db,
+            self._ctx,
+            purpose=purpose,
+            chat_id=chat_id,
+            rates=self._rates,
+            send=send,
+            classify=self._classify,
+            usage=_usage,
+            parse=self._parse,
+        )
+
+    def _classify(self, exc: Exception) -> LLMError | None:
+        ctx = self._ctx
+        if isinstance(exc, anthropic.APIStatusError):
+            return status_error(
+                ctx,
+                exc.status_code,
+                error_type=exc.type,
+                message=exc.api_message or exc.message,
+                request_id=exc.request_id,
+                headers=exc.response.headers,
+            )
+        if isinstance(exc, anthropic.APITimeoutError):
+            return transport_error(ctx, LLMTimeout, "request timed out")
+        if isinstance(exc, anthropic.APIConnectionError):
+            return transport_error(ctx, LLMUnavailable, f"connection failed: {exc.message}")
+        if isinstance(exc, anthropic.APIResponseValidationError):
+            return invalid_response(ctx, exc.message)
+        if isinstance(exc, anthropic.AnthropicError):
+            return transport_error(ctx, LLMRequestError, f"{type(exc).__name__}: {exc}")
+        return None
+
+    def _parse(self, raw: ApiMessage) -> Completion:
+        blocks: list[Block] = []
+        for block in raw.content:
+            if block.type == "text":
+                blocks.append(TextBlock(block.text))
+            elif block.type == "tool_use":
+                if not isinstance(block.input, dict):
+                    raise invalid_response(self._ctx, f"tool_use {block.id} input is not an object")
+                blocks.append(ToolUseBlock(block.id, block.name, block.input))
+            else:  # thinking, server tools: never requested, so never expected
+                log.warning("llm.unexpected_block", provider=self._ctx.provider, type=block.type)
+        stop = _STOP_REASONS.get(raw.stop_reason, "end_turn")
+        if stop == "tool_use" and not any(isinstance(b, ToolUseBlock) for b in blocks):
+            raise invalid_response(self._ctx, "stop_reason tool_use without a tool_use block")
+        input_tokens, output_tokens = _usage(raw)
+        return Completion(
+            blocks=tuple(blocks),
+            stop_reason=stop,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            model=raw.model,
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK client and its connections."""
+        await self._client.close()
+
+    async def __aenter__(self) -> AnthropicLLM:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

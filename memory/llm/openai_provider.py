@@ -1,0 +1,232 @@
+"""Any OpenAI-compatible chat completions endpoint (OpenAI, vLLM, llama.cpp, Ollama...).
+
+    llm = OpenAICompatibleLLM(base_url="http://localhost:11434/v1", api_key="unused",
+                              model="qwen2.5:7b", db=db, provider="local")
+
+Function calling maps to the neutral types: an assistant turn's ``tool_calls`` <->
+:class:`ToolUseBlock` (arguments JSON-encoded), each :class:`ToolResultBlock` <-> one ``tool``
+role message (sent before any user text of the same turn; ``is_error`` results are prefixed
+``Error:``, the API having no such flag). SDK retries are off; one ``api_usage`` row per call.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any, Literal, cast
+
+import openai
+from openai.types.chat import ChatCompletion
+
+from memory.errors import LLMError, LLMRequestError, LLMTimeout, LLMUnavailable
+from memory.llm.cost import DEFAULT_RATES, RateTable
+from memory.llm.protocol import (
+    Block,
+    CallContext,
+    Completion,
+    Message,
+    StopReason,
+    TextBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+    call_and_record,
+    invalid_response,
+    status_error,
+    transport_error,
+)
+from memory.llm.usage import Queries
+
+PROVIDER = "openai"
+ERROR_PREFIX = "Error: "
+_STOP_REASONS: dict[str | None, StopReason] = {"tool_calls": "tool_use", "length": "max_tokens"}
+
+
+def chat_messages(system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The system prompt and neutral messages as chat completions messages."""
+    out: list[dict[str, Any]] = []
+    if system:
+        out.append({"role": "system", "content": system})
+    for message in messages:
+        text = message.text
+        if message.role == "assistant":
+            calls = [
+                {
+                    "id": b.id,
+                    "type": "function",
+                    "function": {"name": b.name, "arguments": json.dumps(dict(b.input))},
+                }
+                for b in message.blocks
+                if isinstance(b, ToolUseBlock)
+            ]
+            turn: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
+            if calls:
+                turn["tool_calls"] = calls
+            out.append(turn)
+            continue
+        for block in message.blocks:
+            if isinstance(block, ToolResultBlock):
+                content = ERROR_PREFIX + block.content if block.is_error else block.content
+                out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
+        if text or not any(isinstance(b, ToolResultBlock) for b in message.blocks):
+            out.append({"role": "user", "content": text})
+    return out
+
+
+def function_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """Neutral tool specs as ``function`` tools (``parameters``)."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": dict(t.input_schema),
+            },
+        }
+        for t in tools
+    ]
+
+
+def _usage(raw: ChatCompletion) -> tuple[int, int]:
+    if raw.usage is None:  # some local servers omit it
+        return 0, 0
+    return raw.usage.prompt_tokens, raw.usage.completion_tokens
+
+
+class OpenAICompatibleLLM:
+    """:class:`memory.llm.protocol.LLM` over chat completions; owns its SDK client (``aclose`` it).
+
+    ``api_key`` may be a dummy for local servers; ``provider`` names the ``api_usage`` rows
+    (``openai``, ``local``...). ``max_tokens_param`` is ``max_completion_tokens`` for OpenAI's
+    reasoning models, ``max_tokens`` (the most widely supported) otherwise.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        model: str,
+        db: Queries,
+        base_url: str | None = None,
+        timeout: float = 120.0,
+        rates: RateTable = DEFAULT_RATES,
+        provider: str = PROVIDER,
+        max_tokens_param: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+    ) -> None:
+        if not api_key:
+            raise ValueError("OpenAICompatibleLLM needs an API key (any string for local servers)")
+        self.model = model
+        self._db = db
+        self._rates = rates
+        self._max_tokens_param = max_tokens_param
+        self._ctx = CallContext(provider, model, (api_key,))
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
+        )
+
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        max_tokens: int,
+        purpose: str,
+        chat_id: int | None,
+    ) -> Completion:
+        """One chat completions call; raises a :class:`memory.errors.LLMError` on failure."""
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": chat_messages(system, messages),
+            self._max_tokens_param: max_tokens,
+        }
+        if tools:  # the API rejects an empty tools array
+            params["tools"] = function_tools(tools)
+
+        async def send() -> ChatCompletion:
+            return cast(ChatCompletion, await self._client.chat.completions.create(**params))
+
+        return await call_and_record(
+            self._db,
+            self._ctx,
+            purpose=purpose,
+            chat_id=chat_id,
+            rates=self._rates,
+            send=send,
+            classify=self._classify,
+            usage=_usage,
+            parse=self._parse,
+        )
+
+    def _classify(self, exc: Exception) -> LLMError | None:
+        ctx = self._ctx
+        if isinstance(exc, openai.APIStatusError):
+            body = exc.body if isinstance(exc.body, dict) else {}
+            message = body.get("message")
+            return status_error(
+                ctx,
+                exc.status_code,
+                error_type=exc.code or exc.type,
+                message=message if isinstance(message, str) else exc.message,
+                request_id=exc.request_id,
+                headers=exc.response.headers,
+            )
+        if isinstance(exc, openai.APITimeoutError):
+            return transport_error(ctx, LLMTimeout, "request timed out")
+        if isinstance(exc, openai.APIConnectionError):
+            return transport_error(ctx, LLMUnavailable, f"connection failed: {exc.message}")
+        if isinstance(exc, openai.APIResponseValidationError):
+            return invalid_response(ctx, exc.message)
+        if isinstance(exc, openai.OpenAIError):
+            return transport_error(ctx, LLMRequestError, f"{type(exc).__name__}: {exc}")
+        return None
+
+    def _parse(self, raw: ChatCompletion) -> Completion:
+        if not raw.choices:
+            raise invalid_response(self._ctx, "no choices")
+        choice = raw.choices[0]
+        blocks: list[Block] = []
+        if choice.message.content:
+            blocks.append(TextBlock(choice.message.content))
+        for call in choice.message.tool_calls or ():
+            if call.type != "function":
+                raise invalid_response(self._ctx, f"tool call {call.id} of type {call.type}")
+            try:
+                arguments = json.loads(call.function.arguments or "{}")
+            except ValueError:
+                arguments = None
+            if not isinstance(arguments, dict):
+                raise invalid_response(
+                    self._ctx, f"tool call {call.id} arguments are not a JSON object"
+                )
+            blocks.append(ToolUseBlock(call.id, call.function.name, arguments))
+        # Some servers answer "stop" with tool calls: the calls decide.
+        has_calls = any(isinstance(b, ToolUseBlock) for b in blocks)
+        stop = "tool_use" if has_calls else _STOP_REASONS.get(choice.finish_reason, "end_turn")
+        if stop == "tool_use" and not has_calls:
+            raise invalid_response(self._ctx, "finish_reason tool_calls without tool calls")
+        input_tokens, output_tokens = _usage(raw)
+        return Completion(
+            blocks=tuple(blocks),
+            stop_reason=stop,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            model=raw.model,
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK client and its connections."""
+        await self._client.close()
+
+    async def __aenter__(self) -> OpenAICompatibleLLM:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -1,0 +1,324 @@
+"""A provider-neutral chat interface for the tool-using agent, and what the providers share.
+
+The agent and the compactor speak :class:`Message`/:class:`ToolSpec`/:class:`Completion` to
+an :class:`LLM`; :mod:`memory.llm.anthropic_provider` (Claude, Messages API) and
+:mod:`memory.llm.openai_provider` (any OpenAI-compatible chat completions endpoint) translate.
+
+Every call, ok or failed (or cancelled), is one ``api_usage`` row (seed 000, "API cost
+tracking"): provider, the configured model, purpose, tokens, latency. Failures are
+:mod:`memory.errors` classes; providers make no retries of their own (the SDKs' are off), so
+the caller decides (guardrails, backoff, a reply to the user).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, Protocol, TypeVar
+
+import attrs
+import trio
+
+from memory.errors import (
+    LLMError,
+    LLMInvalidResponse,
+    LLMOverloaded,
+    LLMRateLimited,
+    LLMRequestError,
+    LLMTimeout,
+    LLMUnavailable,
+)
+from memory.llm.cost import RateTable
+from memory.llm.usage import Queries, log_api_usage, scrub_error
+from runtime.logs import get_logger
+
+log = get_logger(__name__)
+
+Role = Literal["user", "assistant"]
+StopReason = Literal["end_turn", "tool_use", "max_tokens"]
+#: seconds a cancelled call may still spend writing its usage row
+CANCELLED_LOG_GRACE = 2.0
+
+# --- neutral types ---------------------------------------------------------------------------
+
+
+def _object(value: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(value)
+
+
+@attrs.frozen
+class TextBlock:
+    """Plain text from the user or the model."""
+
+    text: str
+
+
+@attrs.frozen
+class ToolUseBlock:
+    """The model asks for tool ``name`` with arguments ``input`` (a JSON object)."""
+
+    id: str
+    name: str
+    input: Mapping[str, Any] = attrs.field(converter=_object)
+
+
+@attrs.frozen
+class ToolResultBlock:
+    """Our answer to the tool call ``tool_use_id`` (sent in the next user message)."""
+
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+
+
+Block = TextBlock | ToolUseBlock | ToolResultBlock
+
+
+def _blocks(value: Iterable[Block | str]) -> tuple[Block, ...]:
+    return tuple(TextBlock(b) if isinstance(b, str) else b for b in value)
+
+
+@attrs.frozen
+class Message:
+    """One conversation turn; strings given as blocks become :class:`TextBlock`."""
+
+    role: Role = attrs.field(validator=attrs.validators.in_(("user", "assistant")))
+    blocks: tuple[Block, ...] = attrs.field(converter=_blocks)
+
+    @classmethod
+    def user(cls, *blocks: Block | str) -> Message:
+        return cls("user", blocks)
+
+    @classmethod
+    def assistant(cls, *blocks: Block | str) -> Message:
+        return cls("assistant", blocks)
+
+    @property
+    def text(self) -> str:
+        return "".join(b.text for b in self.blocks if isinstance(b, TextBlock))
+
+
+@attrs.frozen
+class ToolSpec:
+    """A tool offered to the model; ``input_schema`` is a JSON Schema with type ``object``."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any] = attrs.field(converter=_object)
+
+
+@attrs.frozen
+class Completion:
+    """The model's answer (always role assistant) and what it cost."""
+
+    blocks: tuple[Block, ...] = attrs.field(converter=_blocks)
+    stop_reason: StopReason
+    input_tokens: int
+    output_tokens: int
+    #: the model the provider says answered (may carry a date suffix)
+    model: str
+    cost_usd: float = 0.0
+    latency_ms: float = 0.0
+
+    @property
+    def text(self) -> str:
+        return "".join(b.text for b in self.blocks if isinstance(b, TextBlock))
+
+    @property
+    def tool_uses(self) -> tuple[ToolUseBlock, ...]:
+        return tuple(b for b in self.blocks if isinstance(b, ToolUseBlock))
+
+    def as_message(self) -> Message:
+        """The answer as the assistant turn to append to the conversation."""
+        return Message("assistant", self.blocks)
+
+
+class LLM(Protocol):
+    """A chat model that can call tools."""
+
+    async def complete(
+        self,
+        *,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        max_tokens: int,
+        purpose: str,
+        chat_id: int | None,
+    ) -> Completion:
+        """One model call; raises a :class:`memory.errors.LLMError` subclass on failure."""
+        ...
+
+
+# --- shared by the providers -------------------------------------------------------------------
+
+
+def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:
+    """The wait a response asks for: ``retry-after-ms``, ``retry-after`` (seconds or date)."""
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms is not None:
+        try:
+            ms = float(raw_ms)
+        except ValueError:
+            ms = math.nan
+        if math.isfinite(ms) and ms >= 0:
+            return ms / 1000
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        seconds = float(raw)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+        return max(0.0, seconds)
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+@attrs.frozen
+class CallContext:
+    """Who is calling what, for error messages and the usage row."""
+
+    provider: str
+    model: str
+    secrets: tuple[str, ...]
+
+
+def status_error(
+    ctx: CallContext,
+    status: int,
+    *,
+    error_type: str | None,
+    message: str | None,
+    request_id: str | None,
+    headers: Mapping[str, str],
+) -> LLMError:
+    """The error for an HTTP error answer (429, 529, 408, 5xx, other 4xx)."""
+    text = f"{ctx.provider} {ctx.model}: HTTP {status}"
+    if error_type:
+        text += f" {error_type}"
+    if message:
+        text += f": {message}"
+    if request_id:
+        text += f" (request {request_id})"
+    kind: type[LLMError]
+    if status == 429 and error_type != "insufficient_quota":
+        kind = LLMRateLimited
+    elif status == 529:
+        kind = LLMOverloaded
+    elif status == 408:
+        kind = LLMTimeout
+    elif status >= 500:
+        kind = LLMUnavailable
+    else:
+        kind = LLMRequestError
+    return kind(
+        scrub_error(text, ctx.secrets),
+        provider=ctx.provider,
+        model=ctx.model,
+        status=status,
+        error_type=error_type,
+        request_id=request_id,
+        retry_after=retry_after_seconds(headers),
+    )
+
+
+def transport_error(ctx: CallContext, kind: type[LLMError], what: str) -> LLMError:
+    """An error without an HTTP answer (timeout, connection failure), scrubbed."""
+    return kind(
+        scrub_error(f"{ctx.provider} {ctx.model}: {what}", ctx.secrets),
+        provider=ctx.provider,
+        model=ctx.model,
+    )
+
+
+def invalid_response(ctx: CallContext, what: str) -> LLMInvalidResponse:
+    """The error for a 200 answer we cannot use."""
+    return LLMInvalidResponse(
+        scrub_error(f"{ctx.provider} {ctx.model}: invalid response: {what}", ctx.secrets),
+        provider=ctx.provider,
+        model=ctx.model,
+    )
+
+
+R = TypeVar("R")
+
+
+async def call_and_record(
+    db: Queries,
+    ctx: CallContext,
+    *,
+    purpose: str,
+    chat_id: int | None,
+    rates: RateTable,
+    send: Callable[[], Awaitable[R]],
+    classify: Callable[[Exception], LLMError | None],
+    usage: Callable[[R], tuple[int, int]],
+    parse: Callable[[R], Completion],
+) -> Completion:
+    """Run one provider call and write its ``api_usage`` row, whatever the outcome.
+
+    ``classify`` turns an SDK exception into our error (None: not an SDK error, re-raised);
+    ``parse`` may raise :class:`LLMInvalidResponse` (logged as ok: the call was billed). Our
+    errors are raised outside the ``except`` block, so they carry no SDK exception.
+    """
+
+    async def record(**fields: Any) -> float:
+        return await log_api_usage(
+            db, provider=ctx.provider, model=ctx.model, purpose=purpose, chat_id=chat_id,
+            rates=rates, secrets=ctx.secrets, **fields,
+        )  # fmt: skip
+
+    started = trio.current_time()
+    failure: LLMError | None = None
+    try:
+        raw = await send()
+    except trio.Cancelled:
+        with trio.move_on_after(CANCELLED_LOG_GRACE, shield=True):
+            await record(
+                latency_ms=(trio.current_time() - started) * 1000, ok=False, error="cancelled"
+            )
+        raise
+    except Exception as exc:
+        failure = classify(exc)
+        if failure is None:
+            raise
+    latency_ms = (trio.current_time() - started) * 1000
+    if failure is not None:
+        await record(latency_ms=latency_ms, ok=False, error=failure.message)
+        log.warning(
+            "llm.call_failed", provider=ctx.provider, model=ctx.model, purpose=purpose,
+            chat_id=chat_id, status=failure.status, error=failure.message,
+            retry_after=failure.retry_after, latency_ms=round(latency_ms),
+        )  # fmt: skip
+        raise failure
+    input_tokens, output_tokens = usage(raw)
+    invalid: LLMInvalidResponse | None = None
+    try:
+        completion = parse(raw)
+    except LLMInvalidResponse as exc:
+        invalid = exc
+    cost = await record(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        latency_ms=latency_ms,
+        error=None if invalid is None else invalid.message,
+    )
+    if invalid is not None:
+        log.warning(
+            "llm.invalid_response", provider=ctx.provider, model=ctx.model, purpose=purpose,
+            chat_id=chat_id, error=invalid.message,
+        )  # fmt: skip
+        raise invalid
+    log.info(
+        "llm.call", provider=ctx.provider, model=ctx.model, purpose=purpose, chat_id=chat_id,
+        input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost,
+        latency_ms=round(latency_ms), stop_reason=completion.stop_reason,
+        tool_uses=len(completion.tool_uses),
+    )  # fmt: skip
+    return attrs.evolve(completion, cost_usd=cost, latency_ms=latency_ms)

@@ -1,0 +1,386 @@
+"""Writes to the pattern tables: the building blocks of a compaction transaction and of the
+``remember`` tool (:func:`memory.patterns.explicit.store_explicit_pattern`).
+
+Every function here takes a :class:`runtime.db.Connection` (or anything with the same query
+methods) and runs inside the caller's transaction; none calls an LLM or an embedding model
+(vectors are computed by the caller before the transaction; a missing vector is left to
+:class:`memory.embeddings.store.EmbeddingBackfill`).
+
+Rules, in the order the seed gives them (000: "Spacing-sensitive reinforcement", "Pattern
+extraction during compaction", "Pattern hierarchy", "Pattern ↔ entry linking"):
+
+* a **new pattern** is a ``patterns`` row (``canonical_hash`` of its text, ``first_seen`` =
+  ``last_seen`` = the time of its newest evidence message), its vector (when there is one) and
+  a ``pattern_observations`` row with the immutable evidence text, roles and message ids;
+* a **reinforcement** (explicit, or a new pattern found to be a duplicate) locks the row, applies
+  :func:`memory.patterns.reinforcement.reinforce` with the days since ``last_seen`` (spacing boost,
+  signal
+  weight, cap 20, ``times_seen + 1``; confidence moves towards 1 by the reinforcement rule, the
+  extractor's own confidence is kept on the observation), moves ``last_seen`` forward and
+  appends an observation; a duplicate's differing text becomes a ``pattern_aliases`` row (with
+  its vector);
+* a **contradiction** lowers confidence (:func:`memory.patterns.reinforcement.contradict`), counts
+it,
+  and sets ``disputed`` via :func:`memory.patterns.reinforcement.status_after_contradiction`; the
+  ``contradicts`` relation runs from the rival pattern to the contradicted one (see
+  :func:`contradict_pattern`);
+* **entry links** are upserted with ``source='compaction'`` (a compaction link overrides a
+  tool-loop one), ``times_linked + 1`` and ``last_linked_at``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol
+
+import attrs
+import numpy as np
+
+from memory.embeddings.providers import PURPOSE as EMBED_PURPOSE
+from memory.embeddings.providers import Embedder
+from memory.embeddings.store import ensure_vector_index, store_vectors
+from memory.patterns.canonical import canonical_hash, lock_key
+from memory.patterns.reinforcement import (
+    STRENGTH_CAP,
+    PatternStats,
+    contradict,
+    reinforce,
+    status_after_contradiction,
+)
+from runtime.logs import get_logger
+
+log = get_logger(__name__)
+
+EXTRACTOR_VERSION = "v1"
+COMPACTION_LINK_CONFIDENCE = 0.8  # tool-loop links are recorded lower (memory.patterns.retrieval)
+VECTOR_TABLES = (("pattern_embeddings", "pattern_id"), ("alias_embeddings", "alias_id"),
+                 ("episode_embeddings", "episode_id"))  # fmt: skip
+
+
+class Queries(Protocol):
+    """The part of ``runtime.db.Connection`` these writes use."""
+
+    async def execute(self, query: str, *args: Any) -> str: ...
+
+    async def executemany(self, query: str, args: Sequence[Sequence[Any]]) -> None: ...
+
+    async def fetch(self, query: str, *args: Any) -> Sequence[Any]: ...
+
+    async def fetchrow(self, query: str, *args: Any) -> Any: ...
+
+    async def fetchval(self, query: str, *args: Any) -> Any: ...
+
+
+@attrs.frozen
+class Evidence:
+    """One observation's provenance: cited message ids, their immutable text and roles."""
+
+    message_ids: tuple[int, ...] = ()
+    text: str = ""
+    roles: tuple[str, ...] = ()
+    signal: str = "explicit"
+    confidence: float = 0.5
+    observed_at: datetime | None = None  # None: the transaction's now()
+
+
+@attrs.frozen
+class Vectors:
+    """The embedding model and the vectors computed before the transaction (by text)."""
+
+    model: str
+    by_text: dict[str, np.ndarray] = attrs.field(factory=dict)
+
+    def get(self, text: str) -> np.ndarray | None:
+        return self.by_text.get(text)
+
+
+async def ensure_indexes(db: Queries, vectors: Vectors) -> None:
+    """Create the model's HNSW indexes before a transaction stores vectors (so that no
+    ``CREATE INDEX`` race can abort the transaction)."""
+    if not vectors.by_text:
+        return
+    dims = int(next(iter(vectors.by_text.values())).shape[0])
+    for table, _ in VECTOR_TABLES:
+        await ensure_vector_index(db, table, vectors.model, dims)
+
+
+# --- patterns, observations, aliases ----------------------------------------------------------
+
+_INSERT_PATTERN = """
+INSERT INTO patterns (chat_id, content, kind, confidence, strength, source, temporal,
+                      canonical_hash, first_seen, last_seen)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, coalesce($9, now()), coalesce($9, now()))
+RETURNING id
+"""
+_INSERT_OBSERVATION = """
+INSERT INTO pattern_observations (pattern_id, chat_id, chat_message_ids, evidence,
+                                  evidence_roles, signal, confidence, extractor_version,
+                                  observed_at)
+VALUES ($1, $2, $3::bigint[], $4, $5::text[], $6, $7, $8, coalesce($9, now()))
+"""
+
+
+_SAME_CLAIM = """
+SELECT id FROM patterns
+WHERE chat_id = $1 AND canonical_hash = $2 AND status IN ('active', 'disputed')
+ORDER BY id LIMIT 1
+"""
+
+
+async def insert_pattern(
+    conn: Queries,
+    *,
+    chat_id: int,
+    content: str,
+    kind: str,
+    confidence: float,
+    evidence: Evidence,
+    vectors: Vectors,
+    source: str = "compaction",
+    temporal: dict[str, Any] | None = None,
+    strength: float = 1.0,
+) -> int:
+    """A new pattern, its vector (if computed) and its first observation; its id.
+
+    Dedup decisions are made before the write transaction (they may call an LLM), so a
+    concurrent writer (``remember`` during a compaction, or two ``remember`` calls) can have
+    stored the very same claim since. Under a transaction lock on (chat, canonical hash) an
+    identical active pattern found here is reinforced instead, and its id returned. (The lock
+    is its own statement: a statement's snapshot is taken before it could wait for the lock,
+    and would miss what the other writer commits meanwhile.)"""
+    digest = canonical_hash(content)
+    await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key("claim", chat_id, digest))
+    existing = await conn.fetchval(_SAME_CLAIM, chat_id, digest)
+    if existing is not None:
+        done = await reinforce_pattern(conn, int(existing), chat_id, evidence, alias=content,
+                                       vectors=vectors)  # fmt: skip
+        if done is not None:
+            log.info("patterns.concurrent_duplicate", chat_id=chat_id, pattern_id=existing)
+            return int(existing)
+    pattern_id = int(
+        await conn.fetchval(
+            _INSERT_PATTERN,
+            chat_id,
+            content,
+            kind,
+            confidence,
+            min(strength, STRENGTH_CAP),
+            source,
+            json.dumps(temporal) if temporal else None,
+            digest,
+            evidence.observed_at,
+        )
+    )
+    vector = vectors.get(content)
+    if vector is not None:
+        await store_vectors(conn, "pattern_embeddings", "pattern_id",
+                            [(pattern_id, vector, chat_id)], vectors.model)  # fmt: skip
+    await add_observation(conn, pattern_id, chat_id, evidence)
+    return pattern_id
+
+
+async def add_observation(conn: Queries, pattern_id: int, chat_id: int, evidence: Evidence) -> None:
+    await conn.execute(
+        _INSERT_OBSERVATION, pattern_id, chat_id, list(evidence.message_ids), evidence.text,
+        list(evidence.roles), evidence.signal, evidence.confidence, EXTRACTOR_VERSION,
+        evidence.observed_at,
+    )  # fmt: skip
+
+
+async def add_alias(
+    conn: Queries, pattern_id: int, chat_id: int, content: str, vectors: Vectors
+) -> int | None:
+    """``content`` as an alias of the pattern (with its vector); None when already one."""
+    alias_id = await conn.fetchval(
+        "INSERT INTO pattern_aliases (pattern_id, chat_id, content) VALUES ($1, $2, $3) "
+        "ON CONFLICT (pattern_id, content) DO NOTHING RETURNING id",
+        pattern_id, chat_id, content,
+    )  # fmt: skip
+    vector = vectors.get(content)
+    if alias_id is not None and vector is not None:
+        await store_vectors(conn, "alias_embeddings", "alias_id",
+                            [(int(alias_id), vector, chat_id)], vectors.model)  # fmt: skip
+    return None if alias_id is None else int(alias_id)
+
+
+# --- reinforcement and contradiction --------------------------------------------------------
+
+_LOCK_PATTERN = """
+SELECT content, canonical_hash, strength, confidence, times_seen, contradiction_count, status,
+       last_seen, coalesce($3, now()) AS at
+FROM patterns WHERE id = $1 AND chat_id = $2 FOR UPDATE
+"""
+
+
+@attrs.frozen
+class Reinforced:
+    """The outcome of :func:`reinforce_pattern`."""
+
+    pattern_id: int
+    before: PatternStats
+    after: PatternStats
+    days_since_last_seen: float
+
+
+async def reinforce_pattern(
+    conn: Queries,
+    pattern_id: int,
+    chat_id: int,
+    evidence: Evidence,
+    *,
+    alias: str | None = None,
+    vectors: Vectors | None = None,
+    bump: bool = True,
+) -> Reinforced | None:
+    """Reinforce one of the chat's patterns (see the module docstring); None if it is not one.
+
+    ``alias``: the duplicate text that led here, kept as an alias unless it is the same
+    canonical text. ``bump=False`` only appends the observation (and alias): the pattern was
+    already reinforced by this same compaction (massed repetition earns nothing more).
+    """
+    row = await conn.fetchrow(_LOCK_PATTERN, pattern_id, chat_id, evidence.observed_at)
+    if row is None:
+        return None
+    before = PatternStats(row["strength"], row["confidence"], row["times_seen"])
+    days = (row["at"] - row["last_seen"]).total_seconds() / 86400.0
+    after = reinforce(before, days, evidence.signal) if bump else before
+    if bump:
+        await conn.execute(
+            "UPDATE patterns SET strength = $2, confidence = $3, times_seen = $4, "
+            "last_seen = greatest(last_seen, $5), updated_at = now() WHERE id = $1",
+            pattern_id, after.strength, after.confidence, after.times_seen, row["at"],
+        )  # fmt: skip
+    await add_observation(conn, pattern_id, chat_id, evidence)
+    if alias is not None and canonical_hash(alias) != row["canonical_hash"]:
+        await add_alias(conn, pattern_id, chat_id, alias, vectors or Vectors(""))
+    return Reinforced(pattern_id, before, after, days)
+
+
+@attrs.frozen
+class Contradicted:
+    pattern_id: int
+    confidence_before: float
+    confidence_after: float
+    contradiction_count: int
+    status: str
+
+
+async def contradict_pattern(
+    conn: Queries,
+    pattern_id: int,
+    chat_id: int,
+    *,
+    signal: str,
+    reason: str,
+    rival_id: int | None = None,
+) -> Contradicted | None:
+    """A soft contradiction of one of the chat's patterns; None if it is not one.
+
+    Confidence drops by the signal-weighted penalty, ``contradiction_count + 1``, and the
+    status becomes ``disputed`` on the second contradiction of an active pattern (the reason is
+    kept in ``status_reason``). The ``contradicts`` relation goes from ``rival_id`` (the new
+    pattern of the same extraction that states the opposite, when there is one) to the
+    contradicted pattern; without a rival it is a self-relation (from = to = the pattern),
+    recorded once: "contradicted by the user's own words". The count, not the relation,
+    tracks how often.
+    """
+    row = await conn.fetchrow(_LOCK_PATTERN, pattern_id, chat_id, None)
+    if row is None:
+        return None
+    after = contradict(PatternStats(row["strength"], row["confidence"], row["times_seen"]), signal)
+    count = int(row["contradiction_count"]) + 1
+    status = status_after_contradiction(row["status"], count)
+    await conn.execute(
+        "UPDATE patterns SET confidence = $2, contradiction_count = $3, status = $4, "
+        "status_reason = CASE WHEN $4 <> status THEN $5 ELSE status_reason END, "
+        "updated_at = now() WHERE id = $1",
+        pattern_id, after.confidence, count, status, f"contradicted: {reason}",
+    )  # fmt: skip
+    await add_relation(conn, chat_id, rival_id or pattern_id, pattern_id, "contradicts")
+    return Contradicted(pattern_id, row["confidence"], after.confidence, count, status)
+
+
+async def add_relation(
+    conn: Queries, chat_id: int, from_id: int, to_id: int, relation: str
+) -> None:
+    await conn.execute(
+        "INSERT INTO pattern_relations (chat_id, from_pattern_id, to_pattern_id, relation) "
+        "VALUES ($1, $2, $3, $4) ON CONFLICT (from_pattern_id, to_pattern_id, relation) "
+        "DO NOTHING",
+        chat_id, from_id, to_id, relation,
+    )  # fmt: skip
+
+
+async def supersede_pattern(
+    conn: Queries, old_id: int, new_id: int, chat_id: int, reason: str
+) -> bool:
+    """``old_id`` -> ``superseded`` (reason kept) and ``new_id`` ``supersedes`` it (relation
+    from the new pattern to the old one); False when ``old_id`` is not one of the chat's."""
+    status = await conn.execute(
+        "UPDATE patterns SET status = 'superseded', status_reason = $3, updated_at = now() "
+        "WHERE id = $1 AND chat_id = $2",
+        old_id, chat_id, reason,
+    )  # fmt: skip
+    if status.split()[-1] == "0":
+        return False
+    await add_relation(conn, chat_id, new_id, old_id, "supersedes")
+    return True
+
+
+async def children_strength(conn: Queries, chat_id: int, child_ids: Sequence[int]) -> float:
+    """A meta pattern's strength: the sum of its children's, capped (higher than any child)."""
+    total = await conn.fetchval(
+        "SELECT coalesce(sum(strength), 0) FROM patterns WHERE chat_id = $1 AND id = ANY($2)",
+        chat_id, list(child_ids),
+    )  # fmt: skip
+    return float(min(max(float(total), 1.0), STRENGTH_CAP))
+
+
+# --- entry links ------------------------------------------------------------------------------
+
+_LINK = """
+INSERT INTO pattern_entries (pattern_id, entry_uuid, chat_id, source, confidence, times_linked,
+                             last_linked_at)
+VALUES ($1, $2, $3, 'compaction', $4, 1, coalesce($5, now()))
+ON CONFLICT (pattern_id, entry_uuid) DO UPDATE SET
+    source = 'compaction',
+    confidence = greatest(pattern_entries.confidence, EXCLUDED.confidence),
+    times_linked = pattern_entries.times_linked + 1,
+    last_linked_at = greatest(pattern_entries.last_linked_at, EXCLUDED.last_linked_at)
+"""
+
+
+async def link_entries(
+    conn: Queries,
+    pattern_id: int,
+    chat_id: int,
+    entry_uuids: Sequence[str],
+    *,
+    at: datetime | None = None,
+    confidence: float = COMPACTION_LINK_CONFIDENCE,
+) -> int:
+    """Upsert the pattern's links to journal entries cited by the extraction; the count."""
+    uuids = list(dict.fromkeys(entry_uuids))
+    if uuids:
+        await conn.executemany(_LINK, [(pattern_id, u, chat_id, confidence, at) for u in uuids])
+    return len(uuids)
+
+
+# --- embedding before a transaction -------------------------------------------------------------
+
+
+async def embed_texts(embedder: Embedder, texts: Sequence[str], chat_id: int) -> Vectors:
+    """The texts' vectors in one call; none (logged) when the embedding call fails: the caller
+    stores its rows without vectors and the backfill job adds them later."""
+    unique = list(dict.fromkeys(t for t in texts if t))
+    if not unique:
+        return Vectors(embedder.model)
+    try:
+        vectors = await embedder.embed(unique, purpose=EMBED_PURPOSE, chat_id=chat_id)
+    except Exception as exc:  # an outage must not lose the write
+        log.warning("patterns.embedding_failed", chat_id=chat_id, texts=len(unique),
+                    error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+        return Vectors(embedder.model)
+    return Vectors(embedder.model, dict(zip(unique, vectors, strict=True)))

@@ -1,0 +1,272 @@
+"""The model's memory tools: ``recall_memory``, ``remember``, ``forget_memory``.
+
+Every tool is scoped to ``ToolContext.chat_id``: a chat can neither see nor change another
+chat's patterns (an id from another chat reads exactly like an unknown id).
+
+* ``recall_memory(query, limit)`` ranks this chat's live patterns with
+  :func:`memory.patterns.retrieval.rank_patterns` (hybrid vector + full text, typed decay); when the
+  query cannot be embedded the answer is ``degraded`` (keyword matches only).
+* ``remember(fact, kind="belief")`` stores an explicit pattern through
+  :func:`memory.patterns.explicit.store_explicit_pattern` (canonical hash, then similarity
+  dedup with adjudication in the grey zone); the answer says whether it is new or reinforced an
+  existing id.
+* ``forget_memory(id, reason)`` deprecates one of this chat's patterns (``status='deprecated'``,
+  the reason kept in ``status_reason``).
+
+:func:`memory_registry` returns them as a :class:`memory.tools.registry.ToolRegistry`;
+:func:`memory_tools`
+returns the tools alone (to combine with the journal tools). ``remember`` needs an
+:class:`memory.patterns.dedup.Adjudicator` for near-duplicates; without one they are stored as new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+import attrs
+import numpy as np
+
+from memory.embeddings.thresholds import Thresholds
+from memory.patterns.dedup import Adjudicator
+from memory.patterns.explicit import store_explicit_pattern
+from memory.patterns.retrieval import LexiconCache, rank_patterns
+from memory.tools.registry import Tool, ToolContext, ToolError, ToolRegistry, spec, tool
+from runtime.logs import get_logger
+
+log = get_logger(__name__)
+
+Kind = Literal["behavior", "emotion", "belief", "goal", "preference", "temporal", "causal"]
+RECALL_CANDIDATES = 60
+FORGET_PREFIX = "forget_memory: "
+
+
+async def never_same(a: str, b: str, chat_id: int) -> None:
+    """The adjudicator used when none is given: near-duplicates are kept apart."""
+    return None
+
+
+class _NoEmbedder:
+    """Stands in when no embedding model is configured: every embed fails -> full text only."""
+
+    model, dims = "none", 1
+
+    async def embed(
+        self, texts: Sequence[str], *, purpose: str, chat_id: int | None = None
+    ) -> list[np.ndarray]:
+        raise RuntimeError("no embedding model configured")
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class RecallMemoryInput:
+    query: str = attrs.field(
+        metadata=spec(min_length=1, max_length=500, description="What to recall, in words")
+    )
+    limit: int = attrs.field(
+        default=5, metadata=spec(minimum=1, maximum=20, description="Maximum memories")
+    )
+
+
+#: a fact the person asks to remember without saying more ("remember that I'm vegetarian")
+DEFAULT_REMEMBER_KIND: Kind = "belief"
+_KIND_HELP = (
+    "behavior (what the person does), emotion (how they feel about something), belief (what "
+    "they hold true, facts about their life), goal, preference, temporal (time-bound: plans, "
+    "routines), causal (what leads to what)"
+)
+
+
+@attrs.frozen
+class RememberInput:
+    fact: str = attrs.field(
+        metadata=spec(
+            min_length=3,
+            max_length=500,
+            description="One standalone claim about the person, pronouns resolved "
+            "(e.g. 'User prefers tea over coffee')",
+        )
+    )
+    kind: Kind = attrs.field(
+        default=DEFAULT_REMEMBER_KIND,
+        metadata=spec(description=f"The kind of memory (default belief): {_KIND_HELP}"),
+    )
+
+
+@attrs.frozen
+class ForgetMemoryInput:
+    id: int = attrs.field(metadata=spec(minimum=1, description="The memory id (from recall)"))
+    reason: str = attrs.field(
+        metadata=spec(min_length=1, max_length=500, description="Why it should be forgotten")
+    )
+
+
+# --- handlers ---------------------------------------------------------------------------------
+
+
+def _local_date(ctx: ToolContext, value: datetime) -> str:
+    return value.astimezone(ctx.tz).date().isoformat()
+
+
+async def _recall(
+    ctx: ToolContext,
+    inp: RecallMemoryInput,
+    thresholds: Thresholds | None,
+    lexicons: LexiconCache | None,
+) -> dict[str, Any]:
+    embedder: Any = ctx.embedder if ctx.embedder is not None else _NoEmbedder()
+    db: Any = ctx.db  # the Database (rank_patterns may open a transaction)
+    ranked, degraded = await rank_patterns(
+        db,
+        embedder,
+        ctx.chat_id,
+        inp.query,
+        limit=max(RECALL_CANDIDATES, inp.limit),
+        now=ctx.now,
+        thresholds=thresholds,
+        lexicons=lexicons,
+    )
+    memories = []
+    for p in ranked[: inp.limit]:
+        item: dict[str, Any] = {
+            "id": p.id,
+            "content": p.content,
+            "kind": p.kind,
+            "confidence": round(float(p.confidence), 2),
+            "last_seen": _local_date(ctx, p.last_seen),
+        }
+        if p.status != "active":
+            item["status"] = p.status
+        memories.append(item)
+    out: dict[str, Any] = {"query": inp.query, "count": len(memories), "memories": memories}
+    out["degraded"] = degraded
+    if degraded:
+        out["note"] = "keyword search only (the query could not be embedded); some may be missing"
+    return out
+
+
+async def _remember(
+    ctx: ToolContext, inp: RememberInput, adjudicator: Adjudicator, thresholds: Thresholds | None
+) -> dict[str, Any]:
+    fact = " ".join(inp.fact.split())
+    if len(fact) < 3:
+        raise ToolError("fact must say something", "fact")
+    embedder: Any = ctx.embedder
+    decision = await store_explicit_pattern(
+        ctx.db,
+        embedder,
+        adjudicator,
+        chat_id=ctx.chat_id,
+        content=fact,
+        kind=inp.kind,
+        now=ctx.now,
+        thresholds=thresholds,
+    )
+    reinforced = decision.action == "reinforce"
+    out: dict[str, Any] = {
+        "id": decision.pattern_id,
+        "status": "reinforced" if reinforced else "new",
+    }
+    if reinforced and decision.pattern_id is not None:
+        row = await ctx.db.fetchrow(
+            "SELECT content, times_seen FROM patterns WHERE id = $1 AND chat_id = $2",
+            decision.pattern_id,
+            ctx.chat_id,
+        )
+        if row is not None:
+            out["existing"] = row["content"]
+            out["times_seen"] = row["times_seen"]
+        if decision.similarity is not None:
+            out["similarity"] = round(float(decision.similarity), 3)
+    else:
+        out["content"] = fact
+    log.info("memory.remember", chat_id=ctx.chat_id, pattern_id=decision.pattern_id,
+             status=out["status"])  # fmt: skip
+    return out
+
+
+_FORGET = """
+WITH old AS (
+    SELECT id, status, status_reason, content FROM patterns
+    WHERE id = $1 AND chat_id = $2 FOR UPDATE
+),
+up AS (
+    UPDATE patterns p SET status = 'deprecated', status_reason = $3, updated_at = now()
+    FROM old WHERE p.id = old.id AND old.status NOT IN ('deprecated', 'merged')
+    RETURNING p.id
+)
+SELECT old.status, old.status_reason, old.content, EXISTS (SELECT 1 FROM up) AS changed FROM old
+"""
+
+
+async def _forget(ctx: ToolContext, inp: ForgetMemoryInput) -> dict[str, Any]:
+    reason = " ".join(inp.reason.split())
+    row = await ctx.db.fetchrow(_FORGET, inp.id, ctx.chat_id, FORGET_PREFIX + reason)
+    if row is None:
+        raise ToolError(f"no memory with id {inp.id}", "id")
+    if row["status"] == "merged":
+        why = f" ({row['status_reason']})" if row["status_reason"] else ""
+        raise ToolError(
+            f"memory {inp.id} was merged into another memory{why}; forget that one instead",
+            "id",
+        )
+    out: dict[str, Any] = {"id": inp.id, "content": row["content"], "forgotten": True}
+    if not row["changed"]:
+        out["note"] = "it was already forgotten"
+    else:
+        log.info("memory.forget", chat_id=ctx.chat_id, pattern_id=inp.id)
+    return out
+
+
+# --- the tools --------------------------------------------------------------------------------
+
+
+def memory_tools(
+    adjudicator: Adjudicator | None = None,
+    *,
+    thresholds: Thresholds | None = None,
+    lexicons: LexiconCache | None = None,
+) -> tuple[Tool[Any], ...]:
+    """``recall_memory``, ``remember`` and ``forget_memory``, in that order.
+
+    ``thresholds`` default to the embedding model's calibrated ones; ``recall_memory`` scores
+    its lexical half by BM25 over ``lexicons`` (a cache of its own unless one is shared with
+    the retriever), like the turn's retrieval.
+    """
+    lexicon_cache = lexicons if lexicons is not None else LexiconCache()
+    judge: Adjudicator = adjudicator or never_same
+    tools: list[Tool[Any]] = []
+
+    @tool(tools, "recall_memory", RecallMemoryInput)
+    async def recall_memory(ctx: ToolContext, inp: RecallMemoryInput) -> dict[str, Any]:
+        """Search what you know about the person (memories distilled from earlier
+        conversations, beyond those already in the prompt), by words and meaning. Returns
+        memories with their id, kind, confidence and the date last seen."""
+        return await _recall(ctx, inp, thresholds, lexicon_cache)
+
+    @tool(tools, "remember", RememberInput)
+    async def remember(ctx: ToolContext, inp: RememberInput) -> dict[str, Any]:
+        """Store a fact about the person in long-term memory when they ask you to remember
+        it or state something clearly lasting about themselves. If a memory with the same
+        meaning exists it is reinforced instead; the answer says which, with the id."""
+        return await _remember(ctx, inp, judge, thresholds)
+
+    @tool(tools, "forget_memory", ForgetMemoryInput)
+    async def forget_memory(ctx: ToolContext, inp: ForgetMemoryInput) -> dict[str, Any]:
+        """Forget a memory by id (from recall_memory or the prompt) when the person asks you
+        to, or when it is wrong. It is no longer used afterwards."""
+        return await _forget(ctx, inp)
+
+    return tuple(tools)
+
+
+def memory_registry(
+    adjudicator: Adjudicator | None = None,
+    *,
+    thresholds: Thresholds | None = None,
+) -> ToolRegistry:
+    """A registry with the three memory tools (see :func:`memory_tools`)."""
+    return ToolRegistry(memory_tools(adjudicator, thresholds=thresholds))
