@@ -31,7 +31,7 @@ import trio
 from actors.agent.context import PERSONA, RetrievedMemory, build_context
 from actors.agent.handler import wall_clock
 from actors.agent.tool_loop import tool_specs
-from memory.conversation.messages import DEFAULT_WINDOW_LIMIT, Queries, recent_window
+from memory.conversation.messages import DEFAULT_WINDOW_LIMIT, recent_window
 from memory.embeddings.providers import Embedder
 from memory.embeddings.thresholds import thresholds_for
 from memory.llm.protocol import LLM
@@ -39,7 +39,7 @@ from memory.patterns.compaction import CompactionOptions, CompactionOutcome, com
 from memory.patterns.dedup import Adjudicator
 from memory.tools.registry import ToolRegistry
 from runtime.actor import Mailbox
-from runtime.db import Database
+from runtime.db import Database, Queries
 from runtime.errors import ActorStopped, MailboxFull
 from runtime.logs import get_logger
 from runtime.settings import Settings

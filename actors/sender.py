@@ -35,7 +35,6 @@ import structlog
 import trio
 
 from actors.queues import outbox
-from actors.queues.inbox import Queryable
 from actors.queues.outbox import OutboxRow
 from actors.sender_policy import SenderSettings, SlidingWindowLimiter
 from actors.telegram.chunking import (
@@ -58,6 +57,7 @@ from actors.telegram.errors import (
     UnexpectedResponse,
 )
 from runtime.actor import Address, Mailbox, serve
+from runtime.db import Queries
 from runtime.errors import DatabaseUnavailable
 
 __all__ = [
@@ -128,7 +128,7 @@ class OutboxStore(Protocol):
 class DbOutbox:
     """:class:`OutboxStore` over the ``outbox`` table (see :mod:`actors.queues.outbox`)."""
 
-    db: Queryable
+    db: Queries
 
     async def chats_with_pending(self) -> list[int]:
         return await outbox.chats_with_pending(self.db)
@@ -207,7 +207,7 @@ class SenderActor:
     Timing uses only ``trio.sleep``/``trio.current_time``, so it runs on a MockClock.
     """
 
-    db: Queryable | OutboxStore
+    db: Queries | OutboxStore
     client: MessageClient
     settings: SenderSettings = attrs.field(factory=SenderSettings, kw_only=True)
     limiter: SlidingWindowLimiter | None = attrs.field(default=None, kw_only=True)

@@ -20,7 +20,7 @@ import abc
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
@@ -118,6 +118,22 @@ async def _bridge(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwar
         return await trio_asyncio.aio_as_trio(fn)(*args, **kwargs)  # type: ignore[no-any-return]
     except _MAPPED as exc:
         raise map_error(exc) from exc
+
+
+class Queries(Protocol):
+    """What code above the database needs of it: :class:`Database` or a :class:`Connection`
+    (in a transaction). The one declaration; stores and queries take this, not ``Database``,
+    unless they open transactions or hold connections themselves."""
+
+    async def execute(self, query: str, *args: Any) -> str: ...
+
+    async def executemany(self, query: str, args: Sequence[Sequence[Any]]) -> None: ...
+
+    async def fetch(self, query: str, *args: Any) -> Sequence[Any]: ...
+
+    async def fetchrow(self, query: str, *args: Any) -> Any: ...
+
+    async def fetchval(self, query: str, *args: Any) -> Any: ...
 
 
 class _Queries(abc.ABC):

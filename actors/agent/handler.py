@@ -60,9 +60,9 @@ from memory.conversation.messages import (
 )
 from memory.journal.tools import JOURNAL_TOOLS
 from memory.llm.protocol import LLM, Message
-from memory.tools.registry import Queries, QueryEmbedder, Tool, ToolContext, ToolRegistry
+from memory.tools.registry import QueryEmbedder, Tool, ToolContext, ToolRegistry
 from runtime.concurrency import both
-from runtime.db import Connection, Database
+from runtime.db import Connection, Database, Queries
 from runtime.logs import get_logger
 
 log = get_logger(__name__)

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 import trio
 
 from memory.llm.protocol import Message, ToolResultBlock, ToolUseBlock
-from memory.patterns.entry_links import Queries, ToolExchange, link_turn
+from memory.patterns.entry_links import ToolExchange, link_turn
+from runtime.db import Queries
 from runtime.logs import get_logger
 
 log = get_logger(__name__)

@@ -30,7 +30,6 @@ from memory.llm.anthropic_provider import AnthropicLLM
 from memory.llm.cost import configured_rates
 from memory.llm.openai_provider import OpenAICompatibleLLM
 from memory.llm.protocol import LLM
-from memory.llm.usage import Queries as UsageQueries
 from memory.llm.usage_writer import open_usage_writer
 from memory.patterns.dedup import LLMAdjudicator
 from memory.patterns.maintenance import ChatIndexJob
@@ -38,6 +37,7 @@ from memory.patterns.retrieval import LexiconCache, SqlPatternRetriever
 from memory.tools.memory_tools import memory_tools
 from runtime.cli import base_parser, open_settings_database, run_cli
 from runtime.db import Database
+from runtime.db import Queries as UsageQueries
 from runtime.errors import SettingsError
 from runtime.serve import serve
 from runtime.settings import Settings

@@ -20,12 +20,12 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import attrs
 import structlog
 
-from runtime.db import Connection
+from runtime.db import Connection, Queries
 
 log = structlog.get_logger(__name__)
 
@@ -36,17 +36,6 @@ INT64_MAX = 2**63 - 1
 MAX_ERROR_CHARS = 2000
 MAX_PAYLOAD_DEPTH = 100
 
-
-class Queryable(Protocol):
-    """What the stores need: ``runtime.db.Database`` or a ``Connection`` in a transaction."""
-
-    async def execute(self, query: str, *args: Any) -> str: ...
-
-    async def fetch(self, query: str, *args: Any) -> list[Mapping[str, Any]]: ...
-
-    async def fetchrow(self, query: str, *args: Any) -> Mapping[str, Any] | None: ...
-
-    async def fetchval(self, query: str, *args: Any) -> Any: ...
 
 
 @attrs.frozen
@@ -174,7 +163,7 @@ def new_update(
 
 
 async def insert_update(
-    db: Queryable,
+    db: Queries,
     update_key: str,
     update_id: int | None,
     chat_id: int | None,
@@ -208,7 +197,7 @@ _INSERT_MANY = (
 )
 
 
-async def insert_updates(db: Queryable, updates: Sequence[NewUpdate]) -> list[int | None]:
+async def insert_updates(db: Queries, updates: Sequence[NewUpdate]) -> list[int | None]:
     """Store several updates in one statement (one round trip, one commit), ids in list order.
 
     Per update: its new row id, or None when its key was already stored or appears earlier in
@@ -235,20 +224,20 @@ async def insert_updates(db: Queryable, updates: Sequence[NewUpdate]) -> list[in
     ]
 
 
-async def get(db: Queryable, row_id: int) -> InboxRow | None:
+async def get(db: Queries, row_id: int) -> InboxRow | None:
     """One row by id."""
     rec = await db.fetchrow(f"SELECT {_COLUMNS} FROM inbox WHERE id = $1", row_id)
     return None if rec is None else InboxRow.from_record(rec)
 
 
-async def get_by_key(db: Queryable, update_key: str) -> InboxRow | None:
+async def get_by_key(db: Queries, update_key: str) -> InboxRow | None:
     """One row by its update key (``update:<id>``)."""
     rec = await db.fetchrow(f"SELECT {_COLUMNS} FROM inbox WHERE update_key = $1", update_key)
     return None if rec is None else InboxRow.from_record(rec)
 
 
 async def pending_for_chat(
-    db: Queryable, chat_id: int, *, limit: int | None = None
+    db: Queries, chat_id: int, *, limit: int | None = None
 ) -> list[InboxRow]:
     """Open rows of one chat (pending, processing, failed), oldest first."""
     recs = await db.fetch(
@@ -289,7 +278,7 @@ SELECT open.*, open.id IN (SELECT id FROM claimed) AS claimed FROM open ORDER BY
 
 
 async def take_open(
-    db: Queryable, chat_id: int, after: int, max_attempts: int
+    db: Queries, chat_id: int, after: int, max_attempts: int
 ) -> tuple[list[InboxRow], int | None]:
     """Open rows of one chat with ids above ``after``, oldest first, and the first of them
     claimed (as :func:`mark_processing` would) unless it has ``max_attempts`` already: the
@@ -304,7 +293,7 @@ async def take_open(
     return [InboxRow.from_record(r) for r in recs], claimed
 
 
-async def open_chats(db: Queryable) -> list[int]:
+async def open_chats(db: Queries) -> list[int]:
     """Chats with open rows, the one with the oldest open row first (crash recovery)."""
     recs = await db.fetch(
         "SELECT chat_id FROM inbox WHERE chat_id IS NOT NULL AND status = ANY($1::text[]) "
@@ -314,7 +303,7 @@ async def open_chats(db: Queryable) -> list[int]:
     return [r["chat_id"] for r in recs]
 
 
-async def mark_processing(db: Queryable, ids: Sequence[int]) -> int:
+async def mark_processing(db: Queries, ids: Sequence[int]) -> int:
     """Claim open rows (``attempts`` + 1); final rows are left alone. Returns rows claimed."""
     recs = await db.fetch(
         "UPDATE inbox SET status = 'processing', attempts = attempts + 1 "
@@ -325,7 +314,7 @@ async def mark_processing(db: Queryable, ids: Sequence[int]) -> int:
     return len(recs)
 
 
-async def mark_done(conn_or_db: Queryable, ids: Sequence[int]) -> int:
+async def mark_done(conn_or_db: Queries, ids: Sequence[int]) -> int:
     """Mark rows done (final). Run it in the transaction that enqueued the turn's reply."""
     recs = await conn_or_db.fetch(
         "UPDATE inbox SET status = 'done', processed_at = now(), last_error = NULL "
@@ -335,7 +324,7 @@ async def mark_done(conn_or_db: Queryable, ids: Sequence[int]) -> int:
     return len(recs)
 
 
-async def mark_skipped(db: Queryable, ids: Sequence[int], reason: str) -> int:
+async def mark_skipped(db: Queries, ids: Sequence[int], reason: str) -> int:
     """Give up on rows (final), keeping ``reason`` in ``last_error``; done rows stay done."""
     recs = await db.fetch(
         "UPDATE inbox SET status = 'skipped', processed_at = now(), last_error = $2 "
@@ -348,7 +337,7 @@ async def mark_skipped(db: Queryable, ids: Sequence[int], reason: str) -> int:
     return len(recs)
 
 
-async def mark_failed(db: Queryable, row_id: int, error: str) -> int | None:
+async def mark_failed(db: Queries, row_id: int, error: str) -> int | None:
     """Record a failed attempt (row stays open for a retry); returns ``attempts``.
 
     None when the row does not exist or is already final.

@@ -32,7 +32,8 @@ import attrs
 import trio
 
 from actors.queues import inbox
-from actors.queues.inbox import NewUpdate, Queryable
+from actors.queues.inbox import NewUpdate
+from runtime.db import Queries
 from runtime.errors import DatabaseError, DatabaseUnavailable, IntegrityViolation, QueryError
 from runtime.logs import get_logger
 
@@ -63,7 +64,7 @@ class InboxWriter:
     """Batches concurrent inbox inserts (see the module docstring). Start :meth:`run` in a
     nursery that outlives the HTTP server; :meth:`aclose` lets it finish what is queued."""
 
-    db: Queryable
+    db: Queries
     max_batch: int = MAX_BATCH
     max_batch_bytes: int = MAX_BATCH_BYTES
     batches: int = attrs.field(init=False, default=0)  # statements sent (for tests and logs)

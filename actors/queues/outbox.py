@@ -23,7 +23,7 @@ import attrs
 import structlog
 
 from actors.queues import inbox
-from actors.queues.inbox import Queryable
+from runtime.db import Queries
 from runtime.errors import EngramError
 
 log = structlog.get_logger(__name__)
@@ -77,7 +77,7 @@ _COLUMNS = (
 
 
 async def enqueue_reply(
-    conn: Queryable,
+    conn: Queries,
     chat_id: int,
     text: str,
     parse_mode: ParseMode | None = None,
@@ -148,7 +148,7 @@ def _shift_params(query: str, offset: int) -> str:
 
 
 async def commit_turn(
-    db: Queryable,
+    db: Queries,
     *,
     chat_id: int,
     text: str,
@@ -180,14 +180,14 @@ async def commit_turn(
     return OutboxRow.from_record(row)
 
 
-async def get(db: Queryable, row_id: int) -> OutboxRow | None:
+async def get(db: Queries, row_id: int) -> OutboxRow | None:
     """One row by id."""
     rec = await db.fetchrow(f"SELECT {_COLUMNS} FROM outbox WHERE id = $1", row_id)
     return None if rec is None else OutboxRow.from_record(rec)
 
 
 async def next_pending(
-    db: Queryable, chat_id: int | None = None, limit: int = 100
+    db: Queries, chat_id: int | None = None, limit: int = 100
 ) -> list[OutboxRow]:
     """Open rows (pending, sending) in id order — of one chat, or of every chat."""
     recs = await db.fetch(
@@ -214,7 +214,7 @@ SELECT open.*, open.id IN (SELECT id FROM claimed) AS claimed FROM open ORDER BY
 
 
 async def next_pending_claimed(
-    db: Queryable, chat_id: int, limit: int = 100
+    db: Queries, chat_id: int, limit: int = 100
 ) -> tuple[list[OutboxRow], int | None]:
     """:func:`next_pending` of one chat with the first row's send attempt started (as
     :func:`mark_sending` would) in the same statement: the rows, as read before the claim,
@@ -228,7 +228,7 @@ async def next_pending_claimed(
     return [OutboxRow.from_record(r) for r in recs], claimed
 
 
-async def chats_with_pending(db: Queryable) -> list[int]:
+async def chats_with_pending(db: Queries) -> list[int]:
     """Chats with open rows, the one with the oldest open row first."""
     recs = await db.fetch(
         "SELECT chat_id FROM outbox WHERE status = ANY($1::text[]) "
@@ -238,7 +238,7 @@ async def chats_with_pending(db: Queryable) -> list[int]:
     return [r["chat_id"] for r in recs]
 
 
-async def mark_sending(db: Queryable, row_id: int) -> int | None:
+async def mark_sending(db: Queries, row_id: int) -> int | None:
     """Start a send attempt (``attempts`` + 1); returns ``attempts``, None if not open."""
     attempts: int | None = await db.fetchval(
         "UPDATE outbox SET status = 'sending', attempts = attempts + 1 "
@@ -249,7 +249,7 @@ async def mark_sending(db: Queryable, row_id: int) -> int | None:
     return attempts
 
 
-async def record_chunk_sent(db: Queryable, row_id: int, telegram_message_id: int) -> int | None:
+async def record_chunk_sent(db: Queries, row_id: int, telegram_message_id: int) -> int | None:
     """Record one delivered chunk; returns the new ``chunks_sent`` (the resume point).
 
     None if the row does not exist or is final.
@@ -265,7 +265,7 @@ async def record_chunk_sent(db: Queryable, row_id: int, telegram_message_id: int
     return chunks
 
 
-async def mark_sent(db: Queryable, row_id: int) -> bool:
+async def mark_sent(db: Queries, row_id: int) -> bool:
     """Every chunk is delivered (final). False if the row was not open."""
     found = await db.fetchval(
         "UPDATE outbox SET status = 'sent', sent_at = now(), last_error = NULL "
@@ -276,7 +276,7 @@ async def mark_sent(db: Queryable, row_id: int) -> bool:
     return found is not None
 
 
-async def _finish(db: Queryable, row_id: int, status: str, error: str) -> bool:
+async def _finish(db: Queries, row_id: int, status: str, error: str) -> bool:
     found = await db.fetchval(
         f"UPDATE outbox SET status = '{status}', last_error = $2 "
         "WHERE id = $1 AND status = ANY($3::text[]) RETURNING id",
@@ -289,11 +289,11 @@ async def _finish(db: Queryable, row_id: int, status: str, error: str) -> bool:
     return found is not None
 
 
-async def mark_failed(db: Queryable, row_id: int, error: str) -> bool:
+async def mark_failed(db: Queries, row_id: int, error: str) -> bool:
     """The sender gave up on this row (final). False if the row was not open."""
     return await _finish(db, row_id, "failed", error)
 
 
-async def mark_uncertain(db: Queryable, row_id: int, error: str) -> bool:
+async def mark_uncertain(db: Queries, row_id: int, error: str) -> bool:
     """A send may or may not have been delivered (final; never resent blindly)."""
     return await _finish(db, row_id, "uncertain", error)

@@ -1,8 +1,8 @@
 """Long polling (``engram serve --polling``): getUpdates -> inbox, offset confirmed after storage.
 
 Durability rule (the same as the webhook's): an update is confirmed to Telegram only once it is
-in the inbox. Every update of a batch goes through :func:`actors.queues.ingest.ingest`; only then is
-the next offset stored in ``bot_state`` (key ``polling_offset``) and used for the next call,
+in the inbox. Every update of a batch goes through :func:`actors.telegram.ingest.ingest`; only then
+is the next offset stored in ``bot_state`` (key ``polling_offset``) and used for the next call,
 which is what tells Telegram to forget the batch. A start-up resumes from the stored offset.
 
 Failures: 409 (a webhook is set, or another poller runs) ends the poller with
@@ -31,8 +31,6 @@ import attrs
 import trio
 
 from actors.queues.dedupe import DedupeCache
-from actors.queues.inbox import Queryable
-from actors.queues.ingest import Notify, Outcome, ingest
 from actors.telegram.client import BotApiClient
 from actors.telegram.errors import (
     Conflict,
@@ -43,7 +41,9 @@ from actors.telegram.errors import (
     TelegramError,
     UnexpectedResponse,
 )
+from actors.telegram.ingest import Notify, Outcome, ingest
 from actors.telegram.types import ALLOWED_UPDATES, Update, UpdateBatch, parse_update_batch
+from runtime.db import Queries
 from runtime.errors import DatabaseError, EngramError
 from runtime.logs import get_logger
 
@@ -149,7 +149,7 @@ class BotApiUpdates:
 class BotStateOffsets:
     """:class:`OffsetStore` in the ``bot_state`` table (a JSON number under ``key``)."""
 
-    db: Queryable
+    db: Queries
     key: str = OFFSET_KEY
 
     async def load(self) -> int | None:
@@ -184,7 +184,7 @@ class Poller:
 
     def __init__(
         self,
-        db: Queryable | None,
+        db: Queries | None,
         client: BotApiClient | UpdateSource,
         *,
         allowed_chat_ids: frozenset[int],
@@ -351,7 +351,7 @@ class Poller:
         return result[0] if result else None
 
 
-def _require(db: Queryable | None) -> Queryable:
+def _require(db: Queries | None) -> Queries:
     if db is None:
         raise ValueError("a database is required")
     return db

@@ -36,7 +36,8 @@ from openai.types.audio.transcription import UsageDuration, UsageTokens
 from actors.telegram.errors import BadRequest, FileTooLarge, TelegramError, is_transient
 from actors.telegram.types import FileInfo, Voice
 from memory.llm.cost import DEFAULT_RATES, RateTable
-from memory.llm.usage import Queries, log_api_usage, scrub_error
+from memory.llm.usage import log_api_usage, scrub_error
+from runtime.db import Queries
 from runtime.errors import EngramError
 from runtime.logs import get_logger
 

@@ -13,7 +13,7 @@ Order of checks, each before any work the next one needs:
    limit -> 413 as soon as the excess arrives (chunked bodies too; the rest is never read);
    not complete within ``body_timeout`` -> 408.
 4. JSON that is not a Telegram update -> 400 (bad input is never a 5xx).
-5. the rest is ``actors.queues.ingest.ingest``, shared with the long-polling loop: unknown update
+5. the rest is ``actors.telegram.ingest.ingest``, shared with the long-polling loop: unknown update
    kinds -> 200, *not stored* (engram subscribes only to the kinds it handles, they carry no
    chat to check against the allowlist, nothing would process the row); chats outside the
    allowlist -> 200, dropped, logged; a hit in the in-memory ``DedupeCache`` -> 200 without a
@@ -41,11 +41,11 @@ import structlog
 import trio
 
 from actors.queues.dedupe import DedupeCache
-from actors.queues.inbox import Queryable
-from actors.queues.ingest import InsertUpdate, Notify, ingest
 from actors.telegram.errors import MalformedUpdate
+from actors.telegram.ingest import InsertUpdate, Notify, ingest
 from actors.telegram.types import parse_update
 from runtime.asgi import Receive, Scope, Send, remote_address, send_response
+from runtime.db import Queries
 from runtime.errors import DatabaseError
 
 log = structlog.get_logger(__name__)
@@ -143,7 +143,7 @@ class TelegramWebhook:
 
     secret: bytes
     allowed_chat_ids: frozenset[int]
-    db: Queryable
+    db: Queries
     notify: Notify
     dedupe: DedupeCache
     insert: InsertUpdate | None = None
@@ -279,7 +279,7 @@ def webhook_handler(
     *,
     secret_token: str,
     allowed_chat_ids: frozenset[int],
-    db: Queryable,
+    db: Queries,
     notify: Notify,
     dedupe: DedupeCache,
     insert: InsertUpdate | None = None,

@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol
 import attrs
 
 from memory.tools.results import wrap_untrusted
-from runtime.db import Connection
+from runtime.db import Connection, Queries
 
 Role = Literal["user", "assistant", "tool_result"]
 #: the rows of a chat the agent reads as its recent window, at most
@@ -64,15 +64,6 @@ class ChatMessage:
     external_message_id: str | None = None
     id: int | None = None
 
-
-class Queries(Protocol):
-    """The part of ``runtime.db.Database`` (or a ``Connection``) this module uses."""
-
-    async def execute(self, query: str, *args: Any) -> str: ...
-
-    async def fetch(self, query: str, *args: Any) -> Sequence[Any]: ...
-
-    async def fetchval(self, query: str, *args: Any) -> Any: ...
 
 
 class ConversationStore(Protocol):

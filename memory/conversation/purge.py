@@ -10,10 +10,11 @@ every ``MAINTENANCE_INTERVAL`` seconds; a failed pass is logged and the next one
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import trio
 
+from runtime.db import Queries
 from runtime.logs import get_logger
 from runtime.periodic import PeriodicJob
 
@@ -21,9 +22,6 @@ log = get_logger(__name__)
 
 BATCH = 5000  # rows per DELETE: short transactions, no long lock on a big backlog
 
-
-class Queries(Protocol):
-    async def execute(self, query: str, *args: Any) -> str: ...
 
 
 _DELETE = """

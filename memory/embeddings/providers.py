@@ -26,7 +26,8 @@ import numpy as np
 import trio
 
 from memory.llm.cost import DEFAULT_RATES, RateTable
-from memory.llm.usage import Queries, log_api_usage, scrub_error
+from memory.llm.usage import log_api_usage, scrub_error
+from runtime.db import Queries
 from runtime.errors import EngramError, SettingsError
 from runtime.logs import get_logger
 

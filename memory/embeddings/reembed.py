@@ -26,13 +26,13 @@ import numpy as np
 from memory.embeddings.providers import PURPOSE, Embedder, EmbeddingError
 from memory.embeddings.store import (
     ALL_TABLES,
-    Queries,
     VectorTable,
     check_model,
     ensure_vector_index,
     store_vectors,
     vector_table,
 )
+from runtime.db import Queries
 from runtime.logs import get_logger
 from runtime.progress import Progress
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 import numpy as np
 import trio
 
 from memory.embeddings.providers import PURPOSE, Embedder, EmbeddingError
+from runtime.db import Queries
 from runtime.errors import IntegrityViolation, QueryError
 from runtime.logs import get_logger
 
@@ -31,17 +32,6 @@ log = get_logger(__name__)
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/\-]{0,99}")
 HNSW_MAX_DIMS = 2000  # pgvector's limit for an HNSW index on ``vector``
 
-
-class Queries(Protocol):
-    """The part of ``runtime.db.Database`` (or a ``Connection``) this module uses."""
-
-    async def execute(self, query: str, *args: Any) -> str: ...
-
-    async def executemany(self, query: str, args: Sequence[Sequence[Any]]) -> None: ...
-
-    async def fetch(self, query: str, *args: Any) -> Sequence[Any]: ...
-
-    async def fetchval(self, query: str, *args: Any) -> Any: ...
 
 
 @attrs.frozen

@@ -27,13 +27,14 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from zoneinfo import ZoneInfo, available_timezones
 
 import attrs
 
 from memory.embeddings.providers import PURPOSE, Embedder
 from memory.embeddings.store import store_vectors
+from runtime.db import Database, Queries
 from runtime.errors import EngramError
 from runtime.logs import get_logger
 from runtime.progress import Progress
@@ -54,19 +55,6 @@ class JournalFormatError(EngramError):
 class MalformedEntry(ValueError):
     """One entry cannot be imported; the message says why."""
 
-
-class Queries(Protocol):
-    """The part of ``runtime.db.Database`` this module uses."""
-
-    async def fetch(self, query: str, *args: Any) -> Sequence[Any]: ...
-
-    async def executemany(self, query: str, args: Sequence[Sequence[Any]]) -> None: ...
-
-    async def fetchval(self, query: str, *args: Any) -> Any: ...
-
-    async def execute(self, query: str, *args: Any) -> str: ...
-
-    def transaction(self) -> Any: ...
 
 
 @attrs.define
@@ -313,7 +301,7 @@ def _args(e: JournalEntry) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-async def _upsert_batch(db: Queries, batch: list[JournalEntry], report: ImportReport) -> None:
+async def _upsert_batch(db: Database, batch: list[JournalEntry], report: ImportReport) -> None:
     async with db.transaction() as conn:
         for entry in batch:
             row = await conn.fetchrow(_UPSERT, *_args(entry))
@@ -336,7 +324,7 @@ async def embed_entries(db: Queries, embedder: Embedder, uuids: Sequence[str]) -
 
 
 async def import_dayone(
-    db: Queries,
+    db: Database,
     path_or_obj: str | os.PathLike[str] | Mapping[str, Any],
     *,
     embedder: Embedder | None = None,

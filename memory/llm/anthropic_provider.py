@@ -38,7 +38,7 @@ from memory.llm.protocol import (
     status_error,
     transport_error,
 )
-from memory.llm.usage import Queries
+from runtime.db import Queries
 from runtime.logs import get_logger
 
 log = get_logger(__name__)

@@ -36,7 +36,7 @@ from memory.llm.protocol import (
     status_error,
     transport_error,
 )
-from memory.llm.usage import Queries
+from runtime.db import Queries
 
 PROVIDER = "openai"
 ERROR_PREFIX = "Error: "

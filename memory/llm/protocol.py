@@ -31,7 +31,8 @@ from memory.errors import (
     LLMUnavailable,
 )
 from memory.llm.cost import RateTable
-from memory.llm.usage import Queries, log_api_usage, scrub_error
+from memory.llm.usage import log_api_usage, scrub_error
+from runtime.db import Queries
 from runtime.logs import get_logger
 
 log = get_logger(__name__)

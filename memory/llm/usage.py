@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import date, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
 from memory.llm.cost import DEFAULT_RATES, Cost, RateTable, duration_cost, token_cost
-from runtime.db import Connection
+from runtime.db import Connection, Queries
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -58,13 +58,6 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 """
 _INSERT_ASYNC = _INSERT + "RETURNING set_config('synchronous_commit', 'off', true)"
 
-
-class Queries(Protocol):
-    """The part of ``runtime.db.Database`` (or a ``Connection``) this module uses."""
-
-    async def execute(self, query: str, *args: Any) -> str: ...
-
-    async def fetch(self, query: str, *args: Any) -> Sequence[Any]: ...
 
 
 def scrub_error(text: str, secrets: Iterable[str] = (), limit: int = MAX_ERROR_CHARS) -> str:

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 import trio
 
+from runtime.db import Queries
 from runtime.errors import DatabaseError
 from runtime.logs import get_logger
 
@@ -29,21 +30,11 @@ log = get_logger(__name__)
 Statement = tuple[str, tuple[Any, ...]]
 
 
-class Writes(Protocol):
-    """The part of ``runtime.db.Database`` the writer uses."""
-
-    async def execute(self, query: str, *args: Any) -> str: ...
-
-    async def executemany(self, query: str, args: Sequence[Sequence[Any]]) -> None: ...
-
-    async def fetch(self, query: str, *args: Any) -> Sequence[Any]: ...
-
-
 @attrs.define(eq=False)
 class UsageWriter:
     """Queues ``execute`` calls and writes them in batches (see the module docstring)."""
 
-    db: Writes
+    db: Queries
     capacity: int = 1024
     max_batch: int = 256
     flush_timeout: float = 5.0
@@ -62,6 +53,15 @@ class UsageWriter:
 
     async def fetch(self, query: str, *args: Any) -> Sequence[Any]:
         return await self.db.fetch(query, *args)
+
+    async def executemany(self, query: str, args: Sequence[Sequence[Any]]) -> None:
+        await self.db.executemany(query, args)
+
+    async def fetchrow(self, query: str, *args: Any) -> Any:
+        return await self.db.fetchrow(query, *args)
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        return await self.db.fetchval(query, *args)
 
     async def run(
         self, *, task_status: trio.TaskStatus[UsageWriter] = trio.TASK_STATUS_IGNORED
@@ -112,7 +112,7 @@ def _drain(receive: trio.MemoryReceiveChannel[Statement], limit: int | None) -> 
 
 
 @asynccontextmanager
-async def open_usage_writer(db: Writes, **options: Any) -> AsyncIterator[UsageWriter]:
+async def open_usage_writer(db: Queries, **options: Any) -> AsyncIterator[UsageWriter]:
     """A running :class:`UsageWriter` for the block; queued rows are written on exit."""
     async with trio.open_nursery() as nursery:
         writer: UsageWriter = await nursery.start(UsageWriter(db, **options).run)

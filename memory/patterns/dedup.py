@@ -31,7 +31,6 @@ answer is ``None``: keep them separate (logged).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -43,6 +42,7 @@ from memory.llm.protocol import LLM, Message
 from memory.patterns.canonical import canonical_hash
 from memory.patterns.extraction import ExtractionInvalid, load_json_object
 from memory.tools.results import escape_untrusted
+from runtime.db import Queries
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -159,11 +159,6 @@ class LLMAdjudicator:
 
 # --- lookup ------------------------------------------------------------------------------------
 
-
-class Queries(Protocol):
-    """The part of ``runtime.db.Database``/``Connection`` used here."""
-
-    async def fetch(self, query: str, *args: Any) -> Sequence[Any]: ...
 
 
 @attrs.frozen

@@ -28,11 +28,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, date, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 
 from memory.patterns.ranking import VALIDITY_BY_STATUS
+from runtime.db import Queries
 
 TOOL_LOOP_SOURCE = "tool_loop"
 TOOL_LOOP_CONFIDENCE = 0.3
@@ -43,9 +44,6 @@ _LIST_KEYS = ("results", "entries")
 _TEXT_KEYS = ("snippet", "text")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
-
-class Queries(Protocol):
-    async def fetch(self, query: str, *args: Any) -> Sequence[Any]: ...
 
 
 @attrs.frozen

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from memory.embeddings.store import Queries
 from memory.patterns.retrieval import ensure_chat_indexes
+from runtime.db import Queries
 from runtime.logs import get_logger
 from runtime.periodic import PeriodicJob
 

@@ -73,13 +73,13 @@ from memory.patterns.retrieval_sql import (
     Lexicon,
     LexiconCache,
     Plan,
-    Queries,
     VectorPlanner,
     candidates_sql,
     chat_index_name,
     choose_plan,
     ensure_chat_indexes,
 )
+from runtime.db import Queries
 from runtime.logs import get_logger
 
 __all__ = [

@@ -24,12 +24,13 @@ import math
 import time
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 import attrs
 
 from memory.embeddings.store import check_model
 from memory.patterns.ranking import DECAY_BY_KIND, MEMORY_LOG_CAP, MEMORY_WEIGHT, VALIDITY_BY_STATUS
+from runtime.db import Queries
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -46,15 +47,6 @@ LEXICON_TTL = 1_800.0  # seconds a chat's document frequencies are trusted (they
 
 Plan = Literal["exact", "hnsw", "chat_index", "none"]
 
-
-class Queries(Protocol):
-    """The part of ``runtime.db.Database`` / ``Connection`` used here."""
-
-    async def fetch(self, query: str, *args: Any) -> Sequence[Any]: ...
-
-    async def fetchval(self, query: str, *args: Any) -> Any: ...
-
-    async def execute(self, query: str, *args: Any) -> str: ...
 
 
 # --- the vector arm's plan ------------------------------------------------------------------

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import attrs
 import numpy as np
@@ -49,6 +49,7 @@ from memory.patterns.reinforcement import (
     reinforce,
     status_after_contradiction,
 )
+from runtime.db import Queries
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -58,19 +59,6 @@ COMPACTION_LINK_CONFIDENCE = 0.8  # tool-loop links are recorded lower (memory.p
 VECTOR_TABLES = (("pattern_embeddings", "pattern_id"), ("alias_embeddings", "alias_id"),
                  ("episode_embeddings", "episode_id"))  # fmt: skip
 
-
-class Queries(Protocol):
-    """The part of ``runtime.db.Connection`` these writes use."""
-
-    async def execute(self, query: str, *args: Any) -> str: ...
-
-    async def executemany(self, query: str, args: Sequence[Sequence[Any]]) -> None: ...
-
-    async def fetch(self, query: str, *args: Any) -> Sequence[Any]: ...
-
-    async def fetchrow(self, query: str, *args: Any) -> Any: ...
-
-    async def fetchval(self, query: str, *args: Any) -> Any: ...
 
 
 @attrs.frozen

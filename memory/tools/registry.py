@@ -43,6 +43,7 @@ from memory.tools.schema import (
     parse_input,
     spec,
 )
+from runtime.db import Queries
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -70,15 +71,6 @@ TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 # --- context ---------------------------------------------------------------------------------
 
-
-class Queries(Protocol):
-    """The part of ``runtime.db.Database`` (or a ``Connection``) the tools use."""
-
-    async def execute(self, query: str, *args: Any) -> str: ...
-
-    async def fetch(self, query: str, *args: Any) -> Sequence[Any]: ...
-
-    async def fetchrow(self, query: str, *args: Any) -> Any: ...
 
 
 class QueryEmbedder(Protocol):

@@ -18,8 +18,8 @@ import trio
 
 from actors.queues import inbox
 from actors.queues.dedupe import DedupeCache
-from actors.queues.inbox import Queryable
 from actors.telegram.types import Update, dedupe_keys
+from runtime.db import Queries
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -39,7 +39,7 @@ class Outcome(enum.Enum):
 
 
 async def ingest(
-    db: Queryable,
+    db: Queries,
     update: Update,
     payload: Mapping[str, Any],
     *,
