@@ -10,7 +10,7 @@ import pytest
 from fakes.anthropic_api import FakeAnthropic
 from fakes.openai_api import CHAT_COMPLETIONS, FakeOpenAI, run_fake_openai
 
-from actors.cli.main import open_llm
+from memory.llm.factory import open_llm
 from memory.llm.anthropic_provider import AnthropicLLM
 from memory.llm.openai_provider import OpenAICompatibleLLM
 from memory.llm.protocol import Message

@@ -11,8 +11,6 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-import trio
-
 from actors.agent.handler import sql_agent
 from actors.chat.actor import Transcriber
 from actors.cli import journal as journal_commands
@@ -26,10 +24,8 @@ from memory.conversation.purge import PurgeJob
 from memory.embeddings.providers import open_embedder
 from memory.embeddings.store import EmbeddingBackfill
 from memory.embeddings.thresholds import thresholds_for
-from memory.llm.anthropic_provider import AnthropicLLM
 from memory.llm.cost import configured_rates
-from memory.llm.openai_provider import OpenAICompatibleLLM
-from memory.llm.protocol import LLM
+from memory.llm.factory import check_llm_settings, open_llm
 from memory.llm.usage_writer import open_usage_writer
 from memory.patterns.dedup import LLMAdjudicator
 from memory.patterns.maintenance import ChatIndexJob
@@ -37,7 +33,6 @@ from memory.patterns.retrieval import LexiconCache, SqlPatternRetriever
 from memory.tools.memory_tools import memory_tools
 from runtime.cli import base_parser, open_settings_database, run_cli
 from runtime.db import Database
-from runtime.db import Queries as UsageQueries
 from runtime.errors import SettingsError
 from runtime.serve import serve
 from runtime.settings import Settings
@@ -46,23 +41,9 @@ from runtime.shutdown import Shutdown
 
 def check_serve_settings(settings: Settings, *, polling: bool) -> None:
     """What ``serve`` needs before it starts anything (one SettingsError naming the variable)."""
-    if settings.llm_provider == "anthropic" and not settings.anthropic_api_key:
-        raise SettingsError(
-            "ANTHROPIC_API_KEY",
-            "is required for LLM_PROVIDER=anthropic (or set LLM_PROVIDER=openai and "
-            "OPENAI_BASE_URL for an OpenAI-compatible server)",
-        )
-    if settings.llm_provider == "openai" and not (
-        settings.openai_api_key or settings.openai_base_url
-    ):
-        raise SettingsError(
-            "OPENAI_BASE_URL",
-            "is required for LLM_PROVIDER=openai (an OpenAI-compatible server; or set "
-            "OPENAI_API_KEY for OpenAI itself)",
-        )
+    check_llm_settings(settings)
     if not settings.telegram_bot_token:
         raise SettingsError("TELEGRAM_BOT_TOKEN", "is required (the token from BotFather)")
-    configured_rates(settings.model_rates)  # a bad MODEL_RATES stops start-up here
     if not polling and not settings.telegram_secret_token:
         raise SettingsError(
             "TELEGRAM_SECRET_TOKEN",
@@ -106,33 +87,6 @@ async def voice_transcriber(settings: Settings, db: Database) -> AsyncIterator[T
     finally:
         await bot.aclose()
         await client.close()
-
-
-@asynccontextmanager
-async def open_llm(settings: Settings, db: UsageQueries) -> AsyncIterator[LLM]:
-    """The configured chat model; its SDK client is closed when the block ends."""
-    llm: AnthropicLLM | OpenAICompatibleLLM
-    if settings.llm_provider == "anthropic":
-        llm = AnthropicLLM(
-            api_key=settings.anthropic_api_key.reveal(),
-            db=db,
-            rates=configured_rates(settings.model_rates),
-            model=settings.anthropic_model,
-            base_url=settings.anthropic_base_url or None,
-        )
-    else:
-        llm = OpenAICompatibleLLM(
-            api_key=settings.openai_api_key.reveal() or "not-needed",
-            model=settings.openai_model,
-            db=db,
-            rates=configured_rates(settings.model_rates),
-            base_url=settings.openai_base_url or None,
-        )
-    try:
-        yield llm
-    finally:
-        with trio.move_on_after(5, shield=True):
-            await llm.aclose()
 
 
 async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:

@@ -26,11 +26,11 @@ from memory.embeddings.reembed import ReembedReport, reembed
 from memory.embeddings.store import ALL_TABLES
 from memory.embeddings.thresholds import thresholds_for
 from memory.llm.cost import configured_rates
+from memory.llm.factory import check_llm_settings, open_llm
 from memory.patterns.dedup import LLMAdjudicator
 from memory.patterns.merge import MergePair, MergeReport, merge_patterns
 from runtime.cli import fail, open_settings_database
 from runtime.db import Database
-from runtime.errors import SettingsError
 from runtime.migrate import apply_migrations
 from runtime.progress import Progress
 from runtime.settings import Settings
@@ -122,20 +122,6 @@ async def cmd_patterns_list(settings: Settings, args: argparse.Namespace) -> int
 # --- patterns merge ----------------------------------------------------------------------------
 
 
-def check_llm_settings(settings: Settings) -> None:
-    """What adjudication needs of the configured LLM (one SettingsError naming the variable)."""
-    if settings.llm_provider == "anthropic" and not settings.anthropic_api_key:
-        raise SettingsError(
-            "ANTHROPIC_API_KEY", "is required to adjudicate merges with LLM_PROVIDER=anthropic"
-        )
-    if settings.llm_provider == "openai" and not (
-        settings.openai_api_key or settings.openai_base_url
-    ):
-        raise SettingsError(
-            "OPENAI_BASE_URL", "or OPENAI_API_KEY is required for LLM_PROVIDER=openai"
-        )
-
-
 def _quote(text: str, width: int = 60) -> str:
     return '"' + _clip(" ".join(text.split()), width) + '"'
 
@@ -178,8 +164,6 @@ def print_merge(report: MergeReport, out: TextIO | None = None) -> None:
 
 
 async def cmd_patterns_merge(settings: Settings, args: argparse.Namespace) -> int:
-    from actors.cli.main import open_llm  # the CLI module imports this one
-
     check_llm_settings(settings)
     async with open_settings_database(settings) as db:
         await apply_migrations(db)

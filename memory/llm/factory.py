@@ -1,0 +1,79 @@
+"""The one place that turns settings into a chat model: :func:`check_llm_settings` (what the
+configured provider needs, one error naming the variable) and :func:`open_llm` (the provider,
+its SDK client closed when the block ends). A new provider is added here and in its own module.
+
+The provider modules are imported inside :func:`open_llm`, so only the configured provider's SDK
+is ever imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import trio
+
+from memory.llm.cost import configured_rates
+from memory.llm.protocol import LLM
+from runtime.db import Queries
+from runtime.errors import SettingsError
+
+if TYPE_CHECKING:
+    from memory.llm.anthropic_provider import AnthropicLLM
+    from memory.llm.openai_provider import OpenAICompatibleLLM
+    from runtime.settings import Settings
+
+#: The values of LLM_PROVIDER.
+PROVIDERS = ("anthropic", "openai")
+
+
+def check_llm_settings(settings: Settings) -> None:
+    """Raise :class:`SettingsError` naming what the configured provider lacks."""
+    if settings.llm_provider == "anthropic" and not settings.anthropic_api_key:
+        raise SettingsError(
+            "ANTHROPIC_API_KEY",
+            "is required for LLM_PROVIDER=anthropic (or set LLM_PROVIDER=openai and "
+            "OPENAI_BASE_URL for an OpenAI-compatible server)",
+        )
+    if settings.llm_provider == "openai" and not (
+        settings.openai_api_key or settings.openai_base_url
+    ):
+        raise SettingsError(
+            "OPENAI_BASE_URL",
+            "is required for LLM_PROVIDER=openai (an OpenAI-compatible server; or set "
+            "OPENAI_API_KEY for OpenAI itself)",
+        )
+    configured_rates(settings.model_rates)  # a bad MODEL_RATES stops here, naming the entry
+
+
+@asynccontextmanager
+async def open_llm(settings: Settings, db: Queries) -> AsyncIterator[LLM]:
+    """The configured chat model; its SDK client is closed when the block ends."""
+    rates = configured_rates(settings.model_rates)
+    llm: AnthropicLLM | OpenAICompatibleLLM
+    if settings.llm_provider == "anthropic":
+        from memory.llm.anthropic_provider import AnthropicLLM
+
+        llm = AnthropicLLM(
+            api_key=settings.anthropic_api_key.reveal(),
+            db=db,
+            rates=rates,
+            model=settings.anthropic_model,
+            base_url=settings.anthropic_base_url or None,
+        )
+    else:
+        from memory.llm.openai_provider import OpenAICompatibleLLM
+
+        llm = OpenAICompatibleLLM(
+            api_key=settings.openai_api_key.reveal() or "not-needed",
+            model=settings.openai_model,
+            db=db,
+            rates=rates,
+            base_url=settings.openai_base_url or None,
+        )
+    try:
+        yield llm
+    finally:
+        with trio.move_on_after(5, shield=True):
+            await llm.aclose()
