@@ -6,7 +6,7 @@ hold the HTTP request, whose headers carry the API key. Their messages are scrub
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from runtime.errors import EngramError
 
@@ -79,3 +79,42 @@ class LLMInvalidResponse(LLMError):
     """
 
     retryable = True
+
+
+class ExtractionInvalid(EngramError):
+    """The model's answer is not a valid extraction; ``reason`` says where and why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class EmbeddingError(EngramError):
+    """Texts could not be embedded; ``retryable`` when trying again later may succeed."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class ToolError(Exception):
+    """An error the model should see (bad input, entry not found, ...)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    def payload(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"error": self.message}
+        if self.field is not None:
+            body["field"] = self.field
+        return body
+
+
+class JournalFormatError(EngramError):
+    """The file cannot be read, or is not a Day One JSON export."""
+
+
+class MalformedEntry(ValueError):
+    """One entry cannot be imported; the message says why."""

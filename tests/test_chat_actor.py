@@ -24,8 +24,8 @@ from actors.chat.actor import (
     Wake,
 )
 from actors.queues.inbox import InboxRow
+from actors.telegram.errors import VoiceTooLarge
 from actors.telegram.types import Voice
-from actors.telegram.voice import VoiceTooLarge
 from runtime.registry import Registry
 
 CHAT = 42

@@ -16,8 +16,9 @@ import trio
 from fakes.anthropic_api import FakeAnthropic
 
 from memory.conversation.messages import ChatMessage, ToolCall, insert_rows
-from memory.embeddings.providers import EmbeddingError, LocalEmbedder
+from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.thresholds import default_thresholds
+from memory.errors import EmbeddingError
 from memory.llm.anthropic_provider import AnthropicLLM
 from memory.patterns.canonical import canonical_hash
 from memory.patterns.compaction import (

@@ -17,7 +17,6 @@ from memory.embeddings.providers import (
     LOCAL_DIMS,
     OPENAI_DIMS,
     OPENAI_MODEL,
-    EmbeddingError,
     LocalEmbedder,
     OpenAIEmbedder,
     clip_text,
@@ -34,6 +33,7 @@ from memory.embeddings.store import (
     missing_owner_ids,
     store_vectors,
 )
+from memory.errors import EmbeddingError
 from runtime.db import Database
 from runtime.errors import SettingsError
 

@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from memory.embeddings.providers import OPENAI_MODEL, EmbeddingError, LocalEmbedder, OpenAIEmbedder
+from memory.embeddings.providers import OPENAI_MODEL, LocalEmbedder, OpenAIEmbedder
 from memory.embeddings.store import backfill_once, missing_owner_ids
+from memory.errors import EmbeddingError, JournalFormatError, MalformedEntry
 from memory.journal.dayone import (
-    JournalFormatError,
-    MalformedEntry,
     import_dayone,
     known_timezone,
     parse_entry,

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from memory.embeddings.providers import EmbeddingError, LocalEmbedder
+from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.store import store_vectors
+from memory.errors import EmbeddingError
 from memory.patterns.canonical import canonical_hash
 from memory.patterns.dedup import Adjudication
 from memory.tools.memory_tools import memory_registry, memory_tools

@@ -22,18 +22,12 @@ from actors.telegram.client import BotApiClient
 from actors.telegram.errors import (
     Conflict,
     MaybeDeliveredError,
+    PollingConflict,
     PreConnectError,
     RateLimited,
     ServerError,
 )
-from actors.telegram.poller import (
-    BotStateOffsets,
-    PollBatch,
-    Poller,
-    PollingConflict,
-    backoff_delay,
-    parse_batch,
-)
+from actors.telegram.poller import BotStateOffsets, PollBatch, Poller, backoff_delay, parse_batch
 from actors.telegram.types import ALLOWED_UPDATES, Update
 from runtime import db as dbmod
 from runtime.errors import DatabaseUnavailable

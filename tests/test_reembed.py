@@ -12,9 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from memory.embeddings.providers import EmbeddingError, LocalEmbedder
+from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.reembed import count_pending, reembed
 from memory.embeddings.store import index_name
+from memory.errors import EmbeddingError
 from memory.patterns.canonical import canonical_hash
 from runtime.db import Database
 from runtime.progress import Progress

@@ -24,13 +24,12 @@ from memory.tools.registry import (
 )
 from memory.tools.results import (
     STORAGE_CAP,
-    escape_untrusted,
     excerpt,
     streaks,
     truncate_for_storage,
-    wrap_untrusted,
     writing_stats,
 )
+from memory.untrusted import escape_untrusted, wrap_untrusted
 
 
 @attrs.frozen

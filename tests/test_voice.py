@@ -24,6 +24,7 @@ from fakes.openai_api import (
 )
 
 from actors.telegram.client import BotApiClient
+from actors.telegram.errors import TranscriptionFailed, VoiceTooLarge
 from actors.telegram.types import Voice
 from actors.telegram.voice import (
     BUSY,
@@ -32,8 +33,6 @@ from actors.telegram.voice import (
     TIMED_OUT,
     UNAVAILABLE,
     NoSpeech,
-    TranscriptionFailed,
-    VoiceTooLarge,
     transcribe_voice,
 )
 from memory.llm.cost import Rate

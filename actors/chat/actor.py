@@ -28,10 +28,10 @@ import trio
 from actors.agent.turn import TurnHandler, TurnInput, TurnReply
 from actors.chat import fragments
 from actors.chat.typing_indicator import typing_while
+from actors.errors import NotCollectable
 from actors.queues import inbox, outbox
-from actors.telegram.errors import MalformedUpdate
+from actors.telegram.errors import MalformedUpdate, VoiceError
 from actors.telegram.types import Message, Voice, parse_update
-from actors.telegram.voice import VoiceError
 from runtime.db import Connection, Database
 from runtime.errors import DatabaseError
 from runtime.logs import get_logger
@@ -164,7 +164,7 @@ class SqlChatStore:
             try:
                 if reply.persist is not None:
                     await reply.persist(cast(Connection, collector))
-            except outbox.NotCollectable:
+            except NotCollectable:
                 pass
             else:
                 row = await outbox.commit_turn(

@@ -12,9 +12,10 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from memory.embeddings.providers import EmbeddingError, open_embedder
+from memory.embeddings.providers import open_embedder
 from memory.embeddings.store import ALL_TABLES, backfill_once
-from memory.journal.dayone import ImportReport, JournalFormatError, import_dayone, read_export
+from memory.errors import EmbeddingError, JournalFormatError
+from memory.journal.dayone import ImportReport, import_dayone, read_export
 from memory.llm.cost import configured_rates
 from runtime.cli import fail, open_settings_database
 from runtime.migrate import apply_migrations

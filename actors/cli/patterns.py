@@ -21,10 +21,11 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from memory.conversation.purge import purge_compacted
-from memory.embeddings.providers import EmbeddingError, open_embedder
+from memory.embeddings.providers import open_embedder
 from memory.embeddings.reembed import ReembedReport, reembed
 from memory.embeddings.store import ALL_TABLES
 from memory.embeddings.thresholds import thresholds_for
+from memory.errors import EmbeddingError
 from memory.llm.cost import configured_rates
 from memory.llm.factory import check_llm_settings, open_llm
 from memory.patterns.dedup import LLMAdjudicator

@@ -22,9 +22,9 @@ from typing import Any, Literal
 import attrs
 import structlog
 
+from actors.errors import NotCollectable
 from actors.queues import inbox
 from runtime.db import Queries
-from runtime.errors import EngramError
 
 log = structlog.get_logger(__name__)
 
@@ -118,10 +118,6 @@ _WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE)\s", re.IGNORECASE)
 _PARAM = re.compile(r"\$(\d+)")
 
 Statement = tuple[str, Sequence[Any]]
-
-
-class NotCollectable(EngramError):
-    """A persist hook did more than ``execute`` single INSERT/UPDATE/DELETE statements."""
 
 
 @attrs.define

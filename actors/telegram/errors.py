@@ -297,3 +297,63 @@ def is_transient(exc: BaseException) -> bool:
     if isinstance(exc, RateLimited | ServerError):
         return True
     return classify_exception(exc) is not None
+
+
+class VoiceError(EngramError):
+    """Base class of voice failures; ``str(exc)`` is a user-facing reply, ``detail`` the why."""
+
+    def __init__(self, user_message: str, *, detail: str = "") -> None:
+        super().__init__(user_message)
+        self.user_message = user_message
+        self.detail = detail or user_message
+
+
+class VoiceTooLarge(VoiceError):
+    """The voice message is over the size limit; it was not (fully) downloaded."""
+
+    def __init__(self, size: int | None, limit: int) -> None:
+        super().__init__(
+            f"That voice message is too large for me to transcribe (over {_human(limit)}).",
+            detail=f"voice of {'unknown size' if size is None else f'{size} bytes'} "
+            f"exceeds {limit} bytes",
+        )
+        self.size = size
+        self.limit = limit
+
+
+class TranscriptionFailed(VoiceError):
+    """Download or transcription failed; ``retryable`` if a later attempt may succeed."""
+
+    def __init__(
+        self,
+        user_message: str,
+        *,
+        detail: str = "",
+        status: int | None = None,
+        retryable: bool = False,
+    ) -> None:
+        super().__init__(user_message, detail=detail)
+        self.status = status
+        self.retryable = retryable
+
+
+def _human(limit: int) -> str:
+    mib = 1024 * 1024
+    if limit >= mib:
+        return f"{limit / mib:g} MB"
+    return f"{max(1, limit // 1024)} KB"
+
+
+CONFLICT_HELP = (
+    "Telegram refused getUpdates (409 Conflict): {detail}. Long polling cannot run while a "
+    "webhook is set or another instance is polling: run `engram telegram delete-webhook` "
+    "(or use webhook mode), or stop the other engram instance, then start again."
+)
+
+
+class PollingConflict(EngramError):
+    """getUpdates answered 409: a webhook is set, or another poller uses the same token."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(CONFLICT_HELP.format(detail=detail.rstrip(". ")))
+        self.detail = detail

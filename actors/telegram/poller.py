@@ -36,6 +36,7 @@ from actors.telegram.errors import (
     Conflict,
     MalformedUpdate,
     NetworkError,
+    PollingConflict,
     RateLimited,
     ServerError,
     TelegramError,
@@ -44,7 +45,7 @@ from actors.telegram.errors import (
 from actors.telegram.ingest import Notify, Outcome, ingest
 from actors.telegram.types import ALLOWED_UPDATES, Update, UpdateBatch, parse_update_batch
 from runtime.db import Queries
-from runtime.errors import DatabaseError, EngramError
+from runtime.errors import DatabaseError
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -56,21 +57,6 @@ BATCH_LIMIT = 100
 BACKOFF_BASE = 1.0
 BACKOFF_CAP = 30.0
 FINAL_CALL_TIMEOUT = 10.0
-
-CONFLICT_HELP = (
-    "Telegram refused getUpdates (409 Conflict): {detail}. Long polling cannot run while a "
-    "webhook is set or another instance is polling: run `engram telegram delete-webhook` "
-    "(or use webhook mode), or stop the other engram instance, then start again."
-)
-
-
-class PollingConflict(EngramError):
-    """getUpdates answered 409: a webhook is set, or another poller uses the same token."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(CONFLICT_HELP.format(detail=detail.rstrip(". ")))
-        self.detail = detail
-
 
 # --- seams -------------------------------------------------------------------------------------
 

@@ -33,12 +33,18 @@ from openai import (
 from openai.types.audio import Transcription, TranscriptionVerbose
 from openai.types.audio.transcription import UsageDuration, UsageTokens
 
-from actors.telegram.errors import BadRequest, FileTooLarge, TelegramError, is_transient
+from actors.telegram.errors import (
+    BadRequest,
+    FileTooLarge,
+    TelegramError,
+    TranscriptionFailed,
+    VoiceTooLarge,
+    is_transient,
+)
 from actors.telegram.types import FileInfo, Voice
 from memory.llm.cost import DEFAULT_RATES, RateTable
 from memory.llm.usage import log_api_usage, scrub_error
 from runtime.db import Queries
-from runtime.errors import EngramError
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -79,53 +85,8 @@ NO_SPEECH = "I couldn't hear any words in that voice message."
 # --- errors ------------------------------------------------------------------------------------
 
 
-class VoiceError(EngramError):
-    """Base class of voice failures; ``str(exc)`` is a user-facing reply, ``detail`` the why."""
-
-    def __init__(self, user_message: str, *, detail: str = "") -> None:
-        super().__init__(user_message)
-        self.user_message = user_message
-        self.detail = detail or user_message
-
-
-class VoiceTooLarge(VoiceError):
-    """The voice message is over the size limit; it was not (fully) downloaded."""
-
-    def __init__(self, size: int | None, limit: int) -> None:
-        super().__init__(
-            f"That voice message is too large for me to transcribe (over {_human(limit)}).",
-            detail=f"voice of {'unknown size' if size is None else f'{size} bytes'} "
-            f"exceeds {limit} bytes",
-        )
-        self.size = size
-        self.limit = limit
-
-
-class TranscriptionFailed(VoiceError):
-    """Download or transcription failed; ``retryable`` if a later attempt may succeed."""
-
-    def __init__(
-        self,
-        user_message: str,
-        *,
-        detail: str = "",
-        status: int | None = None,
-        retryable: bool = False,
-    ) -> None:
-        super().__init__(user_message, detail=detail)
-        self.status = status
-        self.retryable = retryable
-
-
 class NoSpeech(TranscriptionFailed):
     """The audio was transcribed (and billed) but contained no words."""
-
-
-def _human(limit: int) -> str:
-    mib = 1024 * 1024
-    if limit >= mib:
-        return f"{limit / mib:g} MB"
-    return f"{max(1, limit // 1024)} KB"
 
 
 # --- download ----------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
-from memory.tools.results import wrap_untrusted
+from memory.untrusted import wrap_untrusted
 from runtime.db import Connection, Queries
 
 Role = Literal["user", "assistant", "tool_result"]

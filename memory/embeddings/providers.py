@@ -25,10 +25,11 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import trio
 
+from memory.errors import EmbeddingError
 from memory.llm.cost import DEFAULT_RATES, RateTable
 from memory.llm.usage import log_api_usage, scrub_error
 from runtime.db import Queries
-from runtime.errors import EngramError, SettingsError
+from runtime.errors import SettingsError
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -49,14 +50,6 @@ LOCAL_DIMS = 256
 LOCAL_MAX_CHARS = 20_000
 
 Provider = Literal["auto", "openai", "local"]
-
-
-class EmbeddingError(EngramError):
-    """Texts could not be embedded; ``retryable`` when trying again later may succeed."""
-
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
-        super().__init__(message)
-        self.retryable = retryable
 
 
 class Embedder(Protocol):

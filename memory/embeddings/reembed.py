@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 import numpy as np
 
-from memory.embeddings.providers import PURPOSE, Embedder, EmbeddingError
+from memory.embeddings.providers import PURPOSE, Embedder
 from memory.embeddings.store import (
     ALL_TABLES,
     VectorTable,
@@ -32,6 +32,7 @@ from memory.embeddings.store import (
     store_vectors,
     vector_table,
 )
+from memory.errors import EmbeddingError
 from runtime.db import Queries
 from runtime.logs import get_logger
 from runtime.progress import Progress

@@ -22,7 +22,8 @@ import attrs
 import numpy as np
 import trio
 
-from memory.embeddings.providers import PURPOSE, Embedder, EmbeddingError
+from memory.embeddings.providers import PURPOSE, Embedder
+from memory.errors import EmbeddingError
 from runtime.db import Queries
 from runtime.errors import IntegrityViolation, QueryError
 from runtime.logs import get_logger

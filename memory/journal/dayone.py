@@ -34,8 +34,8 @@ import attrs
 
 from memory.embeddings.providers import PURPOSE, Embedder
 from memory.embeddings.store import store_vectors
+from memory.errors import JournalFormatError, MalformedEntry
 from runtime.db import Database, Queries
-from runtime.errors import EngramError
 from runtime.logs import get_logger
 from runtime.progress import Progress
 
@@ -46,14 +46,6 @@ MAX_UUID_CHARS = 200
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # PostgreSQL rejects NUL and lone surrogates
 _MOMENT = re.compile(r"!\[[^\]]*\]\(dayone-moment:[^)]*\)")  # inline photo references
 _WORD = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*")
-
-
-class JournalFormatError(EngramError):
-    """The file cannot be read, or is not a Day One JSON export."""
-
-
-class MalformedEntry(ValueError):
-    """One entry cannot be imported; the message says why."""
 
 
 

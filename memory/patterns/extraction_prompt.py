@@ -6,14 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 from zoneinfo import ZoneInfo
 
-from memory.tools.results import escape_untrusted, wrap_untrusted
-
-# memory.patterns.extraction imports this module; its types are only annotations here
-if TYPE_CHECKING:
-    from memory.patterns.extraction import ChunkMessage, KnownPattern
+from memory.patterns.claims import ChunkMessage, KnownPattern
+from memory.untrusted import escape_untrusted, wrap_untrusted
 
 EXTRACTION_SYSTEM = """\
 You maintain the long-term memory of a companion bot about one user. You receive the oldest \

@@ -10,11 +10,20 @@ instruction-like text, bot directives, entry uuids in tool results) and the stru
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import attrs
 
 from memory.patterns.canonical import canonical_hash
+from memory.patterns.claims import (
+    ChunkMessage,
+    Extraction,
+    KnownPattern,
+    MetaPattern,
+    NewPattern,
+    Reinforcement,
+    Supersede,
+)
 from memory.patterns.grounding import (
     directs_the_bot,
     entry_uuids_in,
@@ -23,19 +32,6 @@ from memory.patterns.grounding import (
     is_grounded,
     overlap,
 )
-
-# memory.patterns.extraction imports this module; its types are only annotations here
-if TYPE_CHECKING:
-    from memory.patterns.extraction import (
-        ChunkMessage,
-        Extraction,
-        KnownPattern,
-        MetaPattern,
-        NewPattern,
-        Reinforcement,
-        Supersede,
-    )
-
 
 CITABLE_ROLES = ("user", "tool_result")
 Linked = TypeVar("Linked", "NewPattern", "Reinforcement", "Supersede")

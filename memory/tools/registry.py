@@ -33,11 +33,11 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
+from memory.errors import ToolError
 from memory.tools.schema import (
     CHECK_META,
     DATE_PATTERN,
     SCHEMA_META,
-    ToolError,
     date_spec,
     json_schema,
     parse_input,

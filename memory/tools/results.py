@@ -1,16 +1,14 @@
 """Pure shaping of tool results: excerpts, writing statistics, the usage report, truncation for
-storage (seed 000, "Tool result truncation for storage") and untrusted-content wrapping
-("Untrusted content wrapping").
+storage (seed 000, "Tool result truncation for storage").
 
 The model sees a tool's full result during its turn; ``chat_messages`` keeps only what the
-compaction extractor needs (:func:`truncate_for_storage`), and any user-authored text put into
-a later prompt goes inside ``<untrusted>`` tags (:func:`wrap_untrusted`).
+compaction extractor needs (:func:`truncate_for_storage`); text put into a later prompt goes
+inside ``<untrusted>`` tags (:mod:`memory.untrusted`).
 """
 
 from __future__ import annotations
 
 import calendar
-import html
 import json
 import re
 from collections.abc import Mapping
@@ -208,19 +206,3 @@ def truncate_for_storage(tool_name: str, content: str, cap: int = STORAGE_CAP) -
     if tool_name == "get_entry":
         return _fit_entry(data, cap)
     return _cut(content, cap)
-
-
-# --- untrusted content ---------------------------------------------------------------------------
-
-
-def escape_untrusted(text: str) -> str:
-    """``&``, ``<`` and ``>`` escaped, so the text can open or close no tag."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def wrap_untrusted(source: str, text: str) -> str:
-    """``<untrusted source="...">`` + escaped text + ``</untrusted>``, for prompts."""
-    return (
-        f'<untrusted source="{html.escape(source, quote=True)}">\n'
-        f"{escape_untrusted(text)}\n</untrusted>"
-    )

@@ -22,6 +22,8 @@ from typing import Any, Literal, TypeVar
 
 import attrs
 
+from memory.errors import ToolError
+
 SCHEMA_META = "json_schema"
 CHECK_META = "json_check"
 DATE_PATTERN = r"^\d{4}-\d{2}-\d{2}$"
@@ -169,21 +171,6 @@ def json_schema(cls: type) -> dict[str, Any]:
 
 
 # --- validation ------------------------------------------------------------------------------
-
-
-class ToolError(Exception):
-    """An error the model should see (bad input, entry not found, ...)."""
-
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.field = field
-
-    def payload(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"error": self.message}
-        if self.field is not None:
-            body["field"] = self.field
-        return body
 
 
 def _json_type(value: Any) -> str:
