@@ -34,9 +34,6 @@ import trio
 
 from actors.agent.context import (
     PERSONA,
-    NoPatterns,
-    PatternRetriever,
-    RetrievedMemory,
     TurnContext,
     build_context,
     context_tokens,
@@ -60,6 +57,7 @@ from memory.conversation.messages import (
 )
 from memory.journal.tools import JOURNAL_TOOLS
 from memory.llm.protocol import LLM, Message
+from memory.patterns.retrieval import NoPatterns, PatternRetriever, RetrievedMemory
 from memory.tools.registry import QueryEmbedder, Tool, ToolContext, ToolRegistry
 from runtime.concurrency import both
 from runtime.db import Connection, Database, Queries
@@ -216,21 +214,28 @@ class Agent:
             log.error("agent.over_budget_callback_failed", chat_id=chat_id, error=repr(exc))
 
 
+def agent_tools(extra_tools: Sequence[Tool[Any]] = ()) -> ToolRegistry:
+    """The tools a turn offers: the journal tools plus ``extra_tools`` (e.g. the memory tools).
+    Built before the agent, since the compactor estimates the context with the same registry."""
+    return ToolRegistry([*JOURNAL_TOOLS, *extra_tools])
+
+
 def sql_agent(
     db: Database,
     llm: LLM,
     *,
     timezone: str,
     embedder: QueryEmbedder | None = None,
+    tools: ToolRegistry | None = None,
     extra_tools: Sequence[Tool[Any]] = (),
     **options: Any,
 ) -> Agent:
-    """The production agent: ``chat_messages`` on ``db``, the journal tools (plus
-    ``extra_tools``, e.g. the memory tools) on ``db``."""
+    """The production agent: ``chat_messages`` on ``db``, ``tools`` (by default
+    :func:`agent_tools` of ``extra_tools``) on ``db``."""
     return Agent(
         llm=llm,
         conversation=SqlConversationStore(db),
-        tools=ToolRegistry([*JOURNAL_TOOLS, *extra_tools]),
+        tools=tools if tools is not None else agent_tools(extra_tools),
         tool_db=db,
         timezone=timezone,
         embedder=embedder,

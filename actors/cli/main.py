@@ -11,7 +11,7 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from actors.agent.handler import sql_agent
+from actors.agent.handler import agent_tools, sql_agent
 from actors.chat.actor import Transcriber
 from actors.cli import journal as journal_commands
 from actors.cli import patterns as patterns_cli
@@ -106,6 +106,10 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     ):
         thresholds = thresholds_for(embedder.model, settings)
         lexicons = LexiconCache()  # per-chat BM25 statistics, shared by retrieval and recall
+        tools = agent_tools(
+            memory_tools(LLMAdjudicator(llm), thresholds=thresholds, lexicons=lexicons)
+        )
+        compactor = sql_compactor(database, llm, embedder, settings, tools=tools)
         agent = sql_agent(
             database,
             llm,
@@ -113,10 +117,9 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             embedder=embedder,
             context_token_budget=settings.context_token_budget,
             retriever=SqlPatternRetriever(database, embedder, thresholds, lexicons=lexicons),
-            extra_tools=memory_tools(LLMAdjudicator(llm), thresholds=thresholds, lexicons=lexicons),
+            tools=tools,
+            on_over_budget=compactor.request,
         )
-        compactor = sql_compactor(database, llm, embedder, settings, tools=agent.tools)
-        agent.on_over_budget = compactor.request
 
         def build(s: Settings, db: Database, shutdown: Shutdown) -> BotSystem:
             return BotSystem(
