@@ -1,0 +1,12 @@
+"""Pattern memory: what compaction learns and what a turn gets back. Extraction
+(:mod:`~memory.patterns.claims`, prompt, :mod:`~memory.patterns.guardrails` with grounding),
+compaction (:mod:`~memory.patterns.compaction`, one transaction in ``compaction_tx``), dedup and
+adjudication, reinforcement and decay math, writes, merge, explicit patterns (``remember``),
+entry links, and retrieval: the score is written once in :mod:`~memory.patterns.ranking` (the SQL
+generated from its constants), the statement in ``retrieval_sql``, the ranking in ``retrieval``.
+
+Imports conversation, embeddings, llm and ``runtime``; not tools, journal or actors.
+Public: ``compaction.compact_chat``, ``retrieval.rank_patterns``, ``retrieval.SqlPatternRetriever``,
+``retrieval.RetrievedMemory``, ``explicit.store_explicit_pattern``, ``dedup.find_duplicate``,
+``merge.merge_patterns``, ``ranking`` (the formula).
+"""
