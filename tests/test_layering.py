@@ -83,11 +83,12 @@ def layer_of(module: str) -> int:
 
 
 def subpackage_of(module: str, modules: Mapping[str, Path]) -> str:
-    """The module's package below the top level (``memory.patterns``), or the top level."""
+    """The module's sub-package (``memory.patterns``); a module at a package's top level
+    (``memory.untrusted``) or a top-level package is a node of its own."""
     parts = module.split(".")
     if len(parts) >= 2 and modules.get(".".join(parts[:2]), Path()).name == "__init__.py":
         return ".".join(parts[:2])
-    return parts[0]
+    return module
 
 
 def find_cycle(graph: Mapping[str, Iterable[str]]) -> list[str] | None:
@@ -138,7 +139,7 @@ def problems(root: Path) -> list[str]:
             if private:
                 out.append(f"{where}: {name} imports private {', '.join(private)} of {target}")
             src, dst = subpackage_of(name, modules), subpackage_of(target, modules)
-            if src != dst and "." in src and "." in dst:
+            if src != dst and "." in src and "." in dst:  # top-level packages are no node
                 package_graph.setdefault(src, set()).add(dst)
     cycle = find_cycle(module_graph)
     if cycle:
@@ -211,11 +212,17 @@ def test_a_clean_tree_passes(tmp_path: Path) -> None:
             {"memory/b/two.py": "from memory.a.one import _helper\n"},
             "memory.b.two imports private _helper of memory.a.one",
         ),
+        # a module at a package's top level and a sub-package that need each other
+        (
+            {"memory/shared.py": "from memory.a.one import X\n",
+             "memory/a/one.py": "from memory.shared import Y\nX = 1\n"},
+            "sub-package circle: memory.a -> memory.shared -> memory.a",
+        ),
         # sub-packages that need each other
         (
             {"memory/a/one.py": "from memory.b.three import Z\n",
              "memory/b/three.py": "Z = 1\n"},
-            "sub-package circle: memory.a -> memory.b -> memory.a",
+            "sub-package circle: memory.b -> memory.a -> memory.b",
         ),
     ],
 )
