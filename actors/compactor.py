@@ -31,6 +31,7 @@ import trio
 from actors.agent.context import PERSONA, RetrievedMemory, build_context
 from actors.agent.handler import wall_clock
 from actors.agent.tool_loop import tool_specs
+from actors.settings import Settings
 from memory.conversation.messages import DEFAULT_WINDOW_LIMIT, recent_window
 from memory.embeddings.providers import Embedder
 from memory.embeddings.thresholds import thresholds_for
@@ -42,7 +43,6 @@ from runtime.actor import Mailbox
 from runtime.db import Database, Queries
 from runtime.errors import ActorStopped, MailboxFull
 from runtime.logs import get_logger
-from runtime.settings import Settings
 
 log = get_logger(__name__)
 

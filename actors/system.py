@@ -34,6 +34,7 @@ from actors.queues.inbox_writer import InboxWriter
 from actors.queues.outbox import OutboxRow
 from actors.router import Router
 from actors.sender import OutboxReady, SenderActor
+from actors.settings import Settings
 from actors.telegram.client import BotApiClient
 from actors.telegram.errors import TelegramError
 from actors.telegram.webhook import WEBHOOK_PATH, webhook_handler
@@ -44,7 +45,6 @@ from runtime.errors import ActorError
 from runtime.logs import get_logger
 from runtime.registry import Registry
 from runtime.serve import SystemHandle
-from runtime.settings import Settings
 from runtime.shutdown import Shutdown
 from runtime.supervisor import RestartPolicy, supervise
 

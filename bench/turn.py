@@ -104,6 +104,7 @@ from _turn_outside import HOST, SECRET, TURN_TIMEOUT
 from actors.agent.handler import sql_agent
 from actors.agent.turn import TurnHandler, TurnInput, TurnReply
 from actors.sender import SenderSettings
+from actors.settings import load_settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
 from memory.conversation.messages import ChatMessage, ConversationStore
@@ -133,7 +134,6 @@ from runtime.errors import DatabaseError
 from runtime.logs import configure_logging
 from runtime.migrate import apply_migrations
 from runtime.serve import serve
-from runtime.settings import load_settings
 from runtime.shutdown import Shutdown
 
 TOKEN = "123456789:BENCH_fake-token_for-local-stub_only"

@@ -11,6 +11,7 @@ import argparse
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from typing import Any
 
 import trio
@@ -26,12 +27,12 @@ from runtime.errors import (
 )
 from runtime.logs import SecretScrubber, configure_logging
 from runtime.migrate import apply_migrations
-from runtime.settings import FIELDS, Settings, load_settings
+from runtime.settings import ProcessSettings, load_settings
 
-Handler = Callable[[Settings, argparse.Namespace], Awaitable[int]]
+Handler = Callable[[ProcessSettings, argparse.Namespace], Awaitable[int]]
 
 
-def database_url_context(settings: Settings) -> AbstractAsyncContextManager[str]:
+def database_url_context(settings: ProcessSettings) -> AbstractAsyncContextManager[str]:
     """The configured DATABASE_URL, or the embedded server's URL for its lifetime."""
     if settings.database_url:
 
@@ -44,7 +45,7 @@ def database_url_context(settings: Settings) -> AbstractAsyncContextManager[str]
 
 
 @asynccontextmanager
-async def open_settings_database(settings: Settings) -> Any:
+async def open_settings_database(settings: ProcessSettings) -> Any:
     """asyncio loop + (embedded server) + pool, for commands that need the database."""
     async with (
         dbmod.asyncio_loop(),
@@ -59,16 +60,16 @@ async def open_settings_database(settings: Settings) -> Any:
         yield database
 
 
-async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> int:
+async def cmd_migrate(settings: ProcessSettings, args: argparse.Namespace) -> int:
     async with open_settings_database(settings) as database:
         applied = await apply_migrations(database)
     print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
     return 0
 
 
-async def cmd_config(settings: Settings, args: argparse.Namespace) -> int:
-    """Print the effective configuration with secrets masked."""
-    for f in FIELDS:
+async def cmd_config(settings: ProcessSettings, args: argparse.Namespace) -> int:
+    """Print the effective configuration (every section of the loaded settings), secrets masked."""
+    for f in type(settings).fields:
         value = getattr(settings, f.attr)
         if f.secret:
             shown = "(set)" if value else "(not set)"
@@ -100,11 +101,20 @@ def fail(message: str, code: int, secrets: Sequence[str] = ()) -> int:
     return code
 
 
-def run_cli(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
-    """Parse, load settings, configure logging and run the chosen handler under trio."""
+def run_cli(
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None = None,
+    *,
+    load: Callable[[], ProcessSettings],
+) -> int:
+    """Parse, load settings with ``load``, configure logging and run the chosen handler under trio.
+
+    ``load`` builds the settings the handlers receive: the process's own section for the bare
+    runtime, every package's sections combined for the bot (``actors.settings.load_settings``).
+    """
     args = parser.parse_args(argv)
     try:
-        settings = load_settings()
+        settings = load()
     except SettingsError as exc:
         return fail(f"configuration error: {exc}", 2)
     configure_logging(settings.log_level, settings.log_format, settings.secrets())
@@ -134,7 +144,7 @@ def exit_code_for(exc: BaseException, secrets: Sequence[str] = ()) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser, _ = base_parser()
-    return run_cli(parser, argv)
+    return run_cli(parser, argv, load=partial(load_settings, ProcessSettings))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import attrs
 import hypercorn.trio
@@ -28,7 +28,7 @@ from runtime.errors import EngramError, leaf_exceptions
 from runtime.http import ReadinessCheck, create_app, database_readiness, hypercorn_config
 from runtime.logs import get_logger
 from runtime.migrate import apply_migrations
-from runtime.settings import Settings
+from runtime.settings import ProcessSettings
 from runtime.shutdown import Shutdown
 
 log = get_logger(__name__)
@@ -48,7 +48,11 @@ class ActorSystem(Protocol):
     async def run(self, *, task_status: trio.TaskStatus[SystemHandle]) -> None: ...
 
 
-SystemBuilder = Callable[[Settings, Database, Shutdown], ActorSystem]
+#: The settings a system is built from: the process's section or any class combining it with more.
+S = TypeVar("S", bound=ProcessSettings)
+
+#: Builds the actor system from the settings ``serve`` was given (the same object, same type).
+SystemBuilder = Callable[[S, Database, Shutdown], ActorSystem]
 
 
 class EmptySystem:
@@ -60,9 +64,9 @@ class EmptySystem:
 
 
 async def serve(
-    settings: Settings,
+    settings: S,
     database: Database,
-    build_system: SystemBuilder,
+    build_system: SystemBuilder[S],
     *,
     on_listening: Callable[[list[str]], None] | None = None,
     shutdown: Shutdown | None = None,

@@ -1,10 +1,16 @@
-"""One settings object, read from environment variables and an optional ``.env`` file.
+"""Settings, read from environment variables and an optional ``.env`` file.
 
-Every variable is declared once in ``FIELDS`` (name, default, parser, meaning); the README's
-configuration table lists the same names. A missing or invalid value raises
-:class:`~runtime.errors.SettingsError` naming the variable, and the CLI turns that into one line
-on stderr and exit code 2. Secret values are wrapped in :class:`Secret` so they never show up in
-a repr, a log line or an error message.
+Each package declares the variables it reads in a *section*: an attrs class derived from
+:class:`SettingsSection` with one attribute per variable and a ``fields`` tuple of :class:`Field`
+(name, default, parser, meaning). This module holds the process's own section,
+:class:`ProcessSettings` (database, HTTP server, logging, actor kernel); the Telegram, LLM and
+memory sections live in their packages, and ``actors.settings`` combines them all into the one
+``Settings`` class by multiple inheritance. The README's configuration table lists every name.
+
+:func:`load_settings` builds any section class from its ``fields``. A missing or invalid value
+raises :class:`~runtime.errors.SettingsError` naming the variable, and the CLI turns that into one
+line on stderr and exit code 2. Secret values are wrapped in :class:`Secret` so they never show up
+in a repr, a log line or an error message.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import re
 import zoneinfo
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self, TypeVar
 
 import attrs
 import platformdirs
@@ -45,15 +51,15 @@ class Secret:
 # --- parsers: each takes the raw string and returns the value or raises ValueError ----------
 
 
-def _str(raw: str) -> str:
+def text(raw: str) -> str:
     return raw.strip()
 
 
-def _secret(raw: str) -> Secret:
+def secret(raw: str) -> Secret:
     return Secret(raw.strip())
 
 
-def _int_range(lo: int, hi: int) -> Callable[[str], int]:
+def int_range(lo: int, hi: int) -> Callable[[str], int]:
     def parse(raw: str) -> int:
         try:
             value = int(raw.strip())
@@ -66,7 +72,7 @@ def _int_range(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
-def _float_range(lo: float, hi: float) -> Callable[[str], float]:
+def float_range(lo: float, hi: float) -> Callable[[str], float]:
     def parse(raw: str) -> float:
         try:
             value = float(raw.strip())
@@ -79,7 +85,7 @@ def _float_range(lo: float, hi: float) -> Callable[[str], float]:
     return parse
 
 
-def _choice(*options: str) -> Callable[[str], str]:
+def choice(*options: str) -> Callable[[str], str]:
     def parse(raw: str) -> str:
         value = raw.strip().lower()
         if value not in options:
@@ -127,14 +133,14 @@ def _pg_memory(raw: str) -> str:
     return f"{m.group(1)}{m.group(2)}"
 
 
-def _http_url(raw: str) -> str:
+def http_url(raw: str) -> str:
     value = raw.strip().rstrip("/")
     if value and not re.match(r"^https?://[^\s/]+", value):
         raise ValueError(f"must be an http(s) URL, got {value!r}")
     return value
 
 
-def _chat_ids(raw: str) -> frozenset[int]:
+def chat_ids(raw: str) -> frozenset[int]:
     ids: set[int] = set()
     for part in raw.split(","):
         part = part.strip()
@@ -147,14 +153,14 @@ def _chat_ids(raw: str) -> frozenset[int]:
     return frozenset(ids)
 
 
-def _secret_token(raw: str) -> Secret:
+def secret_token(raw: str) -> Secret:
     value = raw.strip()
     if value and not re.fullmatch(r"[A-Za-z0-9_-]{1,256}", value):
         raise ValueError("must be 1-256 characters of A-Z, a-z, 0-9, _ and -")
     return Secret(value)
 
 
-def _optional_unit(raw: str) -> float | None:
+def optional_unit(raw: str) -> float | None:
     """A similarity threshold in [0, 1], or empty for the embedding model's default."""
     value = raw.strip()
     if not value:
@@ -179,7 +185,11 @@ def default_home() -> str:
 
 @attrs.frozen
 class Field:
-    """One environment variable: its name, default (raw string), parser and meaning."""
+    """One environment variable: its name, default (raw string), parser and meaning.
+
+    ``aliases`` are other names accepted for it (used when the variable itself is unset or
+    empty).
+    """
 
     env: str
     attr: str
@@ -187,102 +197,81 @@ class Field:
     parse: Callable[[str], Any]
     doc: str
     secret: bool = False
+    aliases: tuple[str, ...] = ()
 
 
-FIELDS: tuple[Field, ...] = (
-    Field("DATABASE_URL", "database_url", "", _database_url,
-          "PostgreSQL server (with pgvector). Empty: an embedded server in ENGRAM_HOME."),
-    Field("ENGRAM_HOME", "home", default_home, _path,
-          "Data directory (embedded database, state)."),
-    Field("EMBEDDED_PG_SHARED_BUFFERS", "embedded_pg_shared_buffers", "1GB", _pg_memory,
-          "shared_buffers of the embedded server (PostgreSQL's own default is 128MB)."),
-    Field("ENGRAM_HOST", "host", "127.0.0.1", _str, "Address the HTTP server binds to."),
-    Field("ENGRAM_PORT", "port", "8080", _int_range(0, 65535), "Port of the HTTP server."),
-    Field("LOG_LEVEL", "log_level", "INFO", _log_level, "DEBUG, INFO, WARNING or ERROR."),
-    Field("LOG_FORMAT", "log_format", "auto", _choice("auto", "json", "console"),
-          "auto: JSON lines when stderr is not a TTY, coloured console otherwise."),
-    Field("TIMEZONE", "timezone", "Europe/Madrid", _timezone,
-          "IANA zone for dates the bot shows and infers."),
-    Field("DB_POOL_MIN", "db_pool_min", "1", _int_range(0, 100), "Minimum pool connections."),
-    Field("DB_POOL_MAX", "db_pool_max", "10", _int_range(1, 200), "Maximum pool connections."),
-    Field("DB_CONNECT_TIMEOUT", "db_connect_timeout", "10", _float_range(0.1, 300),
-          "Seconds to wait for the database at start-up before giving up."),
-    Field("SHUTDOWN_DEADLINE", "shutdown_deadline", "10", _float_range(0, 600),
-          "Seconds actors get to drain on SIGINT/SIGTERM before being cancelled."),
-    Field("ACTOR_IDLE_TIMEOUT", "actor_idle_timeout", "600", _float_range(0.01, 86400),
-          "Seconds without messages before a chat actor stops."),
-    Field("ACTOR_MAX_LIVE", "actor_max_live", "1000", _int_range(1, 1_000_000),
-          "Live chat actors at most; when full the least recently used idle one is stopped."),
-    Field("MAILBOX_SIZE", "mailbox_size", "64", _int_range(1, 100_000),
-          "Capacity of each actor mailbox."),
-    Field("RESTART_BACKOFF_BASE", "restart_backoff_base", "0.5", _float_range(0, 60),
-          "First restart delay of a crashed actor, doubled per restart."),
-    Field("RESTART_BACKOFF_CAP", "restart_backoff_cap", "30", _float_range(0, 3600),
-          "Largest restart delay."),
-    Field("RESTART_MAX", "restart_max", "5", _int_range(1, 1000),
-          "Crashes within RESTART_WINDOW after which the failure escalates (exit 1)."),
-    Field("RESTART_WINDOW", "restart_window", "60", _float_range(1, 86400),
-          "Window in seconds for RESTART_MAX."),
-    Field("TELEGRAM_BOT_TOKEN", "telegram_bot_token", "", _secret,
-          "Bot token from BotFather (required by serve).", secret=True),
-    Field("TELEGRAM_SECRET_TOKEN", "telegram_secret_token", "", _secret_token,
-          "Webhook secret header value (required in webhook mode).", secret=True),
-    Field("TELEGRAM_ALLOWED_CHAT_IDS", "telegram_allowed_chat_ids", "", _chat_ids,
-          "Comma-separated chat ids allowed to talk to the bot (empty: nobody)."),
-    Field("TELEGRAM_API_BASE_URL", "telegram_api_base_url", "https://api.telegram.org",
-          _http_url, "Bot API server (a local Bot API server or a test server)."),
-    Field("OPENAI_API_KEY", "openai_api_key", "", _secret,
-          "OpenAI key (voice transcription; empty: voice notes are answered with a notice).",
-          secret=True),
-    Field("OPENAI_BASE_URL", "openai_base_url", "", _http_url,
-          "OpenAI-compatible base URL (empty: the SDK default)."),
-    Field("LLM_PROVIDER", "llm_provider", "anthropic", _choice("anthropic", "openai"),
-          "anthropic, or openai for any OpenAI-compatible chat endpoint (OPENAI_BASE_URL)."),
-    Field("ANTHROPIC_API_KEY", "anthropic_api_key", "", _secret, "Anthropic API key.",
-          secret=True),
-    Field("ANTHROPIC_MODEL", "anthropic_model", "claude-sonnet-4-5", _str,
-          "Claude model for turns."),
-    Field("ANTHROPIC_BASE_URL", "anthropic_base_url", "", _http_url,
-          "Anthropic API base URL (empty: the SDK default)."),
-    Field("OPENAI_MODEL", "openai_model", "gpt-4o-mini", _str,
-          "Chat model when LLM_PROVIDER=openai."),
-    Field("EMBEDDING_PROVIDER", "embedding_provider", "auto", _choice("auto", "openai", "local"),
-          "auto: OpenAI text-embedding-3-small when OPENAI_API_KEY is set, else local wordllama."),
-    Field("CONTEXT_TOKEN_BUDGET", "context_token_budget", "24000", _int_range(1000, 1_000_000),
-          "Estimated context tokens (~4 chars each) above which a chat is compacted."),
-    Field("MODEL_RATES", "model_rates", "", _str,
-          "Prices on top of the built-in table: model=in/out (USD per 1M tokens) or "
-          "model=usd/min, comma-separated."),
-    Field("TRANSCRIPTION_MODEL", "transcription_model", "whisper-1", _str,
-          "Speech-to-text model for voice notes."),
-    Field("COMPACTION_KEEP_RECENT", "compaction_keep_recent", "20", _int_range(0, 10_000),
-          "Most recent messages a compaction always leaves verbatim."),
-    Field("COMPACTION_CHUNK_MESSAGES", "compaction_chunk_messages", "40", _int_range(2, 10_000),
-          "At most this many of the oldest messages are compacted per LLM call."),
-    Field("MESSAGE_RETENTION_DAYS", "message_retention_days", "7", _int_range(0, 36_500),
-          "Compacted messages are hard-deleted after this many days (0 keeps them forever)."),
-    Field("MAINTENANCE_INTERVAL", "maintenance_interval", "3600", _float_range(1, 604_800),
-          "Seconds between runs of the maintenance jobs (message purge, per-chat indexes)."),
-    Field("PATTERN_MIN_SIMILARITY", "pattern_min_similarity", "", _optional_unit,
-          "Retrieval similarity floor; empty = the embedding model's calibrated default."),
-    Field("PATTERN_DEDUP_THRESHOLD", "pattern_dedup_threshold", "", _optional_unit,
-          "Similarity from which a new pattern reinforces an existing one (empty = per model)."),
-    Field("PATTERN_ADJUDICATE_THRESHOLD", "pattern_adjudicate_threshold", "", _optional_unit,
-          "Similarity from which a near duplicate goes to LLM adjudication (empty = per model)."),
-    Field("PATTERN_MERGE_THRESHOLD", "pattern_merge_threshold", "", _optional_unit,
-          "Similarity from which `engram patterns merge` considers a pair (empty = per model)."),
-)
+@attrs.frozen(kw_only=True, slots=False)
+class SettingsSection:
+    """The base of every settings section.
 
-_BY_ENV = {f.env: f for f in FIELDS}
-_ALIASES = {"TELEGRAM_ALLOWED_CHAT_ID": "TELEGRAM_ALLOWED_CHAT_IDS"}
+    A section declares its variables twice over: as attrs attributes and as ``fields`` (in the
+    README table's order); ``tests/test_settings.py`` checks the two agree. Sections combine by
+    multiple inheritance (hence ``slots=False``); the combined class's ``fields`` is the
+    concatenation of its bases' and :meth:`validate` runs every section's checks.
+    """
+
+    fields: ClassVar[tuple[Field, ...]] = ()
+
+    def validate(self) -> None:
+        """Cross-field checks, raising SettingsError; an override calls ``super().validate()``."""
+
+    def secrets(self) -> list[str]:
+        """Every non-empty secret value, for log scrubbing."""
+        out = []
+        for f in type(self).fields:
+            if f.secret:
+                value = getattr(self, f.attr)
+                if value:
+                    out.append(value.reveal())
+        return out
+
+    def replace(self, **changes: Any) -> Self:
+        return attrs.evolve(self, **changes)
 
 
-@attrs.frozen
-class Settings:
-    """Validated configuration. Build it with :func:`load_settings`."""
+@attrs.frozen(kw_only=True, slots=False)
+class ProcessSettings(SettingsSection):
+    """The process: database, data directory, HTTP server, logging, time zone, actor kernel."""
+
+    fields: ClassVar[tuple[Field, ...]] = (
+        Field("DATABASE_URL", "database_url", "", _database_url,
+              "PostgreSQL server (with pgvector). Empty: an embedded server in ENGRAM_HOME."),
+        Field("ENGRAM_HOME", "home", default_home, _path,
+              "Data directory (embedded database, state)."),
+        Field("EMBEDDED_PG_SHARED_BUFFERS", "embedded_pg_shared_buffers", "1GB", _pg_memory,
+              "shared_buffers of the embedded server (PostgreSQL's own default is 128MB)."),
+        Field("ENGRAM_HOST", "host", "127.0.0.1", text, "Address the HTTP server binds to."),
+        Field("ENGRAM_PORT", "port", "8080", int_range(0, 65535), "Port of the HTTP server."),
+        Field("LOG_LEVEL", "log_level", "INFO", _log_level, "DEBUG, INFO, WARNING or ERROR."),
+        Field("LOG_FORMAT", "log_format", "auto", choice("auto", "json", "console"),
+              "auto: JSON lines when stderr is not a TTY, coloured console otherwise."),
+        Field("TIMEZONE", "timezone", "Europe/Madrid", _timezone,
+              "IANA zone for dates the bot shows and infers."),
+        Field("DB_POOL_MIN", "db_pool_min", "1", int_range(0, 100), "Minimum pool connections."),
+        Field("DB_POOL_MAX", "db_pool_max", "10", int_range(1, 200), "Maximum pool connections."),
+        Field("DB_CONNECT_TIMEOUT", "db_connect_timeout", "10", float_range(0.1, 300),
+              "Seconds to wait for the database at start-up before giving up."),
+        Field("SHUTDOWN_DEADLINE", "shutdown_deadline", "10", float_range(0, 600),
+              "Seconds actors get to drain on SIGINT/SIGTERM before being cancelled."),
+        Field("ACTOR_IDLE_TIMEOUT", "actor_idle_timeout", "600", float_range(0.01, 86400),
+              "Seconds without messages before a chat actor stops."),
+        Field("ACTOR_MAX_LIVE", "actor_max_live", "1000", int_range(1, 1_000_000),
+              "Live chat actors at most; when full the least recently used idle one is stopped."),
+        Field("MAILBOX_SIZE", "mailbox_size", "64", int_range(1, 100_000),
+              "Capacity of each actor mailbox."),
+        Field("RESTART_BACKOFF_BASE", "restart_backoff_base", "0.5", float_range(0, 60),
+              "First restart delay of a crashed actor, doubled per restart."),
+        Field("RESTART_BACKOFF_CAP", "restart_backoff_cap", "30", float_range(0, 3600),
+              "Largest restart delay."),
+        Field("RESTART_MAX", "restart_max", "5", int_range(1, 1000),
+              "Crashes within RESTART_WINDOW after which the failure escalates (exit 1)."),
+        Field("RESTART_WINDOW", "restart_window", "60", float_range(1, 86400),
+              "Window in seconds for RESTART_MAX."),
+    )
 
     database_url: str
     home: Path
+    embedded_pg_shared_buffers: str = "1GB"
     host: str
     port: int
     log_level: str
@@ -299,43 +288,13 @@ class Settings:
     restart_backoff_cap: float
     restart_max: int
     restart_window: float
-    telegram_bot_token: Secret
-    telegram_secret_token: Secret
-    telegram_allowed_chat_ids: frozenset[int]
-    telegram_api_base_url: str
-    openai_api_key: Secret
-    openai_base_url: str
-    llm_provider: str
-    anthropic_api_key: Secret
-    anthropic_model: str
-    anthropic_base_url: str
-    openai_model: str
-    embedding_provider: str
-    context_token_budget: int
-    transcription_model: str
-    compaction_keep_recent: int
-    compaction_chunk_messages: int
-    message_retention_days: int
-    maintenance_interval: float
-    pattern_min_similarity: float | None
-    pattern_dedup_threshold: float | None
-    pattern_adjudicate_threshold: float | None
-    pattern_merge_threshold: float | None
-    embedded_pg_shared_buffers: str = "1GB"
-    model_rates: str = ""
 
-    def secrets(self) -> list[str]:
-        """Every non-empty secret value, for log scrubbing."""
-        out = []
-        for f in FIELDS:
-            if f.secret:
-                value = getattr(self, f.attr)
-                if value:
-                    out.append(value.reveal())
-        return out
-
-    def replace(self, **changes: Any) -> Settings:
-        return attrs.evolve(self, **changes)
+    def validate(self) -> None:
+        if self.db_pool_min > self.db_pool_max:
+            raise SettingsError("DB_POOL_MIN", "must not exceed DB_POOL_MAX")
+        if self.restart_backoff_base > self.restart_backoff_cap:
+            raise SettingsError("RESTART_BACKOFF_BASE", "must not exceed RESTART_BACKOFF_CAP")
+        super().validate()
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
@@ -359,21 +318,28 @@ def read_dotenv(path: Path) -> dict[str, str]:
     return values
 
 
+S = TypeVar("S", bound=SettingsSection)
+
+
 def load_settings(
-    environ: Mapping[str, str] | None = None, *, dotenv: Path | None = Path(".env")
-) -> Settings:
-    """Build :class:`Settings` from ``environ`` (default ``os.environ``) over ``.env``.
+    cls: type[S],
+    environ: Mapping[str, str] | None = None,
+    *,
+    dotenv: Path | None = Path(".env"),
+) -> S:
+    """Build the section class ``cls`` from ``environ`` (default ``os.environ``) over ``.env``.
 
     The process environment wins over the file. Raises SettingsError naming the first bad
-    variable.
+    variable (in ``cls.fields`` order), then runs the cross-field checks (``validate``).
     """
     env: dict[str, str] = read_dotenv(dotenv) if dotenv is not None else {}
     env.update(os.environ if environ is None else environ)
-    for alias, name in _ALIASES.items():
-        if alias in env and not env.get(name):
-            env[name] = env[alias]
+    for f in cls.fields:
+        for alias in f.aliases:
+            if alias in env and not env.get(f.env):
+                env[f.env] = env[alias]
     values: dict[str, Any] = {}
-    for f in FIELDS:
+    for f in cls.fields:
         raw = env.get(f.env)
         if raw is None or (raw.strip() == "" and not f.secret):
             raw = f.default() if callable(f.default) else f.default
@@ -381,16 +347,8 @@ def load_settings(
             values[f.attr] = f.parse(raw)
         except ValueError as exc:
             # never echo a secret's value back
-            problem = "invalid value" if f.secret and f.parse is not _secret_token else str(exc)
+            problem = "invalid value" if f.secret and f.parse is not secret_token else str(exc)
             raise SettingsError(f.env, problem) from None
-    settings = Settings(**values)
-    if settings.db_pool_min > settings.db_pool_max:
-        raise SettingsError("DB_POOL_MIN", "must not exceed DB_POOL_MAX")
-    if settings.restart_backoff_base > settings.restart_backoff_cap:
-        raise SettingsError("RESTART_BACKOFF_BASE", "must not exceed RESTART_BACKOFF_CAP")
+    settings = cls(**values)
+    settings.validate()
     return settings
-
-
-def field_for(env_name: str) -> Field:
-    """The declaration of one variable (used by the README table test)."""
-    return _BY_ENV[env_name]

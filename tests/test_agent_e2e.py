@@ -25,6 +25,7 @@ from structlog.testing import capture_logs
 from actors.agent.handler import Agent, sql_agent
 from actors.agent.tool_loop import SORRY_BUSY, SORRY_SLOW
 from actors.agent.turn import TurnInput, TurnReply
+from actors.settings import load_settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
 from memory.llm.anthropic_provider import AnthropicLLM
@@ -33,7 +34,6 @@ from memory.llm.openai_provider import OpenAICompatibleLLM
 from memory.tools.results import STORAGE_CAP, truncate_for_storage
 from runtime.db import Database
 from runtime.serve import serve
-from runtime.settings import load_settings
 from runtime.shutdown import Shutdown
 
 CHAT = 5550002

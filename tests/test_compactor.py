@@ -15,6 +15,7 @@ from fakes.bot_api import DEFAULT_TOKEN, run_fake_bot_api
 
 from actors.agent.handler import sql_agent
 from actors.compactor import CompactorActor, WindowEstimate, sql_compactor
+from actors.settings import load_settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
 from memory.conversation.messages import ChatMessage, insert_rows
@@ -25,7 +26,6 @@ from memory.patterns.compaction import CompactionOptions, CompactionOutcome, com
 from runtime import db as dbmod
 from runtime.db import Database
 from runtime.serve import serve
-from runtime.settings import load_settings
 from runtime.shutdown import Shutdown
 
 CHAT = 8880001

@@ -14,11 +14,11 @@ import trio
 from fakes.bot_api import DEFAULT_TOKEN, FakeBotApi, run_fake_bot_api
 
 from actors.agent.turn import TurnInput, TurnReply
+from actors.settings import load_settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
 from runtime import db as dbmod
 from runtime.serve import serve
-from runtime.settings import load_settings
 from runtime.shutdown import Shutdown
 
 CHAT = 5550001

@@ -12,7 +12,7 @@ import trio
 from runtime import db as dbmod
 from runtime.embedded_pg import HOLDERS_FILE, _psql_value, embedded_postgres, tune
 from runtime.errors import DatabaseUnavailable, SettingsError
-from runtime.settings import load_settings
+from runtime.settings import ProcessSettings, load_settings
 
 
 async def _shared_buffers(url: str) -> str:
@@ -55,14 +55,13 @@ def test_tuning_waits_for_the_next_start_while_another_process_holds_the_server(
 @pytest.mark.parametrize("raw", ["lots", "1 G", "64kB", "2PB", "-1MB"])
 def test_a_bad_size_names_the_setting(raw: str) -> None:
     with pytest.raises(SettingsError, match="EMBEDDED_PG_SHARED_BUFFERS"):
-        load_settings({"EMBEDDED_PG_SHARED_BUFFERS": raw})
+        load_settings(ProcessSettings, {"EMBEDDED_PG_SHARED_BUFFERS": raw})
 
 
 def test_sizes_in_postgres_units_are_accepted() -> None:
-    assert load_settings({}).embedded_pg_shared_buffers == "1GB"
-    assert load_settings({"EMBEDDED_PG_SHARED_BUFFERS": " 512MB "}).embedded_pg_shared_buffers == (
-        "512MB"
-    )
+    assert load_settings(ProcessSettings, {}).embedded_pg_shared_buffers == "1GB"
+    settings = load_settings(ProcessSettings, {"EMBEDDED_PG_SHARED_BUFFERS": " 512MB "})
+    assert settings.embedded_pg_shared_buffers == "512MB"
 
 
 async def test_trio_is_not_blocked_while_the_server_starts(tmp_path: Path) -> None:

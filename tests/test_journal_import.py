@@ -337,11 +337,12 @@ def test_progress_on_a_terminal_and_elsewhere() -> None:
 
 _CLI = (
     "import sys\n"
+    "from actors.settings import load_settings\n"
     "from runtime.cli import base_parser, run_cli\n"
     "from actors.cli.journal import register\n"
     "parser, sub = base_parser()\n"
     "register(sub)\n"
-    "sys.exit(run_cli(parser, sys.argv[1:]))\n"
+    "sys.exit(run_cli(parser, sys.argv[1:], load=load_settings))\n"
 )
 
 

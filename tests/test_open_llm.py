@@ -10,10 +10,11 @@ import pytest
 from fakes.anthropic_api import FakeAnthropic
 from fakes.openai_api import CHAT_COMPLETIONS, FakeOpenAI, run_fake_openai
 
-from memory.llm.factory import open_llm
 from memory.llm.anthropic_provider import AnthropicLLM
+from memory.llm.factory import open_llm
 from memory.llm.openai_provider import OpenAICompatibleLLM
 from memory.llm.protocol import Message
+from memory.llm.settings import LLMSettings
 from runtime.db import Database
 from runtime.settings import load_settings
 
@@ -44,6 +45,7 @@ async def test_anthropic_model_and_base_url_from_settings(
 ) -> None:
     model = "claude-haiku-4-5"  # not the default model
     settings = load_settings(
+        LLMSettings,
         {
             "ANTHROPIC_API_KEY": fake_claude.api_key,
             "ANTHROPIC_MODEL": model,
@@ -51,7 +53,7 @@ async def test_anthropic_model_and_base_url_from_settings(
         },
         dotenv=None,
     )
-    assert settings.anthropic_model != load_settings({}, dotenv=None).anthropic_model
+    assert settings.anthropic_model != load_settings(LLMSettings, {}, dotenv=None).anthropic_model
     fake_claude.queue_text("Hello from the fake.")
     async with open_llm(settings, db) as llm:
         assert type(llm) is AnthropicLLM and llm.model == model
@@ -69,6 +71,7 @@ async def test_openai_model_and_base_url_from_settings(
 ) -> None:
     model = "local-qwen2.5-7b"
     settings = load_settings(
+        LLMSettings,
         {
             "LLM_PROVIDER": "openai",
             "OPENAI_API_KEY": fake_openai.api_key,
@@ -94,6 +97,7 @@ async def test_the_client_is_closed_when_the_block_fails(
     fake_claude: FakeAnthropic, db: Database
 ) -> None:
     settings = load_settings(
+        LLMSettings,
         {"ANTHROPIC_API_KEY": fake_claude.api_key, "ANTHROPIC_BASE_URL": fake_claude.base_url},
         dotenv=None,
     )

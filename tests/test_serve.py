@@ -17,7 +17,7 @@ import trio
 from runtime import db as dbmod
 from runtime.http import create_app, database_readiness, hypercorn_config
 from runtime.serve import EmptySystem, serve
-from runtime.settings import load_settings
+from runtime.settings import ProcessSettings, load_settings
 from runtime.shutdown import Shutdown
 
 REPO = Path(__file__).resolve().parent.parent
@@ -30,7 +30,9 @@ def _free_port() -> int:
 
 
 async def test_serve_health_ready_and_clean_stop(raw_db: dbmod.Database) -> None:
-    settings = load_settings({"ENGRAM_PORT": "0", "SHUTDOWN_DEADLINE": "5"}, dotenv=None)
+    settings = load_settings(
+        ProcessSettings, {"ENGRAM_PORT": "0", "SHUTDOWN_DEADLINE": "5"}, dotenv=None
+    )
     shutdown = Shutdown(deadline=5, signals=())
     binds: list[str] = []
     codes: list[int] = []

@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 
+from actors.settings import Settings, load_settings
+from actors.telegram.settings import TelegramSettings
+from memory.llm.settings import LLMSettings
+from memory.settings import MemorySettings
 from runtime.errors import SettingsError
-from runtime.settings import FIELDS, Settings, load_settings
+from runtime.settings import ProcessSettings, SettingsSection
+
+SECTIONS: tuple[type[SettingsSection], ...] = (
+    ProcessSettings,
+    TelegramSettings,
+    LLMSettings,
+    MemorySettings,
+)
 
 
 def test_defaults() -> None:
@@ -71,15 +84,53 @@ def test_secrets_never_in_repr() -> None:
 
 
 def test_every_field_declared_once() -> None:
-    envs = [f.env for f in FIELDS]
+    envs = [f.env for f in Settings.fields]
     assert len(envs) == len(set(envs))
-    assert {f.attr for f in FIELDS} == set(Settings.__annotations__)
+    assert {f.attr for f in Settings.fields} == {a.name for a in attrs.fields(Settings)}
+
+
+@pytest.mark.parametrize("section", SECTIONS, ids=lambda cls: cls.__name__)
+def test_each_section_declares_exactly_its_own_fields(section: type[SettingsSection]) -> None:
+    assert section.fields, section
+    assert {f.attr for f in section.fields} == {a.name for a in attrs.fields(section)}
+    assert len({f.env for f in section.fields}) == len(section.fields)
+
+
+def test_sections_share_no_variable_and_settings_is_all_of_them() -> None:
+    declared = [(f.env, section.__name__) for section in SECTIONS for f in section.fields]
+    envs = [env for env, _ in declared]
+    assert [pair for pair in declared if envs.count(pair[0]) > 1] == []
+    attrs_by_section = [{a.name for a in attrs.fields(section)} for section in SECTIONS]
+    for i, mine in enumerate(attrs_by_section):
+        for theirs in attrs_by_section[i + 1:]:
+            assert mine.isdisjoint(theirs)
+    assert Settings.fields == tuple(f for section in SECTIONS for f in section.fields)
+    assert all(issubclass(Settings, section) for section in SECTIONS)
+
+
+def test_a_section_loads_on_its_own() -> None:
+    from runtime.settings import load_settings as load_section
+
+    llm = load_section(LLMSettings, {"LLM_PROVIDER": "OpenAI", "ENGRAM_PORT": "x"}, dotenv=None)
+    assert llm.llm_provider == "openai"  # other sections' variables are not read
+    assert not hasattr(llm, "port")
+    with pytest.raises(SettingsError) as info:
+        load_section(ProcessSettings, {"DB_POOL_MIN": "5", "DB_POOL_MAX": "2"}, dotenv=None)
+    assert info.value.name == "DB_POOL_MIN"
+
+
+def test_cross_field_checks_run_on_the_combined_settings() -> None:
+    with pytest.raises(SettingsError) as info:
+        load_settings({"RESTART_BACKOFF_BASE": "40", "RESTART_BACKOFF_CAP": "10"}, dotenv=None)
+    assert info.value.name == "RESTART_BACKOFF_BASE"
 
 
 def test_readme_documents_every_variable() -> None:
     readme = (Path(__file__).parent.parent / "README.md").read_text()
-    missing = [f.env for f in FIELDS if f"`{f.env}`" not in readme]
+    missing = [f.env for f in Settings.fields if f"`{f.env}`" not in readme]
     assert missing == []
+    table = re.findall(r"^\| `([A-Z][A-Z0-9_]+)` \|", readme, flags=re.MULTILINE)
+    assert table == [f.env for f in Settings.fields]  # the same order as `engram config`
 
 
 def test_bad_setting_stops_cli_with_one_line_and_exit_2(tmp_path: Path) -> None:

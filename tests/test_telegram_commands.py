@@ -16,10 +16,11 @@ import trio
 from fakes.bot_api import DEFAULT_TOKEN, FakeBotApi, run_fake_bot_api
 
 from actors.cli.telegram import generate_secret_token, register, valid_secret_token
+from actors.settings import Settings, load_settings
 from actors.telegram.types import ALLOWED_UPDATES
 from runtime.cli import base_parser
 from runtime.errors import SettingsError
-from runtime.settings import Secret, Settings, load_settings
+from runtime.settings import Secret
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN_SECRET = DEFAULT_TOKEN.split(":", 1)[1]
@@ -204,11 +205,12 @@ async def test_missing_bot_token_is_a_settings_error(tmp_path: Path, argv: list[
 
 CLI = (
     "import sys\n"
+    "from actors.settings import load_settings\n"
     "from runtime.cli import base_parser, run_cli\n"
     "from actors.cli.telegram import register\n"
     "parser, sub = base_parser()\n"
     "register(sub)\n"
-    "sys.exit(run_cli(parser, sys.argv[1:]))\n"
+    "sys.exit(run_cli(parser, sys.argv[1:], load=load_settings))\n"
 )
 
 

@@ -3,6 +3,7 @@
 import pytest
 
 from memory.embeddings.thresholds import SEED, Thresholds, default_thresholds, thresholds_for
+from memory.settings import MemorySettings
 from runtime.errors import SettingsError
 from runtime.settings import load_settings
 
@@ -17,16 +18,17 @@ def test_unknown_model_falls_back_to_seed() -> None:
 
 
 def test_settings_override_only_what_is_set() -> None:
-    settings = load_settings({"PATTERN_DEDUP_THRESHOLD": "0.95"}, dotenv=None)
+    settings = load_settings(MemorySettings, {"PATTERN_DEDUP_THRESHOLD": "0.95"}, dotenv=None)
     t = thresholds_for("text-embedding-3-small", settings)
     assert t.dedup == 0.95
     assert t.adjudicate == SEED.adjudicate
-    assert thresholds_for("text-embedding-3-small", load_settings({}, dotenv=None)) == SEED
+    defaults = load_settings(MemorySettings, {}, dotenv=None)
+    assert thresholds_for("text-embedding-3-small", defaults) == SEED
 
 
 def test_bad_threshold_setting_names_the_variable() -> None:
     with pytest.raises(SettingsError) as info:
-        load_settings({"PATTERN_MIN_SIMILARITY": "1.5"}, dotenv=None)
+        load_settings(MemorySettings, {"PATTERN_MIN_SIMILARITY": "1.5"}, dotenv=None)
     assert "PATTERN_MIN_SIMILARITY" in str(info.value)
 
 

@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
+from actors.settings import Settings
 from memory.embeddings.providers import open_embedder
 from memory.embeddings.store import ALL_TABLES, backfill_once
 from memory.errors import EmbeddingError, JournalFormatError
@@ -20,7 +21,6 @@ from memory.llm.cost import configured_rates
 from runtime.cli import fail, open_settings_database
 from runtime.migrate import apply_migrations
 from runtime.progress import Progress
-from runtime.settings import Settings
 
 PROVIDERS = ("auto", "openai", "local", "none")
 

@@ -17,6 +17,7 @@ from actors.cli import journal as journal_commands
 from actors.cli import patterns as patterns_cli
 from actors.cli import telegram as telegram_commands
 from actors.compactor import sql_compactor
+from actors.settings import Settings, load_settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
 from actors.telegram.types import Voice
@@ -35,7 +36,6 @@ from runtime.cli import base_parser, open_settings_database, run_cli
 from runtime.db import Database
 from runtime.errors import SettingsError
 from runtime.serve import serve
-from runtime.settings import Settings
 from runtime.shutdown import Shutdown
 
 
@@ -165,7 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(build_parser(), argv)
+    return run_cli(build_parser(), argv, load=load_settings)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO
 
+from actors.settings import Settings
 from memory.conversation.purge import purge_compacted
 from memory.embeddings.providers import open_embedder
 from memory.embeddings.reembed import ReembedReport, reembed
@@ -34,7 +35,6 @@ from runtime.cli import fail, open_settings_database
 from runtime.db import Database
 from runtime.migrate import apply_migrations
 from runtime.progress import Progress
-from runtime.settings import Settings
 
 STATUSES = ("active", "merged", "deprecated", "superseded", "disputed")
 CONTENT_WIDTH = 80

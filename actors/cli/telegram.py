@@ -21,12 +21,12 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+from actors.settings import Settings
 from actors.telegram.client import BotApiClient
 from actors.telegram.errors import Unauthorized
 from actors.telegram.types import ALLOWED_UPDATES, BotUser, WebhookInfo
 from runtime.cli import fail
 from runtime.errors import SettingsError
-from runtime.settings import Settings
 
 SECRET_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
 WEBHOOK_PATH = "/api/telegram"

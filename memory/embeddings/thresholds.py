@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import attrs
 
-from runtime.settings import Settings
+from memory.settings import MemorySettings
 
 
 @attrs.frozen
@@ -62,7 +62,7 @@ def default_thresholds(model: str) -> Thresholds:
     return BY_MODEL.get(model, SEED)
 
 
-def thresholds_for(model: str, settings: Settings | None = None) -> Thresholds:
+def thresholds_for(model: str, settings: MemorySettings | None = None) -> Thresholds:
     """``model``'s thresholds with any ``PATTERN_*`` setting applied over them."""
     base = default_thresholds(model)
     if settings is None:

@@ -1,6 +1,7 @@
 """The one place that turns settings into a chat model: :func:`check_llm_settings` (what the
 configured provider needs, one error naming the variable) and :func:`open_llm` (the provider,
-its SDK client closed when the block ends). A new provider is added here and in its own module.
+its SDK client closed when the block ends). A new provider is added here, to ``PROVIDERS`` in
+:mod:`memory.llm.settings` and in its own module.
 
 The provider modules are imported inside :func:`open_llm`, so only the configured provider's SDK
 is ever imported.
@@ -16,19 +17,16 @@ import trio
 
 from memory.llm.cost import configured_rates
 from memory.llm.protocol import LLM
+from memory.llm.settings import LLMSettings
 from runtime.db import Queries
 from runtime.errors import SettingsError
 
 if TYPE_CHECKING:
     from memory.llm.anthropic_provider import AnthropicLLM
     from memory.llm.openai_provider import OpenAICompatibleLLM
-    from runtime.settings import Settings
-
-#: The values of LLM_PROVIDER.
-PROVIDERS = ("anthropic", "openai")
 
 
-def check_llm_settings(settings: Settings) -> None:
+def check_llm_settings(settings: LLMSettings) -> None:
     """Raise :class:`SettingsError` naming what the configured provider lacks."""
     if settings.llm_provider == "anthropic" and not settings.anthropic_api_key:
         raise SettingsError(
@@ -48,7 +46,7 @@ def check_llm_settings(settings: Settings) -> None:
 
 
 @asynccontextmanager
-async def open_llm(settings: Settings, db: Queries) -> AsyncIterator[LLM]:
+async def open_llm(settings: LLMSettings, db: Queries) -> AsyncIterator[LLM]:
     """The configured chat model; its SDK client is closed when the block ends."""
     rates = configured_rates(settings.model_rates)
     llm: AnthropicLLM | OpenAICompatibleLLM

@@ -1,0 +1,56 @@
+"""The memory settings section: embeddings, context budget and compaction, retention and
+maintenance, and the pattern similarity thresholds."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from runtime.settings import Field, SettingsSection, choice, float_range, int_range, optional_unit
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class MemorySettings(SettingsSection):
+    """What the memory layer reads: embedding provider, compaction, retention, thresholds."""
+
+    fields: ClassVar[tuple[Field, ...]] = (
+        Field("EMBEDDING_PROVIDER", "embedding_provider", "auto",
+              choice("auto", "openai", "local"),
+              "auto: OpenAI text-embedding-3-small when OPENAI_API_KEY is set, else local "
+              "wordllama."),
+        Field("CONTEXT_TOKEN_BUDGET", "context_token_budget", "24000",
+              int_range(1000, 1_000_000),
+              "Estimated context tokens (~4 chars each) above which a chat is compacted."),
+        Field("COMPACTION_KEEP_RECENT", "compaction_keep_recent", "20", int_range(0, 10_000),
+              "Most recent messages a compaction always leaves verbatim."),
+        Field("COMPACTION_CHUNK_MESSAGES", "compaction_chunk_messages", "40",
+              int_range(2, 10_000),
+              "At most this many of the oldest messages are compacted per LLM call."),
+        Field("MESSAGE_RETENTION_DAYS", "message_retention_days", "7", int_range(0, 36_500),
+              "Compacted messages are hard-deleted after this many days (0 keeps them forever)."),
+        Field("MAINTENANCE_INTERVAL", "maintenance_interval", "3600", float_range(1, 604_800),
+              "Seconds between runs of the maintenance jobs (message purge, per-chat indexes)."),
+        Field("PATTERN_MIN_SIMILARITY", "pattern_min_similarity", "", optional_unit,
+              "Retrieval similarity floor; empty = the embedding model's calibrated default."),
+        Field("PATTERN_DEDUP_THRESHOLD", "pattern_dedup_threshold", "", optional_unit,
+              "Similarity from which a new pattern reinforces an existing one (empty = per "
+              "model)."),
+        Field("PATTERN_ADJUDICATE_THRESHOLD", "pattern_adjudicate_threshold", "", optional_unit,
+              "Similarity from which a near duplicate goes to LLM adjudication (empty = per "
+              "model)."),
+        Field("PATTERN_MERGE_THRESHOLD", "pattern_merge_threshold", "", optional_unit,
+              "Similarity from which `engram patterns merge` considers a pair (empty = per "
+              "model)."),
+    )
+
+    embedding_provider: str
+    context_token_budget: int
+    compaction_keep_recent: int
+    compaction_chunk_messages: int
+    message_retention_days: int
+    maintenance_interval: float
+    pattern_min_similarity: float | None
+    pattern_dedup_threshold: float | None
+    pattern_adjudicate_threshold: float | None
+    pattern_merge_threshold: float | None
