@@ -75,7 +75,8 @@ class BotSystem:
     #: long-lived jobs started with the system, each ``run(*, task_status)`` (e.g. the
     #: embedding backfill); cancelled with it at shutdown
     background: list[Callable[..., Awaitable[None]]] = attrs.field(factory=list)
-    #: the singleton compactor (its ``request`` is the agent's ``on_over_budget``, given at construction)
+    #: the singleton compactor (its ``request`` is the agent's ``on_over_budget``, given when the
+    #: agent is built)
     compactor: CompactorActor | None = None
 
     def _bot(self) -> BotApiClient:

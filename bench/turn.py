@@ -610,7 +610,7 @@ class OnConnection:
     def __init__(self, conn: dbmod.Connection, url: str) -> None:
         self.url = url
         self.execute, self.executemany = conn.execute, conn.executemany
-        self.fetch, self.fetchval = conn.fetch, conn.fetchval
+        self.fetch, self.fetchrow, self.fetchval = conn.fetch, conn.fetchrow, conn.fetchval
 
 
 async def load_journal(
