@@ -28,7 +28,7 @@ from typing import Any
 import attrs
 import trio
 
-from actors.agent.context import PERSONA, RetrievedMemory, build_context
+from actors.agent.context import PERSONA, build_context
 from actors.agent.handler import wall_clock
 from actors.agent.tool_loop import tool_specs
 from actors.settings import Settings
@@ -38,6 +38,7 @@ from memory.embeddings.thresholds import thresholds_for
 from memory.llm.protocol import LLM
 from memory.patterns.compaction import CompactionOptions, CompactionOutcome, compact_chat
 from memory.patterns.dedup import Adjudicator
+from memory.patterns.retrieval import RetrievedMemory
 from memory.tools.registry import ToolRegistry
 from runtime.actor import Mailbox
 from runtime.db import Database, Queries

@@ -13,12 +13,11 @@ conversation's chat; a question counts when a retrieved pattern's evidence ids i
 question's. ``now`` is the conversation's last session date (the chat's present).
 
 * ``vector``: exact cosine order over the chat's vectors (``pattern_embeddings``);
-* ``fulltext``: ``to_tsquery('english', memory.patterns.query_text.or_tsquery(q))`` ranked by
-``ts_rank``;
-* ``hybrid``: :func:`memory.patterns.retrieval.rank_patterns` with a ``LexiconCache`` (the product
-path,
-  as :class:`memory.patterns.retrieval.SqlPatternRetriever` runs it), in its score order
-  (``hybrid+mmr``: after the retriever's MMR, i.e. what would be injected).
+* ``fulltext``: ``to_tsquery('english', memory.patterns.query_text.or_tsquery(q))`` ranked
+  by ``ts_rank``;
+* ``hybrid``: :func:`memory.patterns.retrieval.rank_patterns` with a ``LexiconCache`` (the
+  product path, as :class:`memory.patterns.retrieval.SqlPatternRetriever` runs it), in its
+  score order (``hybrid+mmr``: after the retriever's MMR, i.e. what would be injected).
 
 ``--experiments`` also prints fusion/scoring variants computed here from the two arms
 (:func:`variant_rankings`: RRF, weighted RRF, the product's cosine x RRF, a convex mix of

@@ -277,17 +277,17 @@ async def explain_one(db: dbmod.Database, r: SqlPatternRetriever, chat: int, tex
     from memory.patterns import retrieval
 
     captured: list[tuple[str, list[Any], int]] = []
-    real = retrieval._fetch
+    real = retrieval.fetch_candidates
 
     async def spy(dbx: Any, sql: str, args: Sequence[Any], ef: int) -> Sequence[Any]:
         captured.append((sql, list(args), ef))
         return await real(dbx, sql, args, ef)
 
-    retrieval._fetch = spy  # type: ignore[assignment]
+    retrieval.fetch_candidates = spy  # type: ignore[assignment]
     try:
         await r.retrieve(chat, text)
     finally:
-        retrieval._fetch = real  # type: ignore[assignment]
+        retrieval.fetch_candidates = real  # type: ignore[assignment]
     sql, args, ef = captured[-1]
     extra = [str(ef)] if ef else []
     rows = await db.fetch("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, *args, *extra)

@@ -14,7 +14,7 @@ import pytest
 import trio
 from fakes.anthropic_api import check_messages
 
-from actors.agent.context import DEGRADED_NOTE, RetrievedMemory
+from actors.agent.context import DEGRADED_NOTE
 from actors.agent.handler import Agent
 from actors.agent.tool_loop import (
     CAP_NOTE,
@@ -39,6 +39,7 @@ from memory.llm.protocol import (
     ToolSpec,
     ToolUseBlock,
 )
+from memory.patterns.retrieval import RetrievedMemory
 from memory.tools.registry import Tool, ToolContext, ToolRegistry, spec
 from memory.tools.results import STORAGE_CAP
 from runtime.db import Connection

@@ -14,7 +14,6 @@ from actors.agent.context import (
     DEGRADED_NOTE,
     NO_HISTORY,
     NO_PATTERNS,
-    RetrievedMemory,
     build_context,
     clock_time,
     context_tokens,
@@ -29,6 +28,7 @@ from actors.agent.context import (
 from memory.conversation.messages import ChatMessage, ToolCall, render_tool_result, repair_rows
 from memory.llm.anthropic_provider import message_params
 from memory.llm.protocol import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
+from memory.patterns.retrieval import RetrievedMemory
 
 TZ = "Europe/Madrid"
 NOW = datetime(2026, 2, 19, 11, 33, tzinfo=UTC)  # Thursday 12:33 in Madrid

@@ -18,6 +18,7 @@ from memory.embeddings.providers import EmbeddingError
 from memory.embeddings.store import ensure_vector_index, store_vectors
 from memory.embeddings.thresholds import SEED, Thresholds
 from memory.patterns import ranking
+from memory.patterns.ranking import relevance
 from memory.patterns.retrieval import (
     DEGRADED_MARK,
     Lexicon,
@@ -30,7 +31,6 @@ from memory.patterns.retrieval import (
     ensure_chat_indexes,
     pattern_line,
     rank_patterns,
-    relevance,
 )
 from runtime.db import Database
 

@@ -8,7 +8,8 @@ changes, and every message stamped with its local time and how long ago it was s
     [09:17 AM, 2 hours ago] Assistant: Added.
 
 Tool activity is shown as ``called <tool> {...}`` lines and results inside ``<untrusted>``
-tags. Everything here is pure: the caller passes ``now`` and the time zone.
+tags. Everything here is pure: the caller passes ``now`` and the time zone. The retrieved
+patterns arrive as a :class:`memory.patterns.retrieval.RetrievedMemory`.
 
 :func:`context_tokens` estimates the full context (system prompt + patterns + window + tool
 definitions, ~4 characters per token); the compactor uses it to decide when to compact.
@@ -21,13 +22,13 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime
-from typing import Protocol
 from zoneinfo import ZoneInfo
 
 import attrs
 
 from memory.conversation.messages import ChatMessage, render_tool_call, render_tool_result
 from memory.llm.protocol import Block, Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
+from memory.patterns.retrieval import DEGRADED_MARK, RetrievedMemory
 
 CHARS_PER_TOKEN = 4
 SEPARATOR = "───"
@@ -35,7 +36,6 @@ PATTERNS_HEADER = "═══ WHAT YOU KNOW ABOUT THE PERSON ═══"
 HISTORY_HEADER = "═══ CONVERSATION HISTORY ═══"
 NO_PATTERNS = "(nothing yet)"
 NO_HISTORY = "(no earlier messages)"
-DEGRADED_MARK = "[memory: degraded]"
 DEGRADED_NOTE = (
     f"{DEGRADED_MARK} Memory retrieval is degraded right now: some relevant memories may be"
     " missing."
@@ -59,32 +59,6 @@ How your memory works:
   their weight, call log_weight (dates are YYYY-MM-DD in their time zone; no date means today).
 - Your reply is sent as plain Telegram text: no Markdown headings or tables, and keep it short
   unless they ask for detail."""
-
-
-# --- retrieved patterns --------------------------------------------------------------------------
-
-
-@attrs.frozen
-class RetrievedMemory:
-    """The pattern block for the prompt; ``degraded`` when retrieval fell back or failed."""
-
-    text_block: str = ""
-    degraded: bool = False
-    pattern_ids: tuple[int, ...] = ()  # the injected patterns, in prompt order
-
-
-class PatternRetriever(Protocol):
-    """Long-term memory for a turn (ranked, MMR-reranked, budget-capped patterns)."""
-
-    async def retrieve(self, chat_id: int, query: str) -> RetrievedMemory: ...
-
-
-@attrs.frozen
-class NoPatterns:
-    """The retriever used until pattern memory exists: nothing to add."""
-
-    async def retrieve(self, chat_id: int, query: str) -> RetrievedMemory:
-        return RetrievedMemory()
 
 
 # --- time formatting -----------------------------------------------------------------------------

@@ -1,15 +1,23 @@
-"""Pattern retrieval math (seed 000, "Pattern retrieval with typed decay + floor").
+"""Pattern retrieval math (seed 000, "Pattern retrieval with typed decay + floor"): the one
+home of the retrieval score, and the place where MMR reranking, the injected-pattern budget and
+RRF fusion run::
 
-The store computes :func:`score` in SQL; this module is the Python reference for tests and the
-place where MMR reranking, the injected-pattern budget and RRF fusion run::
-
-    recency  = floor + (1 - floor) * exp(-ln2 * days / half_life)      # per kind
-    memory   = 1 + 0.25 * min(ln(1 + strength), 2.0)
-    score    = sim * recency * memory * confidence * validity
+    relevance = (1 - LEXICAL_SHARE) * max(cosine, 0) + LEXICAL_SHARE * lexical / max_lexical
+    recency   = floor + (1 - floor) * exp(-ln2 * days / half_life)      # per kind
+    memory    = 1 + 0.25 * min(ln(1 + strength), 2.0)
+    weight    = recency * memory * confidence * validity
+    score     = relevance * weight
 
 ``validity`` is 1.0 for active patterns, 0.0 for superseded/deprecated/merged ones and
 ``DISPUTED_VALIDITY`` (0.5) for disputed ones: a disputed pattern is a live but contested
 hypothesis, so it still surfaces on a strong match, at half weight.
+
+The store computes the weight in SQL: :data:`WEIGHT_SQL` (with :data:`WEIGHT_JOINS` and the
+arrays of :func:`weight_parameters`) is generated from the constants here, and
+:func:`relevance` runs in Python on the SQL's candidates (:mod:`memory.patterns.retrieval`).
+The Python :func:`recency`, :func:`memory_factor`, :func:`validity` and :func:`score` are the
+oracle the tests compare the SQL with (and the LoCoMo bench's reference); no production path
+calls them.
 """
 
 from __future__ import annotations
@@ -89,11 +97,62 @@ def validity(status: str) -> float:
         raise ValueError(f"unknown pattern status {status!r}") from None
 
 
+def weight(kind: str, days: float, strength: float, confidence: float, status: str) -> float:
+    """The typed weight of one pattern: ``recency × memory × confidence × validity``."""
+    return recency(kind, days) * memory_factor(strength) * confidence * validity(status)
+
+
 def score(
-    sim: float, kind: str, days: float, strength: float, confidence: float, status: str
+    relevance: float, kind: str, days: float, strength: float, confidence: float, status: str
 ) -> float:
-    """The retrieval score of one pattern (callers filter ``sim < MIN_SIMILARITY`` first)."""
-    return sim * recency(kind, days) * memory_factor(strength) * confidence * validity(status)
+    """The retrieval score of one pattern: ``relevance × weight`` (callers drop candidates with
+    a cosine below ``MIN_SIMILARITY`` first)."""
+    return relevance * weight(kind, days, strength, confidence, status)
+
+
+# --- relevance (Python, on the SQL's candidates) -------------------------------------------
+
+LEXICAL_SHARE = 0.5  # relevance = (1 - share) × cosine + share × lexical / max lexical
+
+
+def relevance(similarity: float | None, lexical: float, max_lexical: float) -> float:
+    """``0.5 × max(similarity, 0) + 0.5 × lexical / max_lexical``; ``lexical / max_lexical``
+    alone without a similarity (the degraded path). Pure."""
+    lex = lexical / max_lexical if max_lexical > 0.0 else 0.0
+    if similarity is None:
+        return lex
+    return (1.0 - LEXICAL_SHARE) * max(similarity, 0.0) + LEXICAL_SHARE * lex
+
+
+# --- the weight in SQL ----------------------------------------------------------------------
+
+#: The typed weight as a SQL expression over a pattern ``p``, the decay row ``d`` and the
+#: validity row ``v`` that :data:`WEIGHT_JOINS` joins, with ``$2`` the present (timestamptz).
+WEIGHT_SQL = f"""
+    (d.floor + (1 - d.floor) * exp(-ln(2) * greatest(
+        extract(epoch FROM ($2::timestamptz - p.last_seen)) / 86400.0, 0) / d.half_life))
+    * (1 + {MEMORY_WEIGHT} * least(ln(1 + greatest(p.strength, 0)), {MEMORY_LOG_CAP}))
+    * p.confidence * v.validity"""
+
+#: The joins giving :data:`WEIGHT_SQL` its ``d`` (per kind) and ``v`` (per status) rows, from
+#: the arrays ``$3`` .. ``$7`` of :func:`weight_parameters`; a pattern of an unknown kind or
+#: status has no row, so no weight.
+WEIGHT_JOINS = """
+    JOIN unnest($3::text[], $4::float8[], $5::float8[]) AS d(kind, half_life, floor)
+      ON d.kind = p.kind
+    JOIN unnest($6::text[], $7::float8[]) AS v(status, validity) ON v.status = p.status"""
+
+
+def weight_parameters() -> tuple[list[str], list[float], list[float], list[str], list[float]]:
+    """The arrays ``$3`` .. ``$7`` of :data:`WEIGHT_JOINS`: kinds, their half-lives (days) and
+    floors (:data:`DECAY_BY_KIND`), statuses and their validities (:data:`VALIDITY_BY_STATUS`)."""
+    return (
+        list(DECAY_BY_KIND),
+        [d.half_life_days for d in DECAY_BY_KIND.values()],
+        [d.floor for d in DECAY_BY_KIND.values()],
+        list(VALIDITY_BY_STATUS),
+        list(VALIDITY_BY_STATUS.values()),
+    )
 
 
 # --- MMR ------------------------------------------------------------------------------------

@@ -3,23 +3,24 @@
 Seed 000 "Pattern retrieval with typed decay + floor" and "Hybrid retrieval for patterns".
 One call of :meth:`SqlPatternRetriever.retrieve` is:
 
-1. **Candidates** (one SQL statement, :func:`memory.patterns.retrieval_sql.candidates_sql`): the
-chat's
-   ``candidates`` nearest pattern vectors of the embedder's model (vector arm) and its
+1. **Candidates** (one SQL statement, :func:`memory.patterns.retrieval_sql.candidates_sql`):
+   the chat's ``candidates`` nearest pattern vectors of the embedder's model (vector arm) and its
    ``candidates`` best full-text matches (``to_tsquery('english', or_tsquery(query))`` ordered by
    ``ts_rank``; full-text arm), both over this chat only. For every candidate of either arm the
    same statement returns the cosine similarity to the query (keyword-only hits included), its
    ``ts_rank`` (0 when the full-text arm did not return it), its lexemes and length, the query's
    lexemes (``to_tsvector('english', content words)``) and the typed weight ``recency(kind, days
    since last_seen, floor) × memory(strength) × confidence × validity(status)`` (the seed's
-   formula: :data:`memory.patterns.ranking.DECAY_BY_KIND` half-lives and floors at full strength);
+   formula, :data:`memory.patterns.ranking.WEIGHT_SQL`, with the
+   :data:`memory.patterns.ranking.DECAY_BY_KIND` half-lives and floors at full strength);
    superseded, deprecated and merged patterns are never candidates (validity 0), disputed ones
    count at :data:`memory.patterns.ranking.DISPUTED_VALIDITY`.
 2. **Fusion** (:func:`fuse`, in Python): candidates below ``thresholds.min_similarity`` are
    dropped whichever arm found them (a keyword hit with no semantic affinity to the query is not
    injected), as are those without a stored vector for the model. Each remaining candidate gets
-   ``relevance = 0.5 × max(similarity, 0) + 0.5 × lexical / max_lexical`` and the score
-   ``relevance × typed weight``. ``lexical`` is the candidate's BM25 over the query's lexemes
+   ``relevance = 0.5 × max(similarity, 0) + 0.5 × lexical / max_lexical``
+   (:func:`memory.patterns.ranking.relevance`) and the score ``relevance × typed weight``.
+   ``lexical`` is the candidate's BM25 over the query's lexemes
    (k1 1.2, b 0.75, term frequency taken as 1, ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``
    with ``N``, ``df`` and the mean length from the chat's live patterns: ``ts_stat``, cached per
    chat by :class:`memory.patterns.retrieval_sql.LexiconCache` for 30 minutes), 0 when it shares no
@@ -40,30 +41,32 @@ of the model yet (a model switch before the re-embed), the full-text arm alone r
 
 The vector arm's plan (exact scan, shared HNSW walk or the chat's own index), the SQL and the
 per-chat caches (vector counts, document frequencies) live in :mod:`memory.patterns.retrieval_sql`
-(names re-exported here).
+(names re-exported here). What a turn gets back is a :class:`RetrievedMemory`, from any
+:class:`PatternRetriever` (:class:`NoPatterns` until pattern memory exists).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import numpy as np
 
-from actors.agent.context import RetrievedMemory
 from memory.embeddings.providers import PURPOSE, Embedder
 from memory.embeddings.store import check_model
 from memory.embeddings.thresholds import Thresholds, default_thresholds
 from memory.patterns.query_text import or_tsquery
-from memory.patterns.ranking import MMR_LAMBDA, PATTERN_BUDGET_TOKENS, apply_budget, mmr
+from memory.patterns.ranking import (
+    MMR_LAMBDA,
+    PATTERN_BUDGET_TOKENS,
+    apply_budget,
+    mmr,
+    relevance,
+    weight_parameters,
+)
 from memory.patterns.retrieval_sql import (
-    _DECAY_FLOOR,
-    _DECAY_HALF,
-    _DECAY_KINDS,
-    _VALID_STATUS,
-    _VALID_VALUE,
     DEFAULT_CANDIDATES,
     EF_SEARCH_MAX,
     EXACT_MAX,
@@ -84,18 +87,44 @@ from runtime.logs import get_logger
 
 __all__ = [
     "DEFAULT_CANDIDATES", "DEFAULT_LIMIT", "DEGRADED_MARK", "EF_SEARCH_MAX", "EXACT_MAX",
-    "LEXICAL_SHARE", "LIVE_STATUSES", "SIZE_TTL", "ChatSize", "Lexicon", "LexiconCache", "Plan",
-    "Queries", "RankedPattern", "SqlPatternRetriever", "VectorPlanner", "candidates_sql",
-    "chat_index_name", "choose_plan", "ensure_chat_indexes", "fuse", "memory_block",
-    "pattern_line", "rank_patterns", "relevance",
+    "LIVE_STATUSES", "SIZE_TTL", "ChatSize", "Lexicon", "LexiconCache", "NoPatterns",
+    "PatternRetriever", "Plan", "Queries", "RankedPattern", "RetrievedMemory",
+    "SqlPatternRetriever", "VectorPlanner", "candidates_sql", "chat_index_name", "choose_plan",
+    "ensure_chat_indexes", "fetch_candidates", "fuse", "memory_block", "pattern_line",
+    "rank_patterns",
 ]  # fmt: skip
 
 log = get_logger(__name__)
 
 DEFAULT_LIMIT = 20  # patterns injected at most (the token budget usually binds first)
 MMR_POOL = 3  # MMR picks ``limit`` patterns among the best ``limit * MMR_POOL`` by score
-LEXICAL_SHARE = 0.5  # relevance = (1 - share) × cosine + share × lexical / max lexical
 DEGRADED_MARK = "[memory: degraded]"
+
+
+# --- what a turn gets -----------------------------------------------------------------------
+
+
+@attrs.frozen
+class RetrievedMemory:
+    """The pattern block for the prompt; ``degraded`` when retrieval fell back or failed."""
+
+    text_block: str = ""
+    degraded: bool = False
+    pattern_ids: tuple[int, ...] = ()  # the injected patterns, in prompt order
+
+
+class PatternRetriever(Protocol):
+    """Long-term memory for a turn (ranked, MMR-reranked, budget-capped patterns)."""
+
+    async def retrieve(self, chat_id: int, query: str) -> RetrievedMemory: ...
+
+
+@attrs.frozen
+class NoPatterns:
+    """The retriever used until pattern memory exists: nothing to add."""
+
+    async def retrieve(self, chat_id: int, query: str) -> RetrievedMemory:
+        return RetrievedMemory()
 
 
 @attrs.frozen
@@ -146,15 +175,6 @@ def _as_array(vec: Any, dims: int) -> Any:
         return np.zeros(dims, np.float32)
     to_numpy = getattr(vec, "to_numpy", None)
     return to_numpy() if to_numpy is not None else np.asarray(vec, dtype=np.float32)
-
-
-def relevance(similarity: float | None, lexical: float, max_lexical: float) -> float:
-    """``0.5 × max(similarity, 0) + 0.5 × lexical / max_lexical``; ``lexical / max_lexical``
-    alone without a similarity (the degraded path). Pure."""
-    lex = lexical / max_lexical if max_lexical > 0.0 else 0.0
-    if similarity is None:
-        return lex
-    return (1.0 - LEXICAL_SHARE) * max(similarity, 0.0) + LEXICAL_SHARE * lex
 
 
 def fuse(
@@ -214,7 +234,10 @@ async def _embed_query(embedder: Embedder, chat_id: int, query: str) -> Any | No
     return vector
 
 
-async def _fetch(db: Queries, sql: str, args: Sequence[Any], ef_search: int) -> Sequence[Any]:
+async def fetch_candidates(
+    db: Queries, sql: str, args: Sequence[Any], ef_search: int
+) -> Sequence[Any]:
+    """Run a :func:`candidates_sql` statement (``ef_search`` > 0 adds ``$12``)."""
     return await db.fetch(sql, *args, *([str(ef_search)] if ef_search else []))
 
 
@@ -248,17 +271,16 @@ async def rank_patterns(
     if vector is not None:
         plan, ef = await planner.plan(db, chat_id, model, dims, limit)
     args: list[Any] = [
-        chat_id, now, _DECAY_KINDS, _DECAY_HALF, _DECAY_FLOOR, _VALID_STATUS, _VALID_VALUE,
-        list(LIVE_STATUSES), limit, or_tsquery(query),
+        chat_id, now, *weight_parameters(), list(LIVE_STATUSES), limit, or_tsquery(query),
     ]  # fmt: skip
     if plan != "none":
         args.append(np.asarray(vector, dtype=np.float32))
-    rows = await _fetch(db, candidates_sql(model, dims, plan, chat_id), args, ef)
+    rows = await fetch_candidates(db, candidates_sql(model, dims, plan, chat_id), args, ef)
     if plan in ("hnsw", "chat_index") and (rows[0]["vec_rows"] if rows else 0) < limit:
         # the post-filtered graph walk came back short: scan the chat exactly instead
         log.info("retrieval.hnsw_short", chat_id=chat_id, model=model, ef_search=ef)
         plan = "exact"
-        rows = await _fetch(db, candidates_sql(model, dims, plan), args, 0)
+        rows = await fetch_candidates(db, candidates_sql(model, dims, plan), args, 0)
     planner.plans[plan] += 1
     # keyword search alone also when the query embedded but none of the chat's patterns has a
     # vector of this model yet (a model switch before ``engram memory reembed``)
@@ -270,7 +292,7 @@ async def rank_patterns(
 
 @attrs.define
 class SqlPatternRetriever:
-    """:class:`actors.agent.context.PatternRetriever` over the ``patterns`` tables."""
+    """:class:`PatternRetriever` over the ``patterns`` tables."""
 
     db: Queries
     embedder: Embedder

@@ -29,7 +29,7 @@ from typing import Literal
 import attrs
 
 from memory.embeddings.store import check_model
-from memory.patterns.ranking import DECAY_BY_KIND, MEMORY_LOG_CAP, MEMORY_WEIGHT, VALIDITY_BY_STATUS
+from memory.patterns.ranking import VALIDITY_BY_STATUS, WEIGHT_JOINS, WEIGHT_SQL
 from runtime.db import Queries
 from runtime.logs import get_logger
 
@@ -46,7 +46,6 @@ LEXICON_TTL = 1_800.0  # seconds a chat's document frequencies are trusted (they
 # a refresh costs ~40 ms at 10k patterns, ~270 ms at 100k)
 
 Plan = Literal["exact", "hnsw", "chat_index", "none"]
-
 
 
 # --- the vector arm's plan ------------------------------------------------------------------
@@ -197,20 +196,10 @@ async def ensure_chat_indexes(
 
 # --- SQL ------------------------------------------------------------------------------------
 
-_DECAY_KINDS = list(DECAY_BY_KIND)
-_DECAY_HALF = [d.half_life_days for d in DECAY_BY_KIND.values()]
-_DECAY_FLOOR = [d.floor for d in DECAY_BY_KIND.values()]
-_VALID_STATUS = list(VALIDITY_BY_STATUS)
-_VALID_VALUE = list(VALIDITY_BY_STATUS.values())
-
-# $1 chat, $2 now, $3 kinds, $4 half-lives, $5 floors, $6 statuses, $7 validities,
-# $8 live statuses, $9 candidates per arm, $10 tsquery text, $11 query vector (or NULL),
-# $12 hnsw.ef_search (graph-walk plans)
-_WEIGHT = f"""
-    (d.floor + (1 - d.floor) * exp(-ln(2) * greatest(
-        extract(epoch FROM ($2::timestamptz - p.last_seen)) / 86400.0, 0) / d.half_life))
-    * (1 + {MEMORY_WEIGHT} * least(ln(1 + greatest(p.strength, 0)), {MEMORY_LOG_CAP}))
-    * p.confidence * v.validity"""
+# $1 chat, $2 now, $3 kinds, $4 half-lives, $5 floors, $6 statuses, $7 validities
+# ($3 .. $7: memory.patterns.ranking.weight_parameters()), $8 live statuses, $9 candidates per
+# arm, $10 tsquery text, $11 query vector (or NULL), $12 hnsw.ef_search (graph-walk plans).
+# The typed weight and its joins are memory.patterns.ranking's WEIGHT_SQL and WEIGHT_JOINS.
 
 _FTS_ARM = """
     fts AS MATERIALIZED (
@@ -272,12 +261,9 @@ def candidates_sql(model: str, dims: int, plan: Plan, chat_id: int = 0) -> str:
            (SELECT tsvector_to_array(to_tsvector('english', replace($10, ' | ', ' '))))
              AS qlexemes,
            (SELECT count(*) FROM vec) AS vec_rows,
-           {_WEIGHT} AS weight
+           {WEIGHT_SQL} AS weight
     FROM cand c
-    JOIN patterns p ON p.id = c.id AND p.chat_id = $1 AND p.status = ANY($8::text[])
-    JOIN unnest($3::text[], $4::float8[], $5::float8[]) AS d(kind, half_life, floor)
-      ON d.kind = p.kind
-    JOIN unnest($6::text[], $7::float8[]) AS v(status, validity) ON v.status = p.status
+    JOIN patterns p ON p.id = c.id AND p.chat_id = $1 AND p.status = ANY($8::text[]){WEIGHT_JOINS}
     LEFT JOIN pattern_embeddings pe
       ON pe.pattern_id = p.id AND pe.model = '{model}' AND pe.dims = {dims}"""
 
