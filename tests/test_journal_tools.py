@@ -22,16 +22,15 @@ from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.store import ensure_vector_index
 from memory.journal import search as journal_search
 from memory.journal.dayone import import_dayone, word_count
-from memory.journal.search import find_candidates
-from memory.journal.tools import (
-    _LOCAL,
+from memory.journal.search import (
     CANDIDATES_PER_ARM,
-    JOURNAL_TOOLS,
-    _Sql,
-    _vector_arm,
-    journal_registry,
+    LOCAL,
+    Sql,
+    find_candidates,
     search_candidates,
+    vector_arm,
 )
+from memory.journal.tools import JOURNAL_TOOLS, journal_registry
 from memory.llm.usage import log_api_usage
 from memory.tools.registry import ToolContext, ToolOutcome
 from runtime.db import Database
@@ -622,9 +621,9 @@ async def test_vector_arm_uses_the_hnsw_index_with_more_than_40_rows(db: Databas
     q = rows[7][1]
     async with db.connection() as conn:
         await conn.execute("SET enable_seqscan = off")  # 300 rows: make the planner pick it
-        sql = _Sql("UTC")
+        sql = Sql("UTC")
         plan = await conn.fetch(
-            f"EXPLAIN {_LOCAL} {_vector_arm(sql, q, MODEL, DIMS, exact=False)}", *sql.args
+            f"EXPLAIN {LOCAL} {vector_arm(sql, q, MODEL, DIMS, exact=False)}", *sql.args
         )
         assert any("idx_entry_embeddings" in r["QUERY PLAN"] for r in plan), plan
         _, vec_ids = await search_candidates(make_ctx(conn), "zzz", q)

@@ -1,6 +1,7 @@
 """The search machinery of the ``search_entries`` tool (:mod:`memory.journal.tools`): the
 entry filters as SQL, the full-text and vector candidate arms, and the choice between an exact
-vector scan and the HNSW index.
+vector scan and the HNSW index. :data:`LOCAL` (the entries with their local time, ``le``),
+:class:`Sql` (the entry filters) and :func:`embed_query` serve the other journal tools too.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ EF_SEARCH = 100
 # entry's zone is a valid one or NULL (checked on import, and by the trigger of migration 002
 # for any other writer), so it is used as is: no per-query lookup in pg_timezone_names.
 # NOT MATERIALIZED: a statement that reads ``le`` twice must not copy the whole journal.
-_LOCAL = """
+LOCAL = """
 WITH le AS NOT MATERIALIZED (
     SELECT e.*, (e.created_at AT TIME ZONE coalesce(e.timezone, $1)) AS local_ts
     FROM entries e
@@ -39,7 +40,7 @@ WITH le AS NOT MATERIALIZED (
 """
 
 
-class _Sql:
+class Sql:
     """Positional parameters and WHERE conditions for the entry filters."""
 
     def __init__(self, tz: str) -> None:
@@ -56,7 +57,7 @@ class _Sql:
         date_to: date | None = None,
         tags: list[str] | None = None,
         city: str | None = None,
-    ) -> _Sql:
+    ) -> Sql:
         # UTC offsets lie within -12 h .. +14 h, so a local day lies within one UTC day either
         # side of it: the bounds on created_at change no result and let its index narrow
         if date_from is not None:
@@ -85,7 +86,7 @@ class _Sql:
         return " AND ".join(self.conds)
 
 
-async def _embed_query(ctx: ToolContext, text: str) -> tuple[Any, str | None]:
+async def embed_query(ctx: ToolContext, text: str) -> tuple[Any, str | None]:
     """The query vector, or ``None`` and the reason semantic search is unavailable."""
     if ctx.embedder is None:
         return None, "no embedding model configured"
@@ -97,7 +98,7 @@ async def _embed_query(ctx: ToolContext, text: str) -> tuple[Any, str | None]:
     return vector, None
 
 
-def _text_arm(sql: _Sql, query: str) -> str:
+def _text_arm(sql: Sql, query: str) -> str:
     """Full-text candidates: the ``FTS_POOL`` newest matches, ranked by ``ts_rank_cd``.
 
     Reading a match's tsvector (detoasting it) is what costs, so only a bounded pool is
@@ -112,7 +113,7 @@ def _text_arm(sql: _Sql, query: str) -> str:
     )
 
 
-def _vector_arm(sql: _Sql, vector: Any, model: str, dims: int, exact: bool) -> str:
+def vector_arm(sql: Sql, vector: Any, model: str, dims: int, exact: bool) -> str:
     """Meaning candidates. ``exact``: every row passing the filters, by distance (few rows);
     else the model's HNSW index (:func:`memory.embeddings.store.ensure_vector_index`, partial
     on the model: hence the model and dims as literals) gives the nearest ``k``, then the
@@ -138,29 +139,29 @@ def _vector_arm(sql: _Sql, vector: Any, model: str, dims: int, exact: bool) -> s
     )
 
 
-async def _exact_is_cheap(ctx: ToolContext, sql: _Sql) -> bool:
+async def _exact_is_cheap(ctx: ToolContext, sql: Sql) -> bool:
     """True when the filters leave at most ``EXACT_MAX`` entries (an exact scan of them beats
     the index, whose nearest rows would mostly be filtered out)."""
     if not sql.filtered:
         return False
     rows = await ctx.db.fetch(
-        f"{_LOCAL} SELECT count(*) AS n FROM (SELECT 1 FROM le WHERE {sql.where} "
+        f"{LOCAL} SELECT count(*) AS n FROM (SELECT 1 FROM le WHERE {sql.where} "
         f"LIMIT {EXACT_MAX + 1}) f",
         *sql.args,
     )
     return int(rows[0]["n"]) <= EXACT_MAX
 
 
-async def _text_ids(ctx: ToolContext, sql: _Sql, query: str) -> list[int]:
-    rows = await ctx.db.fetch(f"{_LOCAL} SELECT ARRAY({_text_arm(sql, query)}) AS ids", *sql.args)
+async def _text_ids(ctx: ToolContext, sql: Sql, query: str) -> list[int]:
+    rows = await ctx.db.fetch(f"{LOCAL} SELECT ARRAY({_text_arm(sql, query)}) AS ids", *sql.args)
     return list(rows[0]["ids"])
 
 
-async def _vector_ids(ctx: ToolContext, sql: _Sql, vector: Any) -> list[int]:
+async def _vector_ids(ctx: ToolContext, sql: Sql, vector: Any) -> list[int]:
     assert ctx.embedder is not None
     exact = await _exact_is_cheap(ctx, sql)
-    arm = _vector_arm(sql, vector, ctx.embedder.model, ctx.embedder.dims, exact)
-    rows = await ctx.db.fetch(f"{_LOCAL} SELECT ARRAY({arm}) AS ids", *sql.args)
+    arm = vector_arm(sql, vector, ctx.embedder.model, ctx.embedder.dims, exact)
+    rows = await ctx.db.fetch(f"{LOCAL} SELECT ARRAY({arm}) AS ids", *sql.args)
     return list(rows[0]["ids"])
 
 
@@ -178,8 +179,8 @@ async def search_candidates(
     On a pool the two arms run at once on two connections (two backends, two cores); on a
     single connection (a transaction) one after the other."""
 
-    def filters() -> _Sql:
-        return _Sql(ctx.timezone).filters(start, end, tags, city)
+    def filters() -> Sql:
+        return Sql(ctx.timezone).filters(start, end, tags, city)
 
     if vector is None or ctx.embedder is None:
         return await _text_ids(ctx, filters(), query), []
@@ -203,14 +204,14 @@ async def find_candidates(
     arm runs while the query is embedded (a remote embedding call costs a round trip).
     Returns both arms' ids and why the meaning arm is missing (None when it ran)."""
     if not isinstance(ctx.db, Database):
-        vector, problem = await _embed_query(ctx, query)
+        vector, problem = await embed_query(ctx, query)
         return (*await search_candidates(ctx, query, vector, start, end, tags, city), problem)
-    sql = _Sql(ctx.timezone).filters(start, end, tags, city)
-    vector_sql = _Sql(ctx.timezone).filters(start, end, tags, city)
+    sql = Sql(ctx.timezone).filters(start, end, tags, city)
+    vector_sql = Sql(ctx.timezone).filters(start, end, tags, city)
     missing: list[str] = []
 
     async def meaning() -> list[int]:
-        vector, problem = await _embed_query(ctx, query)
+        vector, problem = await embed_query(ctx, query)
         if vector is None:
             missing.append(problem or "no query vector")
             return []

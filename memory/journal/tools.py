@@ -14,15 +14,7 @@ from typing import Any
 
 import attrs
 
-from memory.journal.search import (
-    _LOCAL,
-    CANDIDATES_PER_ARM,
-    _embed_query,
-    _Sql,
-    _vector_arm,
-    find_candidates,
-    search_candidates,
-)
+from memory.journal.search import LOCAL, Sql, embed_query, find_candidates
 from memory.patterns.ranking import rrf
 from memory.tools.personal_tools import PERSONAL_TOOLS
 from memory.tools.registry import (
@@ -36,12 +28,6 @@ from memory.tools.registry import (
 )
 from memory.tools.results import excerpt, writing_stats
 from memory.tools.schema import date_range, optional_date
-
-# the search machinery lives in memory.journal.search; its names are re-exported here
-__all__ = [
-    "CANDIDATES_PER_ARM", "JOURNAL_TOOLS", "_LOCAL", "_Sql", "_vector_arm", "journal_registry",
-    "search_candidates",
-]  # fmt: skip
 
 SNIPPET_CHARS = 300
 LIST_TEXT_CHARS = 2000
@@ -107,7 +93,7 @@ async def search_entries(ctx: ToolContext, inp: SearchEntriesInput) -> dict[str,
     )
     ids = [i for i, _ in rrf([fts_ids, vec_ids])[: inp.limit]]
     rows = await ctx.db.fetch(
-        f"{_LOCAL} SELECT {_SUMMARY_COLS}, CASE WHEN le.text_search @@ q THEN "
+        f"{LOCAL} SELECT {_SUMMARY_COLS}, CASE WHEN le.text_search @@ q THEN "
         'ts_headline(\'english\', le.text, q, \'StartSel="", StopSel="", MaxWords=45, '
         'MinWords=20, MaxFragments=2, FragmentDelimiter=" … "\') END AS headline '
         "FROM le, websearch_to_tsquery('english', $2) q WHERE le.id = ANY($3::bigint[])",
@@ -142,7 +128,7 @@ class GetEntryInput:
 async def get_entry(ctx: ToolContext, inp: GetEntryInput) -> dict[str, Any]:
     """Read one journal entry in full, by uuid."""
     row = await ctx.db.fetchrow(
-        f"{_LOCAL} SELECT * FROM le WHERE le.uuid = $2", ctx.timezone, inp.uuid
+        f"{LOCAL} SELECT * FROM le WHERE le.uuid = $2", ctx.timezone, inp.uuid
     )
     if row is None:
         raise ToolError(f"no entry with uuid {inp.uuid!r}", "uuid")
@@ -183,9 +169,9 @@ def _with_text(row: Any, chars: int = LIST_TEXT_CHARS, **extra: Any) -> dict[str
 async def get_entries_by_date(ctx: ToolContext, inp: GetEntriesByDateInput) -> dict[str, Any]:
     """Read the journal entries written between two dates (inclusive), oldest first."""
     start, end = date_range(inp.date_from, inp.date_to or inp.date_from)
-    sql = _Sql(ctx.timezone).filters(start, end)
+    sql = Sql(ctx.timezone).filters(start, end)
     rows = await ctx.db.fetch(
-        f"{_LOCAL} SELECT {_SUMMARY_COLS}, count(*) OVER () AS total FROM le WHERE {sql.where} "
+        f"{LOCAL} SELECT {_SUMMARY_COLS}, count(*) OVER () AS total FROM le WHERE {sql.where} "
         f"ORDER BY le.created_at LIMIT {sql.arg(inp.limit)}",
         *sql.args,
     )
@@ -226,7 +212,7 @@ async def on_this_day(ctx: ToolContext, inp: OnThisDayInput) -> dict[str, Any]:
     today = ctx.today
     month_day = inp.month_day or today.strftime("%m-%d")
     rows = await ctx.db.fetch(
-        f"{_LOCAL} SELECT {_SUMMARY_COLS} FROM le WHERE to_char(le.local_ts, 'MM-DD') = $2 "
+        f"{LOCAL} SELECT {_SUMMARY_COLS} FROM le WHERE to_char(le.local_ts, 'MM-DD') = $2 "
         "ORDER BY le.local_ts DESC LIMIT $3",
         ctx.timezone,
         month_day,
@@ -263,11 +249,11 @@ async def find_similar(ctx: ToolContext, inp: FindSimilarInput) -> dict[str, Any
         raise ToolError(f"no entry with uuid {inp.uuid!r}", "uuid")
     vector = src["embedding"]
     if vector is None:
-        vector, problem = await _embed_query(ctx, src["text"])
+        vector, problem = await embed_query(ctx, src["text"])
         if vector is None:
             raise ToolError(f"semantic search is unavailable: {problem}")
     rows = await ctx.db.fetch(
-        f"{_LOCAL} SELECT {_SUMMARY_COLS}, 1 - (ee.embedding <=> $5::vector) AS similarity "
+        f"{LOCAL} SELECT {_SUMMARY_COLS}, 1 - (ee.embedding <=> $5::vector) AS similarity "
         "FROM le JOIN entry_embeddings ee ON ee.entry_id = le.id AND ee.model = $2 "
         "AND ee.dims = vector_dims($5::vector) WHERE le.id <> $3 "
         "ORDER BY ee.embedding <=> $5::vector, le.created_at LIMIT $4",
@@ -313,9 +299,9 @@ async def entry_stats(ctx: ToolContext, inp: EntryStatsInput) -> dict[str, Any]:
     """Journal writing statistics: entry and word totals, entries per weekday and month,
     entries per week, longest and current streak of consecutive days."""
     start, end = date_range(inp.date_from, inp.date_to)
-    sql = _Sql(ctx.timezone).filters(start, end)
+    sql = Sql(ctx.timezone).filters(start, end)
     rows = await ctx.db.fetch(
-        f"{_LOCAL} SELECT le.local_ts::date AS day, count(*) AS n, "
+        f"{LOCAL} SELECT le.local_ts::date AS day, count(*) AS n, "
         f"coalesce(sum(le.word_count), 0) AS words FROM le WHERE {sql.where} GROUP BY 1",
         *sql.args,
     )
