@@ -38,6 +38,7 @@ from memory.embeddings.thresholds import thresholds_for
 from memory.llm.protocol import LLM
 from memory.patterns.compaction import CompactionOptions, CompactionOutcome, compact_chat
 from memory.patterns.dedup import Adjudicator
+from memory.patterns.ranking import PATTERN_BUDGET_TOKENS
 from memory.patterns.retrieval import RetrievedMemory
 from memory.tools.registry import ToolRegistry
 from runtime.actor import Mailbox
@@ -47,7 +48,7 @@ from runtime.logs import get_logger
 
 log = get_logger(__name__)
 
-PATTERNS_ALLOWANCE = 2000  # tokens: the retriever's injected-pattern budget (seed 000)
+PATTERNS_ALLOWANCE = PATTERN_BUDGET_TOKENS  # the retriever's injected-pattern budget (seed 000)
 CompactOnce = Callable[[int], Awaitable[CompactionOutcome]]
 
 

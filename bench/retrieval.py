@@ -53,6 +53,8 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _db import OnConnection
+
 from memory.embeddings.store import ensure_vector_index
 from memory.embeddings.thresholds import SEED
 from memory.patterns.retrieval import SqlPatternRetriever, VectorPlanner, ensure_chat_indexes
@@ -172,14 +174,6 @@ class QueryVectors:
 
 # --- building -----------------------------------------------------------------------------
 
-
-class OnConnection:
-    """A held connection for ``ensure_vector_index`` (its cache is keyed by the URL)."""
-
-    def __init__(self, conn: dbmod.Connection, url: str) -> None:
-        self.url = url
-        self.execute, self.executemany = conn.execute, conn.executemany
-        self.fetch, self.fetchval = conn.fetch, conn.fetchval
 
 
 async def build(db: dbmod.Database, world: World, layout: Sequence[tuple[int, int]],

@@ -90,6 +90,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _db import OnConnection
 from _turn_data import (
     HISTORY_COLUMNS,
     THEMES,
@@ -603,14 +604,6 @@ def admin(url: str, sql: str) -> None:
 
     asyncio.run(go())
 
-
-class OnConnection:
-    """A held connection for ``ensure_vector_index``, keyed (its cache) by the database URL."""
-
-    def __init__(self, conn: dbmod.Connection, url: str) -> None:
-        self.url = url
-        self.execute, self.executemany = conn.execute, conn.executemany
-        self.fetch, self.fetchrow, self.fetchval = conn.fetch, conn.fetchrow, conn.fetchval
 
 
 async def load_journal(

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from actors.agent.context import patterns_section
-from memory.embeddings.providers import EmbeddingError
 from memory.embeddings.store import ensure_vector_index, store_vectors
 from memory.embeddings.thresholds import SEED, Thresholds
+from memory.errors import EmbeddingError
 from memory.patterns import ranking
 from memory.patterns.ranking import relevance
 from memory.patterns.retrieval import (
