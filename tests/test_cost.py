@@ -8,6 +8,7 @@ from memory.llm.cost import (
     DEFAULT_RATES,
     Cost,
     Rate,
+    billed_input_tokens,
     configured_rates,
     duration_cost,
     lookup,
@@ -19,6 +20,7 @@ from runtime.errors import SettingsError
 
 
 def test_default_rates() -> None:
+    assert DEFAULT_RATES["claude-sonnet-4-6"] == Rate(3.0, 15.0)
     assert DEFAULT_RATES["claude-sonnet-4-5"] == Rate(3.0, 15.0)
     assert DEFAULT_RATES["claude-sonnet-4-5-20250514"] == Rate(3.0, 15.0)
     assert DEFAULT_RATES["claude-haiku-4-5"] == Rate(1.0, 5.0)
@@ -34,6 +36,31 @@ def test_token_cost() -> None:
     c = token_cost(DEFAULT_RATES, "text-embedding-3-small", 500_000, 0)
     assert c.usd == pytest.approx(0.01)
     assert token_cost(DEFAULT_RATES, "claude-sonnet-4-5", 0, 0) == Cost(0.0, known=True)
+
+
+def test_cache_reads_and_writes_are_priced_by_ttl() -> None:
+    # 10,000 prompt tokens: 6,000 read from the cache, 3,000 written (1,000 of them for 1 h),
+    # 1,000 uncached; Sonnet 4.6 at $3/$15
+    billed = billed_input_tokens(
+        10_000, cache_read_tokens=6_000, cache_write_tokens=3_000, cache_write_1h_tokens=1_000
+    )
+    assert billed == pytest.approx(1_000 + 6_000 * 0.1 + 2_000 * 1.25 + 1_000 * 2.0)
+    c = token_cost(DEFAULT_RATES, "claude-sonnet-4-6", 10_000, 100, cache_read_tokens=6_000,
+                   cache_write_tokens=3_000, cache_write_1h_tokens=1_000)  # fmt: skip
+    assert c.usd == pytest.approx((6_100 * 3 + 100 * 15) / 1e6)
+    # the whole prompt read from the cache costs a tenth; written for 5 min 1.25x, for 1 h 2x
+    full = token_cost(DEFAULT_RATES, "claude-haiku-4-5", 10**6, 0).usd
+    assert token_cost(DEFAULT_RATES, "claude-haiku-4-5", 10**6, 0,
+                      cache_read_tokens=10**6).usd == pytest.approx(full * 0.1)  # fmt: skip
+    assert token_cost(DEFAULT_RATES, "claude-haiku-4-5", 10**6, 0,
+                      cache_write_tokens=10**6).usd == pytest.approx(full * 1.25)  # fmt: skip
+    assert token_cost(DEFAULT_RATES, "claude-haiku-4-5", 10**6, 0, cache_write_tokens=10**6,
+                      cache_write_1h_tokens=10**6).usd == pytest.approx(full * 2)  # fmt: skip
+    assert billed_input_tokens(500) == 500
+    with pytest.raises(ValueError, match="exceed"):
+        billed_input_tokens(100, cache_read_tokens=80, cache_write_tokens=30)
+    with pytest.raises(ValueError, match="cache_write_1h_tokens"):
+        billed_input_tokens(100, cache_write_tokens=10, cache_write_1h_tokens=20)
 
 
 def test_dated_model_names_fall_back_to_base() -> None:

@@ -562,6 +562,8 @@ async def test_get_usage(db: Database) -> None:
         "compaction": {"calls": 1, "cost_usd": 0.3},
     }
     assert sum(d["calls"] for d in result["by_day"]) == 3
+    assert result["tokens"] == {"input": 2_100_000, "output": 0, "of_input_read_from_cache": 0,
+                                "of_input_written_to_cache": 0}  # fmt: skip
     assert result["date_to"] == ctx.today.isoformat()
     assert result["date_from"] == (ctx.today - timedelta(days=29)).isoformat()
     old = await call(ctx, "get_usage", date_from="2024-05-01", date_to="2024-05-01")

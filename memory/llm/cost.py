@@ -6,9 +6,15 @@ APIs echo dated names such as ``claude-haiku-4-5-20251001``). Local models — n
 with ``local:``/``local/`` or ``wordllama`` — cost 0. Any other unknown model costs 0 with
 ``known=False`` so the caller can log a warning.
 
+Prompt caching (Anthropic's prices; an OpenAI-compatible server's cached tokens are priced the
+same way): a token read from the cache costs 0.1x the input rate, a token written to it 1.25x
+with the 5-minute TTL and 2x with the 1-hour TTL. ``input_tokens`` counts every prompt token;
+the cached ones are the parts of it given as ``cache_read_tokens`` and ``cache_write_tokens``
+(of which ``cache_write_1h_tokens`` were written with the 1-hour TTL).
+
 Override syntax (a settings string)::
 
-    "claude-sonnet-4-5=3/15, my-model=0.5/2, whisper-1=0.006/min"
+    "claude-sonnet-4-6=3/15, my-model=0.5/2, whisper-1=0.006/min"
 """
 
 from __future__ import annotations
@@ -46,8 +52,14 @@ RateTable = Mapping[str, Rate]
 _SONNET = Rate(3.0, 15.0)
 _HAIKU = Rate(1.0, 5.0)
 
+#: a prompt-cache read, as a share of the input rate
+CACHE_READ_FACTOR = 0.1
+#: a prompt-cache write, as a share of the input rate, by TTL
+CACHE_WRITE_FACTORS: Mapping[str, float] = MappingProxyType({"5m": 1.25, "1h": 2.0})
+
 DEFAULT_RATES: RateTable = MappingProxyType(
     {
+        "claude-sonnet-4-6": _SONNET,
         "claude-sonnet-4-5": _SONNET,
         "claude-sonnet-4-5-20250514": _SONNET,
         "claude-haiku-4-5": _HAIKU,
@@ -86,14 +98,66 @@ def _check_count(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a finite number >= 0, got {value}")
 
 
-def token_cost(rates: RateTable, model: str, input_tokens: int, output_tokens: int) -> Cost:
-    """Cost of one token-billed call."""
-    _check_count("input_tokens", input_tokens)
+def billed_input_tokens(
+    input_tokens: int,
+    *,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+    cache_write_1h_tokens: int = 0,
+) -> float:
+    """The prompt in full-price input token equivalents: uncached tokens at 1, cache reads at
+    0.1, cache writes at 1.25 (5-minute TTL) or 2 (1-hour TTL).
+
+    Raises ValueError when the cached parts exceed their totals."""
+    for name, value in (
+        ("input_tokens", input_tokens),
+        ("cache_read_tokens", cache_read_tokens),
+        ("cache_write_tokens", cache_write_tokens),
+        ("cache_write_1h_tokens", cache_write_1h_tokens),
+    ):
+        _check_count(name, value)
+    if cache_write_1h_tokens > cache_write_tokens:
+        raise ValueError(
+            f"cache_write_1h_tokens ({cache_write_1h_tokens}) > cache_write_tokens "
+            f"({cache_write_tokens})"
+        )
+    uncached = input_tokens - cache_read_tokens - cache_write_tokens
+    if uncached < 0:
+        raise ValueError(
+            f"cached tokens ({cache_read_tokens} read + {cache_write_tokens} written) exceed "
+            f"input_tokens ({input_tokens})"
+        )
+    return (
+        uncached
+        + cache_read_tokens * CACHE_READ_FACTOR
+        + (cache_write_tokens - cache_write_1h_tokens) * CACHE_WRITE_FACTORS["5m"]
+        + cache_write_1h_tokens * CACHE_WRITE_FACTORS["1h"]
+    )
+
+
+def token_cost(
+    rates: RateTable,
+    model: str,
+    input_tokens: int,
+    output_tokens: int,
+    *,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+    cache_write_1h_tokens: int = 0,
+) -> Cost:
+    """Cost of one token-billed call (``input_tokens`` includes the cached parts; see the
+    module docstring)."""
     _check_count("output_tokens", output_tokens)
+    billed = billed_input_tokens(
+        input_tokens,
+        cache_read_tokens=cache_read_tokens,
+        cache_write_tokens=cache_write_tokens,
+        cache_write_1h_tokens=cache_write_1h_tokens,
+    )
     rate = lookup(rates, model)
     if rate is None:
         return Cost(0.0, known=False)
-    usd = (input_tokens * rate.input_per_mtok + output_tokens * rate.output_per_mtok) / 1e6
+    usd = (billed * rate.input_per_mtok + output_tokens * rate.output_per_mtok) / 1e6
     return Cost(usd)
 
 

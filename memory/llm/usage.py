@@ -2,6 +2,9 @@
 
 ``log_api_usage`` computes ``cost_usd`` at call time from the rate table in
 :mod:`memory.llm.cost` (tokens, or audio duration for per-minute models) and inserts the row.
+``input_tokens`` counts every prompt token; ``cache_read_tokens`` and ``cache_write_tokens`` are
+the parts of it the provider read from or wrote to its prompt cache (priced at 0.1x and 1.25x or
+2x the input rate).
 Accounting must never fail the user's turn: a database error while logging is logged and
 swallowed, an unknown model costs 0 with a warning. Failed calls (``ok=False``) are recorded
 at zero cost, since the providers do not bill rejected requests.
@@ -53,11 +56,11 @@ _SECRET_SHAPES = re.compile(
 # crash within a fraction of a second of the call can lose it.
 _INSERT = """
 INSERT INTO api_usage (chat_id, provider, model, purpose, input_tokens, output_tokens,
-                       duration_seconds, cost_usd, latency_ms, ok, error)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+                       duration_seconds, cost_usd, latency_ms, ok, error, cache_read_tokens,
+                       cache_write_tokens)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 """
 _INSERT_ASYNC = _INSERT + "RETURNING set_config('synchronous_commit', 'off', true)"
-
 
 
 def scrub_error(text: str, secrets: Iterable[str] = (), limit: int = MAX_ERROR_CHARS) -> str:
@@ -83,9 +86,20 @@ def compute_cost(
     input_tokens: int = 0,
     output_tokens: int = 0,
     duration_seconds: float | None = None,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+    cache_write_1h_tokens: int = 0,
 ) -> Cost:
     """Tokens cost plus (for per-minute models) duration cost; ``known`` False if unpriced."""
-    tokens = token_cost(rates, model, input_tokens, output_tokens)
+    tokens = token_cost(
+        rates,
+        model,
+        input_tokens,
+        output_tokens,
+        cache_read_tokens=cache_read_tokens,
+        cache_write_tokens=cache_write_tokens,
+        cache_write_1h_tokens=cache_write_1h_tokens,
+    )
     if duration_seconds is None:
         return tokens
     audio = duration_cost(rates, model, duration_seconds)
@@ -101,6 +115,9 @@ async def log_api_usage(
     chat_id: int | None = None,
     input_tokens: int = 0,
     output_tokens: int = 0,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+    cache_write_1h_tokens: int = 0,
     duration_seconds: float | None = None,
     latency_ms: float | None = None,
     ok: bool = True,
@@ -110,12 +127,21 @@ async def log_api_usage(
 ) -> float:
     """Record one API call in ``api_usage`` and return its cost in USD.
 
-    Never raises for bad counts, unknown models or a failing database (those are logged);
-    cancellation still propagates. ``error`` is scrubbed of ``secrets`` and truncated.
+    ``cache_write_1h_tokens`` is the part of ``cache_write_tokens`` written with the 1-hour TTL
+    (priced, not stored). Never raises for bad counts, unknown models or a failing database
+    (those are logged); cancellation still propagates. ``error`` is scrubbed of ``secrets``
+    and truncated.
     """
     cost = 0.0
     try:
         input_tokens, output_tokens = _count(input_tokens), _count(output_tokens)
+        cache_read_tokens = _count(cache_read_tokens)
+        cache_write_tokens = _count(cache_write_tokens)
+        cache_write_1h_tokens = _count(cache_write_1h_tokens)
+        if cache_write_1h_tokens > cache_write_tokens:
+            raise ValueError("cache_write_1h_tokens is more than cache_write_tokens")
+        if cache_read_tokens + cache_write_tokens > input_tokens:
+            raise ValueError("cached tokens are more than input_tokens")
         if duration_seconds is not None and not (
             math.isfinite(duration_seconds) and duration_seconds >= 0
         ):
@@ -123,6 +149,7 @@ async def log_api_usage(
     except (ValueError, TypeError) as exc:
         log.warning("usage.invalid_counts", model=model, purpose=purpose, problem=str(exc))
         input_tokens = output_tokens = 0
+        cache_read_tokens = cache_write_tokens = cache_write_1h_tokens = 0
         duration_seconds = None
     computed = compute_cost(
         rates,
@@ -130,6 +157,9 @@ async def log_api_usage(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         duration_seconds=duration_seconds,
+        cache_read_tokens=cache_read_tokens,
+        cache_write_tokens=cache_write_tokens,
+        cache_write_1h_tokens=cache_write_1h_tokens,
     )
     if not computed.known:
         log.warning("usage.unknown_model", model=model, provider=provider, purpose=purpose)
@@ -153,6 +183,8 @@ async def log_api_usage(
             latency,
             ok,
             clean_error,
+            cache_read_tokens,
+            cache_write_tokens,
         )
     except Exception as exc:  # accounting must not fail the caller's turn
         log.error(
@@ -179,6 +211,9 @@ class Spend:
     input_tokens: int
     output_tokens: int
     duration_seconds: float
+    #: parts of ``input_tokens`` read from / written to the prompt cache
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 @attrs.frozen
@@ -211,7 +246,9 @@ SELECT {key} AS key, count(*) AS calls, count(*) FILTER (WHERE NOT ok) AS failed
        coalesce(sum(cost_usd), 0) AS cost_usd,
        coalesce(sum(input_tokens), 0)::bigint AS input_tokens,
        coalesce(sum(output_tokens), 0)::bigint AS output_tokens,
-       coalesce(sum(duration_seconds), 0) AS duration_seconds
+       coalesce(sum(duration_seconds), 0) AS duration_seconds,
+       coalesce(sum(cache_read_tokens), 0)::bigint AS cache_read_tokens,
+       coalesce(sum(cache_write_tokens), 0)::bigint AS cache_write_tokens
 FROM api_usage
 WHERE created_at >= $1 AND created_at < $2
   AND ($3::bigint IS NULL OR chat_id = $3 OR ($4::bool AND chat_id IS NULL))
@@ -236,6 +273,8 @@ def _spend(row: Any) -> Spend:
         input_tokens=int(row["input_tokens"]),
         output_tokens=int(row["output_tokens"]),
         duration_seconds=float(row["duration_seconds"]),
+        cache_read_tokens=int(row["cache_read_tokens"]),
+        cache_write_tokens=int(row["cache_write_tokens"]),
     )
 
 

@@ -127,6 +127,12 @@ def usage_report(summary: UsageSummary, date_from: date, date_to: date) -> dict[
         "total_usd": round(summary.total.cost_usd, 4),
         "calls": summary.total.calls,
         "failed_calls": summary.total.failed,
+        "tokens": {
+            "input": summary.total.input_tokens,
+            "output": summary.total.output_tokens,
+            "of_input_read_from_cache": summary.total.cache_read_tokens,
+            "of_input_written_to_cache": summary.total.cache_write_tokens,
+        },
         "by_purpose": _spend(summary.by_purpose),
         "by_model": _spend(summary.by_model),
         "by_day": [
