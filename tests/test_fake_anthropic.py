@@ -358,3 +358,155 @@ async def test_queue_reply_raw_content_and_stop_reason(fake: FakeAnthropic) -> N
     message = (await post(fake, body())).json()
     assert message["stop_reason"] == "max_tokens" and message["usage"]["output_tokens"] == 256
     assert [r.status for r in fake.answered] == [200]
+
+
+# --- prompt caching ----------------------------------------------------------------------------
+
+SONNET = "claude-sonnet-4-6"
+EPHEMERAL = {"type": "ephemeral"}
+
+
+def cached(text: str, **cc: str) -> dict[str, Any]:
+    return {"type": "text", "text": text, "cache_control": {**EPHEMERAL, **cc}}
+
+
+def usage_of(response: httpx.Response) -> tuple[int, int, int]:
+    """(uncached input, cache read, cache write) of an answer."""
+    assert response.status_code == 200, response.text
+    u = response.json()["usage"]
+    split = u["cache_creation"]
+    assert u["cache_creation_input_tokens"] == (
+        split["ephemeral_5m_input_tokens"] + split["ephemeral_1h_input_tokens"])  # fmt: skip
+    return u["input_tokens"], u["cache_read_input_tokens"], u["cache_creation_input_tokens"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_breakpoint_writes_then_reads_the_prefix(fake: FakeAnthropic) -> None:
+    clock = Clock()
+    fake.clock = clock
+    persona = "You are kind and you remember everything. " * 200  # ~2,200 tokens
+    first = usage_of(await post(fake, body(model=SONNET, system=[cached(persona)])))
+    uncached, read, written = first
+    assert read == 0 and written > 2_000 and uncached < 50  # the user message only
+    clock.now += 240  # within the 5 minutes: read, and the entry lives 5 more minutes
+    second = usage_of(await post(fake, body(model=SONNET, system=[cached(persona)])))
+    assert second == (uncached, written, 0)
+    clock.now += 299
+    assert usage_of(await post(fake, body(model=SONNET, system=[cached(persona)])))[1] == written
+    # the same prefix without the breakpoint is not looked up at all
+    assert usage_of(await post(fake, body(model=SONNET, system=persona)))[1:] == (0, 0)
+    # a different prefix misses; the whole request's tokens add up either way
+    other = usage_of(await post(fake, body(model=SONNET, system=[cached(persona + "!")])))
+    assert other[1] == 0 and other[2] > 2_000
+    assert [r.cache.read if r.cache else None for r in fake.answered] == [0, written, written, 0, 0]
+
+
+async def test_entries_expire_by_ttl(fake: FakeAnthropic) -> None:
+    clock = Clock()
+    fake.clock = clock
+    persona = "Stable instructions that never change. " * 150
+    short = body(model=SONNET, system=[cached(persona)])
+    long = body(model=SONNET, system=[cached(persona + "(long)", ttl="1h")])
+    assert usage_of(await post(fake, short))[1] == 0
+    assert usage_of(await post(fake, long))[1] == 0
+    clock.now += 301  # past 5 minutes, within the hour
+    assert usage_of(await post(fake, short))[1:][0] == 0  # expired: written again
+    assert usage_of(await post(fake, long))[1] > 1_000
+    clock.now += 3_601
+    _, read, written = usage_of(await post(fake, long))
+    assert read == 0 and written > 1_000
+    split = fake.answered[-1]
+    assert split.cache is not None and split.cache.write_1h == written == split.cache.write
+
+
+async def test_a_prefix_below_the_model_minimum_caches_nothing(fake: FakeAnthropic) -> None:
+    between = "A middling system prompt. " * 240  # ~1,500 tokens: enough for Sonnet, not Haiku
+    for _ in range(2):
+        assert usage_of(await post(fake, body(model=MODEL, system=[cached(between)])))[1:] == (0, 0)
+    assert usage_of(await post(fake, body(model=SONNET, system=[cached(between)])))[1] == 0
+    assert usage_of(await post(fake, body(model=SONNET, system=[cached(between)])))[1] > 1_000
+    tiny = "Short. " * 10
+    for _ in range(2):
+        assert usage_of(await post(fake, body(model=SONNET, system=[cached(tiny)])))[1:] == (0, 0)
+
+
+async def test_reads_the_longest_cached_prefix_and_writes_the_rest(fake: FakeAnthropic) -> None:
+    """Breakpoints on tools, system and the conversation: a later request that adds messages
+    reads what an earlier breakpoint stored (also up to 20 blocks back) and writes the rest."""
+    fake.clock = Clock()
+    tool = {**TOOL, "description": "Search the journal. " * 300, "cache_control": EPHEMERAL}
+    system = [cached("Persona. " * 20)]
+    history = "Earlier rows of the conversation, with their local times. " * 100
+    turn1 = [{"role": "user", "content": [cached(history), {"type": "text", "text": "Sleep?"}]}]
+
+    async def ask(messages: list[dict[str, Any]], **fields: Any) -> tuple[int, int, int]:
+        fields = {"tools": [tool], "system": system, **fields}
+        return usage_of(await post(fake, body(messages, model=SONNET, **fields)))
+
+    first = await ask(turn1)
+    assert first[1] == 0 and first[2] > 2_500
+    turn2 = [*turn1, {"role": "assistant", "content": "Badly."},
+             {"role": "user", "content": [cached("And today?")]}]  # fmt: skip
+    _, read, written = await ask(turn2)
+    assert read == first[2] and 0 < written < 50  # only the new blocks were written
+    # the next breakpoint lies 2 blocks after the last one: found by the lookback
+    turn3 = [*turn2[:2], {"role": "user", "content": "And today?"},
+             {"role": "assistant", "content": "Better."},
+             {"role": "user", "content": [cached("Thanks.")]}]  # fmt: skip
+    _, read3, written3 = await ask(turn3)
+    assert read3 == read + written and 0 < written3 < 50
+    # without the system prompt only the tools' prefix is the same
+    _, read4, written4 = await ask(turn3, system="Other.")
+    assert 1_000 < read4 < first[2] and written4 > 1_000
+    # changed tools: nothing after them matches either
+    assert (await ask(turn1, tools=[{**tool, "description": "Changed. " * 300}]))[1] == 0
+
+
+async def test_the_tools_breakpoint_alone_is_a_hit(fake: FakeAnthropic) -> None:
+    fake.clock = Clock()
+    tool = {**TOOL, "description": "Search the journal. " * 300, "cache_control": EPHEMERAL}
+    first = usage_of(await post(fake, body(model=SONNET, tools=[tool], system="One.")))
+    second = usage_of(await post(fake, body(model=SONNET, tools=[tool], system="Two.")))
+    assert first[2] > 1_000 and second[1:] == (first[2], 0)
+
+
+CACHE_BAD_BODIES: list[tuple[str, dict[str, Any], str]] = [
+    ("five breakpoints", body(system=[cached(f"part {i}") for i in range(5)]),
+     "A maximum of 4 blocks with cache_control may be provided. Found 5."),
+    ("five across tools, system and messages",
+     body([{"role": "user", "content": [cached("a"), cached("b")]}],
+          tools=[{**TOOL, "cache_control": EPHEMERAL}], system=[cached("x"), cached("y")]),
+     "Found 5"),
+    ("unknown cache type", body(system=[{"type": "text", "text": "x",
+                                         "cache_control": {"type": "forever"}}]),
+     "system.0.cache_control.type: Input should be 'ephemeral'"),
+    ("unknown ttl", body(system=[cached("x", ttl="1d")]), "Input should be '5m' or '1h'"),
+    ("extra cache field", body(system=[{"type": "text", "text": "x",
+                                        "cache_control": {**EPHEMERAL, "scope": "org"}}]),
+     "scope: Extra inputs are not permitted"),
+    ("1h after 5m", body(system=[cached("x"), cached("y", ttl="1h")]),
+     "ttl='1h' cache_control block must not come after a ttl='5m'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "payload", "text"), CACHE_BAD_BODIES,
+                         ids=[c[0] for c in CACHE_BAD_BODIES])  # fmt: skip
+async def test_bad_cache_control_is_rejected(
+    fake: FakeAnthropic, case: str, payload: dict[str, Any], text: str
+) -> None:
+    code, kind, message = error_of(await post(fake, payload))
+    assert (code, kind) == (400, "invalid_request_error") and text in message, message
+
+
+async def test_four_breakpoints_are_fine_and_1h_before_5m_too(fake: FakeAnthropic) -> None:
+    payload = body([{"role": "user", "content": [cached("a")]}],
+                   tools=[{**TOOL, "cache_control": {**EPHEMERAL, "ttl": "1h"}}],
+                   system=[cached("x", ttl="1h"), cached("y")])  # fmt: skip
+    assert (await post(fake, payload)).status_code == 200

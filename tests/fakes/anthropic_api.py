@@ -21,6 +21,19 @@ assistant and ``tool_result`` only from the user; every ``tool_use`` answered by
 Errors have Anthropic's shape ``{"type": "error", "error": {"type", "message"}}`` and a
 ``request-id`` header.
 
+Prompt caching is modelled as the real API does it. ``cache_control`` (``{"type": "ephemeral"}``
+with an optional ``"ttl": "5m" | "1h"``) is accepted on tool definitions, system blocks and
+message content blocks; more than 4 breakpoints, or a 1-hour one after a 5-minute one, is a
+400. The request is read as one sequence of blocks (tools, then system, then each message's
+content) and each breakpoint names the prefix ending at its block. A breakpoint whose prefix is
+shorter than the model's minimum (1,024 tokens for Sonnet and Opus, 2,048 for Haiku; tokens
+estimated as for ``input_tokens``) caches nothing. Otherwise the prefix is looked up (per API
+key and model) at the breakpoint and up to 20 blocks before it: a live entry there is a read
+(``cache_read_input_tokens``), and what lies between the longest read and the last breakpoint
+is a write (``cache_creation_input_tokens``, split by TTL in ``cache_creation``); every
+breakpoint's prefix is then stored, and a read entry refreshed, for its TTL on ``fake.clock``
+(``time.monotonic`` unless a test sets another). ``input_tokens`` is what remains uncached.
+
 Scripted answers play in order (then ``default_text``); a scripted ``tool_use`` of a tool the
 request did not offer is answered 500 (a bug in the test script, made loud). Scripted failures
 (429 with ``retry-after``, 529, 500, a slow answer) apply to the next valid, authorized
@@ -29,13 +42,15 @@ requests. Every request is recorded in ``fake.requests`` (headers without the ke
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import re
 import secrets
 import string
+import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from functools import partial
 from typing import Any
@@ -55,6 +70,7 @@ API_VERSIONS = frozenset({"2023-01-01", "2023-06-01", "2026-10-21"})
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
 #: model -> its output token cap; dated snapshot names are accepted too
 DEFAULT_MODELS: Mapping[str, int] = {
+    "claude-sonnet-4-6": 64_000,
     "claude-sonnet-4-5": 64_000,
     "claude-sonnet-4-5-20250929": 64_000,
     "claude-sonnet-4-5-20250514": 64_000,
@@ -80,6 +96,18 @@ _BLOCK_FIELDS: Mapping[str, frozenset[str]] = {
     "tool_result": frozenset({"type", "tool_use_id", "content", "is_error", "cache_control"}),
 }
 _TOOL_FIELDS = frozenset({"name", "description", "input_schema", "cache_control", "type", "strict"})
+#: prompt caching: at most this many breakpoints a request, their TTLs in seconds, how many
+#: blocks before a breakpoint are looked up for a hit
+MAX_CACHE_BREAKPOINTS = 4
+CACHE_TTLS: Mapping[str, float] = {"5m": 300.0, "1h": 3600.0}
+CACHE_LOOKBACK_BLOCKS = 20
+
+
+def min_cacheable_tokens(model: str) -> int:
+    """The shortest prefix a breakpoint caches: 2,048 tokens for Haiku, 1,024 otherwise."""
+    return 2048 if "haiku" in model else 1024
+
+
 _ID_CHARS = string.ascii_letters + string.digits
 
 
@@ -178,6 +206,8 @@ class RecordedRequest:
     status: int | None = None
     error_type: str | None = None
     error: str | None = None
+    #: the prompt-cache accounting of an answered request
+    cache: CacheUsage | None = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -199,6 +229,17 @@ def _extra(obj: Mapping[str, Any], allowed: Iterable[str], where: str) -> None:
     for key in obj:
         if key not in allowed:
             raise _bad(f"{where}{key}: Extra inputs are not permitted")
+
+
+def _check_cache_control(obj: Mapping[str, Any], where: str) -> None:
+    if "cache_control" not in obj:
+        return
+    cc = obj["cache_control"]
+    if not isinstance(cc, dict) or cc.get("type") != "ephemeral":
+        raise _bad(f"{where}cache_control.type: Input should be 'ephemeral'")
+    _extra(cc, ("type", "ttl"), f"{where}cache_control.")
+    if "ttl" in cc and cc["ttl"] not in CACHE_TTLS:
+        raise _bad(f"{where}cache_control.ttl: Input should be '5m' or '1h'")
 
 
 def _check_text(block: Mapping[str, Any], where: str) -> None:
@@ -223,6 +264,7 @@ def _check_block(block: Any, role: str, where: str) -> None:
         )
     if kind in _BLOCK_FIELDS:
         _extra(block, _BLOCK_FIELDS[kind], f"{where}.{kind}.")
+        _check_cache_control(block, f"{where}.{kind}.")
     if kind == "text":
         _check_text(block, where)
     elif kind == "tool_use":
@@ -248,6 +290,7 @@ def _check_block(block: Any, role: str, where: str) -> None:
                     raise _bad(f"{where}.tool_result.content.{k}: expected a text or image block")
                 if part["type"] == "text":
                     _extra(part, _BLOCK_FIELDS["text"], f"{where}.tool_result.content.{k}.")
+                    _check_cache_control(part, f"{where}.tool_result.content.{k}.")
                     _check_text(part, f"{where}.tool_result.content.{k}")
         elif not isinstance(content, str):
             raise _bad(f"{where}.tool_result.content: Input should be a valid string or list")
@@ -373,6 +416,7 @@ def check_system(system: Any) -> None:
         if not isinstance(block, dict) or block.get("type") != "text":
             raise _bad(f"system.{i}.type: Input should be 'text'")
         _extra(block, _BLOCK_FIELDS["text"], f"system.{i}.")
+        _check_cache_control(block, f"system.{i}.")
         _check_text(block, f"system.{i}")
 
 
@@ -388,6 +432,7 @@ def check_tools(tools: Any) -> list[str]:
         if tool.get("type", "custom") not in ("custom", None):
             raise _bad(f"tools.{i}: unknown tool type '{tool['type']}'")
         _extra(tool, _TOOL_FIELDS, f"{where}.")
+        _check_cache_control(tool, f"{where}.")
         name = tool.get("name")
         if name is None:
             raise _bad(f"{where}.name: Field required")
@@ -445,6 +490,7 @@ def check_body(body: Any, models: Mapping[str, int] | None) -> list[str] | None:
     names = check_tools(body["tools"]) if "tools" in body else None
     if "tool_choice" in body:
         check_tool_choice(body["tool_choice"], names)
+    check_breakpoints(body)
     for field, low, high in (("temperature", 0.0, 1.0), ("top_p", 0.0, 1.0)):
         value = body.get(field)
         if value is not None and not (
@@ -467,11 +513,123 @@ def check_body(body: Any, models: Mapping[str, int] | None) -> list[str] | None:
     return names
 
 
+def _cache_controls(value: Any) -> Iterable[Mapping[str, Any]]:
+    """Every ``cache_control`` in ``value``, in request order."""
+    if isinstance(value, dict):
+        if isinstance(value.get("cache_control"), dict):
+            yield value["cache_control"]
+        for key, inner in value.items():
+            if key != "cache_control":
+                yield from _cache_controls(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _cache_controls(inner)
+
+
+def check_breakpoints(body: Mapping[str, Any]) -> None:
+    """At most 4 ``cache_control`` breakpoints, no 1-hour one after a 5-minute one."""
+    found = list(_cache_controls([body.get("tools"), body.get("system"), body["messages"]]))
+    if len(found) > MAX_CACHE_BREAKPOINTS:
+        raise _bad(
+            f"A maximum of {MAX_CACHE_BREAKPOINTS} blocks with cache_control may be provided. "
+            f"Found {len(found)}."
+        )
+    ttls = [cc.get("ttl", "5m") for cc in found]
+    if "5m" in ttls and "1h" in ttls[ttls.index("5m") :]:
+        raise _bad(
+            "a ttl='1h' cache_control block must not come after a ttl='5m' cache_control block"
+        )
+
+
 # --- the fake ----------------------------------------------------------------------------------
 
 
 def _estimate_tokens(value: Any) -> int:
     return max(1, len(json.dumps(value, ensure_ascii=False)) // 4)
+
+
+def _prompt_blocks(body: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """The request as the cache reads it: tools, system, then every message's content blocks,
+    each as its JSON (without ``cache_control``) and its breakpoint TTL (None: no breakpoint)."""
+    out: list[tuple[str, str | None]] = []
+
+    def add(block: Mapping[str, Any], prefix: str = "") -> None:
+        cc = block.get("cache_control")
+        plain = {k: v for k, v in block.items() if k != "cache_control"}
+        ttl = cc.get("ttl", "5m") if isinstance(cc, dict) else None
+        out.append((prefix + json.dumps(plain, ensure_ascii=False, sort_keys=True), ttl))
+
+    for tool in body.get("tools") or ():
+        add(tool)
+    system = body.get("system")
+    for block in [{"type": "text", "text": system}] if isinstance(system, str) else system or ():
+        add(block)
+    for message in body["messages"]:
+        for block in _blocks_of(message):
+            add(block, message["role"] + ":")
+    return out
+
+
+@attrs.frozen
+class CacheUsage:
+    """One request's prompt-cache accounting (the usage fields the API reports)."""
+
+    read: int = 0
+    write_5m: int = 0
+    write_1h: int = 0
+
+    @property
+    def write(self) -> int:
+        return self.write_5m + self.write_1h
+
+
+@attrs.define
+class PromptCache:
+    """The fake's prompt cache: prefix hash -> (expiry, TTL) (see the module docstring)."""
+
+    clock: Callable[[], float] = time.monotonic
+    entries: dict[str, tuple[float, str]] = attrs.field(factory=dict)
+
+    def use(self, api_key: str, model: str, body: Mapping[str, Any]) -> CacheUsage:
+        blocks = _prompt_blocks(body)
+        if not any(ttl for _, ttl in blocks):
+            return CacheUsage()
+        now = self.clock()
+        self.entries = {k: v for k, v in self.entries.items() if v[0] > now}
+        digest = hashlib.sha256(f"{api_key}\0{model}".encode())
+        keys: list[str] = []
+        tokens: list[int] = []
+        chars = 0
+        for text, _ in blocks:
+            digest.update(b"\0" + text.encode())
+            keys.append(digest.hexdigest())
+            chars += len(text)
+            tokens.append(chars // 4)
+        floor = min_cacheable_tokens(model)
+        points = [i for i, (_, ttl) in enumerate(blocks) if ttl and tokens[i] >= floor]
+        hit = -1
+        for point in points:
+            for j in range(point, max(-1, point - CACHE_LOOKBACK_BLOCKS - 1), -1):
+                if tokens[j] < floor or j <= hit:
+                    break
+                if keys[j] in self.entries:
+                    hit = j
+                    break
+        read = tokens[hit] if hit >= 0 else 0
+        if hit >= 0:  # a read refreshes the entry for its TTL
+            ttl = self.entries[keys[hit]][1]
+            self.entries[keys[hit]] = (now + CACHE_TTLS[ttl], ttl)
+        written = {"5m": 0, "1h": 0}
+        start = read
+        for point in points:
+            ttl = blocks[point][1] or "5m"
+            if point > hit:
+                written[ttl] += tokens[point] - start
+                start = tokens[point]
+            elif keys[point] not in self.entries:
+                continue  # a shorter prefix than the one read, not cached: stays so
+            self.entries[keys[point]] = (now + CACHE_TTLS[ttl], ttl)
+        return CacheUsage(read, written["5m"], written["1h"])
 
 
 class FakeAnthropic:
@@ -488,6 +646,7 @@ class FakeAnthropic:
         self._replies: deque[Reply] = deque()
         self._failures: deque[Failure] = deque()
         self._request_ids = itertools.count(1)
+        self.cache = PromptCache()
         self.app = self._build_app()
 
     # --- scripting and inspection --------------------------------------------------------------
@@ -536,6 +695,15 @@ class FakeAnthropic:
     def fail_next(self, failure: Failure, times: int = 1) -> None:
         """The next ``times`` valid, authorized requests get ``failure``."""
         self._failures.extend([failure] * times)
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The prompt cache's clock (seconds; ``time.monotonic`` unless set)."""
+        return self.cache.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        self.cache.clock = clock
 
     @property
     def pending_replies(self) -> int:
@@ -658,10 +826,16 @@ class FakeAnthropic:
                     type="api_error",
                 )
         body = call.body
-        input_tokens = reply.input_tokens
-        if input_tokens is None:
-            input_tokens = _estimate_tokens([body.get("system"), body["messages"],
-                                             body.get("tools")])  # fmt: skip
+        prompt_tokens = reply.input_tokens  # scripted: the whole prompt, cached parts included
+        if prompt_tokens is None:
+            prompt_tokens = _estimate_tokens([body.get("system"), body["messages"],
+                                              body.get("tools")])  # fmt: skip
+        cached = self.cache.use(self.api_key, body["model"], body)
+        read = min(cached.read, prompt_tokens)
+        write_1h = min(cached.write_1h, prompt_tokens - read)
+        write_5m = min(cached.write_5m, prompt_tokens - read - write_1h)
+        call.cache = CacheUsage(read, write_5m, write_1h)
+        input_tokens = prompt_tokens - read - write_5m - write_1h
         output_tokens = reply.output_tokens
         if output_tokens is None:
             output_tokens = _estimate_tokens(list(reply.content))
@@ -676,8 +850,12 @@ class FakeAnthropic:
             "usage": {
                 "input_tokens": input_tokens,
                 "output_tokens": output_tokens,
-                "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": write_5m + write_1h,
+                "cache_read_input_tokens": read,
+                "cache_creation": {
+                    "ephemeral_5m_input_tokens": write_5m,
+                    "ephemeral_1h_input_tokens": write_1h,
+                },
                 "service_tier": "standard",
             },
         }
