@@ -12,12 +12,19 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 import trio
 from fakes.anthropic_api import Failure as AnthropicFailure
 from fakes.anthropic_api import FakeAnthropic
-from fakes.openai_api import CHAT_COMPLETIONS, EMBEDDINGS, FakeOpenAI, run_fake_openai
+from fakes.openai_api import (
+    CHAT_COMPLETIONS,
+    EMBEDDINGS,
+    ChatReply,
+    FakeOpenAI,
+    run_fake_openai,
+)
 from fakes.openai_api import Failure as OpenAIFailure
 
 from memory.errors import (
@@ -30,7 +37,7 @@ from memory.errors import (
     LLMUnavailable,
 )
 from memory.llm.anthropic_provider import AnthropicLLM, message_params
-from memory.llm.cost import DEFAULT_RATES, Rate
+from memory.llm.cost import DEFAULT_RATES, Rate, token_cost
 from memory.llm.openai_provider import OpenAICompatibleLLM, chat_messages
 from memory.llm.protocol import (
     LLM,
@@ -168,19 +175,19 @@ async def test_claude_text_reply_is_logged_with_cost(
     fake_claude.queue_text("Hello there.", input_tokens=1_000, output_tokens=200)
     completion = await ask(claude, [Message.user("hi")])
     assert completion.blocks == (TextBlock("Hello there."),)
-    assert completion.stop_reason == "end_turn" and completion.model == "claude-sonnet-4-5"
+    assert completion.stop_reason == "end_turn" and completion.model == "claude-sonnet-4-6"
     assert (completion.input_tokens, completion.output_tokens) == (1_000, 200)
     assert completion.cost_usd == pytest.approx(0.006) and completion.latency_ms > 0
     [request] = fake_claude.requests
     assert request.body == {
-        "model": "claude-sonnet-4-5", "max_tokens": 512, "system": "You are kind.",
+        "model": "claude-sonnet-4-6", "max_tokens": 512, "system": "You are kind.",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
         "tools": [{"name": "search_entries", "description": "Search the journal.",
                    "input_schema": dict(SEARCH.input_schema)}],
     }  # fmt: skip
     [row] = await usage_rows(db)
     assert (row["provider"], row["model"], row["purpose"], row["chat_id"]) == (
-        "anthropic", "claude-sonnet-4-5", "agent", CHAT)  # fmt: skip
+        "anthropic", "claude-sonnet-4-6", "agent", CHAT)  # fmt: skip
     assert (row["input_tokens"], row["output_tokens"], row["ok"]) == (1_000, 200, True)
     assert row["cost_usd"] == pytest.approx(0.006) and row["latency_ms"] >= 0
     assert row["error"] is None
@@ -208,6 +215,64 @@ async def test_claude_tool_chain_round_trip(
     rows = await usage_rows(db)
     assert [(r["input_tokens"], r["output_tokens"]) for r in rows] == [(2_000, 50), (2_400, 30)]
     assert sum(r["cost_usd"] for r in rows) == pytest.approx((4_400 * 3 + 80 * 15) / 1e6)
+
+
+async def test_claude_sends_cache_breakpoints_and_records_cache_tokens(
+    claude: AnthropicLLM, fake_claude: FakeAnthropic, db: Database
+) -> None:
+    fake_claude.clock = lambda: 100.0
+    tool = attrs.evolve(SEARCH, description="Search the journal. " * 250, cache="1h")
+    system = [
+        TextBlock("You are kind and remember everything. " * 100, cache="1h"),
+        TextBlock("  ", cache="5m"),  # blank: dropped, its breakpoint moves to the block before
+        TextBlock("Now: Monday 09:15."),
+    ]
+    messages = [Message.user("How did I sleep?", cache="5m")]
+    first = await ask(claude, messages, tools=[tool], system=system)
+    second = await ask(claude, messages, tools=[tool], system=system)
+    sent = fake_claude.requests[0].body
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    assert sent["tools"][0]["cache_control"] == hour
+    assert sent["system"] == [
+        {"type": "text", "text": system[0].text, "cache_control": hour},
+        {"type": "text", "text": "Now: Monday 09:15."},
+    ]
+    assert sent["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "How did I sleep?", "cache_control": {"type": "ephemeral"}}
+            ],
+        }
+    ]
+    write, read = (r.cache for r in fake_claude.answered)  # what the fake billed
+    assert write is not None and read is not None
+    assert write.read == 0 and write.write_1h > 2_000 and write.write_5m > 0
+    assert read.read == write.write and read.write == 0
+    assert (first.cache_read_tokens, first.cache_write_tokens) == (0, write.write)
+    assert (second.cache_read_tokens, second.cache_write_tokens) == (read.read, 0)
+    assert first.input_tokens == second.input_tokens > write.write  # the whole prompt
+    rows = await usage_rows(db)
+    assert [(r["cache_read_tokens"], r["cache_write_tokens"]) for r in rows] == [
+        (0, write.write), (read.read, 0)]  # fmt: skip
+    assert [r["input_tokens"] for r in rows] == [first.input_tokens, second.input_tokens]
+    expected = [
+        token_cost(DEFAULT_RATES, "claude-sonnet-4-6", first.input_tokens, first.output_tokens,
+                   cache_write_tokens=write.write, cache_write_1h_tokens=write.write_1h).usd,
+        token_cost(DEFAULT_RATES, "claude-sonnet-4-6", second.input_tokens, second.output_tokens,
+                   cache_read_tokens=read.read).usd,
+    ]  # fmt: skip
+    assert [r["cost_usd"] for r in rows] == pytest.approx(expected)
+    assert first.cost_usd == pytest.approx(expected[0]) and second.cost_usd < first.cost_usd / 5
+
+
+async def test_claude_without_marks_sends_no_cache_control(
+    claude: AnthropicLLM, fake_claude: FakeAnthropic
+) -> None:
+    await ask(claude, [Message.user("hi")], system=[TextBlock("One."), TextBlock("Two.")])
+    body = fake_claude.requests[0].body
+    assert body["system"] == [{"type": "text", "text": "One."}, {"type": "text", "text": "Two."}]
+    assert "cache_control" not in repr(body)
 
 
 async def test_claude_max_tokens_stop_and_no_tools(
@@ -247,7 +312,7 @@ async def test_claude_failures_are_mapped_and_logged(
         await ask(claude, [Message.user("hi")])
     exc = info.value
     assert type(exc) is kind and exc.status == status and exc.retryable
-    assert exc.provider == "anthropic" and exc.model == "claude-sonnet-4-5"
+    assert exc.provider == "anthropic" and exc.model == "claude-sonnet-4-6"
     assert exc.request_id and exc.request_id.startswith("req_")
     assert exc.retry_after == (7.0 if status == 429 else None)
     assert exc.__cause__ is None and exc.__context__ is None
@@ -349,6 +414,28 @@ async def test_openai_text_reply_is_logged_with_cost(
     assert (row["provider"], row["model"], row["input_tokens"], row["output_tokens"]) == (
         "openai", OAI_MODEL, 1_000, 100)  # fmt: skip
     assert row["ok"] is True and row["cost_usd"] == pytest.approx(completion.cost_usd)
+
+
+async def test_openai_ignores_cache_marks_and_records_cached_tokens(
+    gpt: OpenAICompatibleLLM, fake_openai: FakeOpenAI, db: Database
+) -> None:
+    fake_openai.queue_chat_reply(
+        ChatReply("Hi!", prompt_tokens=10_000, completion_tokens=100, cached_tokens=8_000)
+    )
+    system = [TextBlock("You are kind.", cache="1h"), TextBlock("Now: Monday.")]
+    tool = attrs.evolve(SEARCH, cache="1h")
+    completion = await ask(gpt, [Message.user("hi", cache="5m")], system=system, tools=[tool])
+    [call] = fake_openai.calls_to(CHAT_COMPLETIONS)
+    assert call.params["messages"] == [
+        {"role": "system", "content": "You are kind.\n\nNow: Monday."},
+        {"role": "user", "content": "hi"},
+    ]
+    assert "cache" not in repr(call.params)
+    assert (completion.input_tokens, completion.cache_read_tokens) == (10_000, 8_000)
+    [row] = await usage_rows(db)
+    assert (row["input_tokens"], row["cache_read_tokens"], row["cache_write_tokens"]) == (
+        10_000, 8_000, 0)  # fmt: skip
+    assert row["cost_usd"] == pytest.approx((2_000 * 0.15 + 800 * 0.15 + 100 * 0.60) / 1e6)
 
 
 async def test_openai_tool_chain_round_trip(

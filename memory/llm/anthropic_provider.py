@@ -7,6 +7,11 @@
 
 SDK retries are off (``max_retries=0``): failures surface at once as :mod:`memory.errors`
 classes and the caller owns the retry policy. One ``api_usage`` row per call.
+
+Prompt caching: the neutral ``cache`` marks (:mod:`memory.llm.protocol`) become ``cache_control``
+breakpoints (``{"type": "ephemeral"}``, with ``"ttl": "1h"`` for the hour) on the tool, the
+system block or the message's last content block; the usage's cache reads and writes (split by
+TTL) are recorded and priced.
 """
 
 from __future__ import annotations
@@ -25,11 +30,14 @@ from memory.errors import LLMError, LLMRequestError, LLMTimeout, LLMUnavailable
 from memory.llm.cost import DEFAULT_RATES, RateTable
 from memory.llm.protocol import (
     Block,
+    CacheTTL,
     CallContext,
     Completion,
     Message,
     StopReason,
+    System,
     TextBlock,
+    TokenUsage,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
@@ -43,7 +51,7 @@ from runtime.logs import get_logger
 
 log = get_logger(__name__)
 
-DEFAULT_MODEL = "claude-sonnet-4-5"
+DEFAULT_MODEL = "claude-sonnet-4-6"
 PROVIDER = "anthropic"
 _STOP_REASONS: dict[str | None, StopReason] = {
     "tool_use": "tool_use",
@@ -52,10 +60,28 @@ _STOP_REASONS: dict[str | None, StopReason] = {
 }
 
 
+_DATE_SUFFIX = re.compile(r"-\d{8}$")
+
+
+def end_of_life(model: str) -> str | None:
+    """When the SDK says ``model`` (or its undated name) reaches its end of life; None if it
+    lists no date."""
+    listed: dict[str, str] = getattr(sdk_messages, "DEPRECATED_MODELS", {})
+    return listed.get(model) or listed.get(_DATE_SUFFIX.sub("", model))
+
+
+def cache_control(ttl: CacheTTL) -> dict[str, str]:
+    """A breakpoint's ``cache_control`` (the API's default TTL is 5 minutes)."""
+    return {"type": "ephemeral"} if ttl == "5m" else {"type": "ephemeral", "ttl": ttl}
+
+
 def block_param(block: Block) -> dict[str, Any]:
     """One neutral block as a Messages API content block."""
     if isinstance(block, TextBlock):
-        return {"type": "text", "text": block.text}
+        text: dict[str, Any] = {"type": "text", "text": block.text}
+        if block.cache is not None:
+            text["cache_control"] = cache_control(block.cache)
+        return text
     if isinstance(block, ToolUseBlock):
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input)}
     param: dict[str, Any] = {
@@ -81,23 +107,55 @@ def message_params(messages: Sequence[Message]) -> list[dict[str, Any]]:
         ]
         results = [b for b in blocks if isinstance(b, ToolResultBlock)]
         ordered = results + [b for b in blocks if not isinstance(b, ToolResultBlock)]
-        out.append({"role": message.role, "content": [block_param(b) for b in ordered]})
+        content = [block_param(b) for b in ordered]
+        if message.cache is not None and content:
+            content[-1]["cache_control"] = cache_control(message.cache)
+        out.append({"role": message.role, "content": content})
+    return out
+
+
+def system_param(system: System) -> str | list[dict[str, Any]]:
+    """The system prompt: a string as is, blocks as text blocks (blank ones dropped; a blank
+    block's breakpoint moves to the block before it)."""
+    if isinstance(system, str):
+        return system
+    out: list[dict[str, Any]] = []
+    for block in system:
+        if block.text.strip():
+            out.append(block_param(block))
+        elif block.cache is not None and out and "cache_control" not in out[-1]:
+            out[-1]["cache_control"] = cache_control(block.cache)
     return out
 
 
 def tool_params(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     """Neutral tool specs as Messages API tools (``input_schema``)."""
-    return [
-        {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)}
-        for t in tools
-    ]
+    out: list[dict[str, Any]] = []
+    for t in tools:
+        tool: dict[str, Any] = {
+            "name": t.name, "description": t.description, "input_schema": dict(t.input_schema)
+        }  # fmt: skip
+        if t.cache is not None:
+            tool["cache_control"] = cache_control(t.cache)
+        out.append(tool)
+    return out
 
 
-def _usage(raw: ApiMessage) -> tuple[int, int]:
-    """Billed input (cache writes and reads counted as input) and output tokens."""
+def _usage(raw: ApiMessage) -> TokenUsage:
+    """Every prompt token as input (uncached, cache writes and reads), the cached parts, and
+    the output tokens."""
     usage = raw.usage
-    cached = (usage.cache_creation_input_tokens or 0) + (usage.cache_read_input_tokens or 0)
-    return usage.input_tokens + cached, usage.output_tokens
+    written = usage.cache_creation_input_tokens or 0
+    read = usage.cache_read_input_tokens or 0
+    split = usage.cache_creation
+    written_1h = min(written, split.ephemeral_1h_input_tokens) if split is not None else 0
+    return TokenUsage(
+        input_tokens=usage.input_tokens + written + read,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=read,
+        cache_write_tokens=written,
+        cache_write_1h_tokens=written_1h,
+    )
 
 
 class AnthropicLLM:
@@ -124,15 +182,15 @@ class AnthropicLLM:
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
         )
-        end_of_life = getattr(sdk_messages, "DEPRECATED_MODELS", {}).get(model)
-        if end_of_life:
-            log.warning("llm.model_deprecated", model=model, end_of_life=end_of_life)
+        ends = end_of_life(model)
+        if ends:
+            log.warning("llm.model_deprecated", model=model, end_of_life=ends)
         self._deprecation = re.escape(f"The model '{model}' is deprecated")
 
     async def complete(
         self,
         *,
-        system: str,
+        system: System,
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         max_tokens: int,
@@ -145,8 +203,9 @@ class AnthropicLLM:
             "max_tokens": max_tokens,
             "messages": message_params(messages),
         }
-        if system:
-            params["system"] = system
+        system_value = system_param(system)
+        if system_value:
+            params["system"] = system_value
         if tools:
             params["tools"] = tool_params(tools)
 
@@ -204,13 +263,15 @@ class AnthropicLLM:
         stop = _STOP_REASONS.get(raw.stop_reason, "end_turn")
         if stop == "tool_use" and not any(isinstance(b, ToolUseBlock) for b in blocks):
             raise invalid_response(self._ctx, "stop_reason tool_use without a tool_use block")
-        input_tokens, output_tokens = _usage(raw)
+        tokens = _usage(raw)
         return Completion(
             blocks=tuple(blocks),
             stop_reason=stop,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
+            input_tokens=tokens.input_tokens,
+            output_tokens=tokens.output_tokens,
             model=raw.model,
+            cache_read_tokens=tokens.cache_read_tokens,
+            cache_write_tokens=tokens.cache_write_tokens,
         )
 
     async def aclose(self) -> None:

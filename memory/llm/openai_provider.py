@@ -7,6 +7,10 @@ Function calling maps to the neutral types: an assistant turn's ``tool_calls`` <
 :class:`ToolUseBlock` (arguments JSON-encoded), each :class:`ToolResultBlock` <-> one ``tool``
 role message (sent before any user text of the same turn; ``is_error`` results are prefixed
 ``Error:``, the API having no such flag). SDK retries are off; one ``api_usage`` row per call.
+
+Prompt caching: the neutral ``cache`` marks are ignored (OpenAI and most compatible servers
+cache a repeated prompt prefix by themselves); ``prompt_tokens_details.cached_tokens``, when the
+server reports it, is recorded as the prompt's cache reads.
 """
 
 from __future__ import annotations
@@ -27,13 +31,16 @@ from memory.llm.protocol import (
     Completion,
     Message,
     StopReason,
+    System,
     TextBlock,
+    TokenUsage,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
     call_and_record,
     invalid_response,
     status_error,
+    system_text,
     transport_error,
 )
 from runtime.db import Queries
@@ -43,11 +50,12 @@ ERROR_PREFIX = "Error: "
 _STOP_REASONS: dict[str | None, StopReason] = {"tool_calls": "tool_use", "length": "max_tokens"}
 
 
-def chat_messages(system: str, messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """The system prompt and neutral messages as chat completions messages."""
+def chat_messages(system: System, messages: Sequence[Message]) -> list[dict[str, Any]]:
+    """The system prompt (blocks joined) and neutral messages as chat completions messages."""
     out: list[dict[str, Any]] = []
-    if system:
-        out.append({"role": "system", "content": system})
+    text = system_text(system)
+    if text:
+        out.append({"role": "system", "content": text})
     for message in messages:
         text = message.text
         if message.role == "assistant":
@@ -89,10 +97,16 @@ def function_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
-def _usage(raw: ChatCompletion) -> tuple[int, int]:
+def _usage(raw: ChatCompletion) -> TokenUsage:
     if raw.usage is None:  # some local servers omit it
-        return 0, 0
-    return raw.usage.prompt_tokens, raw.usage.completion_tokens
+        return TokenUsage(0, 0)
+    details = raw.usage.prompt_tokens_details
+    cached = (details.cached_tokens or 0) if details is not None else 0
+    return TokenUsage(
+        input_tokens=raw.usage.prompt_tokens,
+        output_tokens=raw.usage.completion_tokens,
+        cache_read_tokens=min(cached, raw.usage.prompt_tokens),
+    )
 
 
 class OpenAICompatibleLLM:
@@ -129,7 +143,7 @@ class OpenAICompatibleLLM:
     async def complete(
         self,
         *,
-        system: str,
+        system: System,
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         max_tokens: int,
@@ -207,13 +221,14 @@ class OpenAICompatibleLLM:
         stop = "tool_use" if has_calls else _STOP_REASONS.get(choice.finish_reason, "end_turn")
         if stop == "tool_use" and not has_calls:
             raise invalid_response(self._ctx, "finish_reason tool_calls without tool calls")
-        input_tokens, output_tokens = _usage(raw)
+        tokens = _usage(raw)
         return Completion(
             blocks=tuple(blocks),
             stop_reason=stop,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
+            input_tokens=tokens.input_tokens,
+            output_tokens=tokens.output_tokens,
             model=raw.model,
+            cache_read_tokens=tokens.cache_read_tokens,
         )
 
     async def aclose(self) -> None:

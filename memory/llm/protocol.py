@@ -4,6 +4,12 @@ The agent and the compactor speak :class:`Message`/:class:`ToolSpec`/:class:`Com
 an :class:`LLM`; :mod:`memory.llm.anthropic_provider` (Claude, Messages API) and
 :mod:`memory.llm.openai_provider` (any OpenAI-compatible chat completions endpoint) translate.
 
+Prompt caching: a system block (:class:`TextBlock`), a :class:`ToolSpec` or a :class:`Message`
+may carry ``cache="5m"`` or ``cache="1h"``, a breakpoint after it: the request's prefix up to
+there is to be cached for that long (Anthropic: a ``cache_control`` breakpoint, at most 4 a
+request, 1-hour ones before 5-minute ones; OpenAI-compatible servers cache prefixes by
+themselves and ignore the marks). ``system`` is a string or a sequence of text blocks.
+
 Every call, ok or failed (or cancelled), is one ``api_usage`` row (seed 000, "API cost
 tracking"): provider, the configured model, purpose, tokens, latency. Failures are
 :mod:`memory.errors` classes; providers make no retries of their own (the SDKs' are off), so
@@ -39,6 +45,8 @@ log = get_logger(__name__)
 
 Role = Literal["user", "assistant"]
 StopReason = Literal["end_turn", "tool_use", "max_tokens"]
+#: a prompt-cache breakpoint's lifetime (see the module docstring); None: no breakpoint
+CacheTTL = Literal["5m", "1h"]
 #: seconds a cancelled call may still spend writing its usage row
 CANCELLED_LOG_GRACE = 2.0
 
@@ -49,11 +57,18 @@ def _object(value: Mapping[str, Any]) -> dict[str, Any]:
     return dict(value)
 
 
+def _cache_ttl(_: object, __: object, value: CacheTTL | None) -> None:
+    if value not in (None, "5m", "1h"):
+        raise ValueError(f"cache must be None, '5m' or '1h', got {value!r}")
+
+
 @attrs.frozen
 class TextBlock:
-    """Plain text from the user or the model."""
+    """Plain text from the user or the model (or a part of the system prompt); ``cache``: a
+    prompt-cache breakpoint after it."""
 
     text: str
+    cache: CacheTTL | None = attrs.field(default=None, kw_only=True, validator=_cache_ttl)
 
 
 @attrs.frozen
@@ -87,14 +102,16 @@ class Message:
 
     role: Role = attrs.field(validator=attrs.validators.in_(("user", "assistant")))
     blocks: tuple[Block, ...] = attrs.field(converter=_blocks)
+    #: a prompt-cache breakpoint after the message's last block
+    cache: CacheTTL | None = attrs.field(default=None, kw_only=True, validator=_cache_ttl)
 
     @classmethod
-    def user(cls, *blocks: Block | str) -> Message:
-        return cls("user", blocks)
+    def user(cls, *blocks: Block | str, cache: CacheTTL | None = None) -> Message:
+        return cls("user", blocks, cache=cache)
 
     @classmethod
-    def assistant(cls, *blocks: Block | str) -> Message:
-        return cls("assistant", blocks)
+    def assistant(cls, *blocks: Block | str, cache: CacheTTL | None = None) -> Message:
+        return cls("assistant", blocks, cache=cache)
 
     @property
     def text(self) -> str:
@@ -108,11 +125,38 @@ class ToolSpec:
     name: str
     description: str
     input_schema: Mapping[str, Any] = attrs.field(converter=_object)
+    #: a prompt-cache breakpoint after this tool (tools come first in the prompt)
+    cache: CacheTTL | None = attrs.field(default=None, kw_only=True, validator=_cache_ttl)
+
+
+System = str | Sequence[TextBlock]
+
+
+def system_text(system: System) -> str:
+    """The system prompt as one string (blocks joined by blank lines)."""
+    if isinstance(system, str):
+        return system
+    return "\n\n".join(b.text for b in system if b.text.strip())
+
+
+@attrs.frozen
+class TokenUsage:
+    """A call's tokens: ``input_tokens`` counts every prompt token, of which
+    ``cache_read_tokens`` were read from the prompt cache and ``cache_write_tokens`` written to
+    it (``cache_write_1h_tokens`` of those with the 1-hour TTL)."""
+
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_write_1h_tokens: int = 0
 
 
 @attrs.frozen
 class Completion:
-    """The model's answer (always role assistant) and what it cost."""
+    """The model's answer (always role assistant) and what it cost. ``input_tokens`` counts the
+    whole prompt; ``cache_read_tokens``/``cache_write_tokens`` are the parts of it read from
+    and written to the prompt cache."""
 
     blocks: tuple[Block, ...] = attrs.field(converter=_blocks)
     stop_reason: StopReason
@@ -122,6 +166,8 @@ class Completion:
     model: str
     cost_usd: float = 0.0
     latency_ms: float = 0.0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
 
     @property
     def text(self) -> str:
@@ -142,7 +188,7 @@ class LLM(Protocol):
     async def complete(
         self,
         *,
-        system: str,
+        system: System,
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         max_tokens: int,
@@ -259,14 +305,16 @@ async def call_and_record(
     rates: RateTable,
     send: Callable[[], Awaitable[R]],
     classify: Callable[[Exception], LLMError | None],
-    usage: Callable[[R], tuple[int, int]],
+    usage: Callable[[R], TokenUsage | tuple[int, int]],
     parse: Callable[[R], Completion],
 ) -> Completion:
     """Run one provider call and write its ``api_usage`` row, whatever the outcome.
 
-    ``classify`` turns an SDK exception into our error (None: not an SDK error, re-raised);
-    ``parse`` may raise :class:`LLMInvalidResponse` (logged as ok: the call was billed). Our
-    errors are raised outside the ``except`` block, so they carry no SDK exception.
+    ``usage`` reads the tokens of an answer (a :class:`TokenUsage`, or ``(input, output)``
+    without prompt caching); the completion carries its cache counts. ``classify`` turns an
+    SDK exception into our error (None: not an SDK error, re-raised); ``parse`` may raise
+    :class:`LLMInvalidResponse` (logged as ok: the call was billed). Our errors are raised
+    outside the ``except`` block, so they carry no SDK exception.
     """
 
     async def record(**fields: Any) -> float:
@@ -298,7 +346,9 @@ async def call_and_record(
             retry_after=failure.retry_after, latency_ms=round(latency_ms),
         )  # fmt: skip
         raise failure
-    input_tokens, output_tokens = usage(raw)
+    counted = usage(raw)
+    tokens = counted if isinstance(counted, TokenUsage) else TokenUsage(*counted)
+    input_tokens, output_tokens = tokens.input_tokens, tokens.output_tokens
     invalid: LLMInvalidResponse | None = None
     try:
         completion = parse(raw)
@@ -307,6 +357,9 @@ async def call_and_record(
     cost = await record(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
+        cache_read_tokens=tokens.cache_read_tokens,
+        cache_write_tokens=tokens.cache_write_tokens,
+        cache_write_1h_tokens=tokens.cache_write_1h_tokens,
         latency_ms=latency_ms,
         error=None if invalid is None else invalid.message,
     )
@@ -318,8 +371,15 @@ async def call_and_record(
         raise invalid
     log.info(
         "llm.call", provider=ctx.provider, model=ctx.model, purpose=purpose, chat_id=chat_id,
-        input_tokens=input_tokens, output_tokens=output_tokens, cost_usd=cost,
-        latency_ms=round(latency_ms), stop_reason=completion.stop_reason,
+        input_tokens=input_tokens, output_tokens=output_tokens,
+        cache_read_tokens=tokens.cache_read_tokens, cache_write_tokens=tokens.cache_write_tokens,
+        cost_usd=cost, latency_ms=round(latency_ms), stop_reason=completion.stop_reason,
         tool_uses=len(completion.tool_uses),
     )  # fmt: skip
-    return attrs.evolve(completion, cost_usd=cost, latency_ms=latency_ms)
+    return attrs.evolve(
+        completion,
+        cost_usd=cost,
+        latency_ms=latency_ms,
+        cache_read_tokens=tokens.cache_read_tokens,
+        cache_write_tokens=tokens.cache_write_tokens,
+    )

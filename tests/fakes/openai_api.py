@@ -256,6 +256,8 @@ class ChatReply:
     finish_reason: str = "stop"
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    #: reported as ``usage.prompt_tokens_details.cached_tokens`` (None: no details)
+    cached_tokens: int | None = None
 
 
 # --- chat completions and embeddings validation (pure; raises OpenAIHttpError) -----------------
@@ -1052,6 +1054,11 @@ class FakeOpenAI:
                 "prompt_tokens": prompt,
                 "completion_tokens": completion,
                 "total_tokens": prompt + completion,
+                **(
+                    {}
+                    if reply.cached_tokens is None
+                    else {"prompt_tokens_details": {"cached_tokens": reply.cached_tokens}}
+                ),
             },
             "service_tier": "default",
             "system_fingerprint": "fp_fake0000",
