@@ -93,6 +93,30 @@ async def test_openai_model_and_base_url_from_settings(
     assert (row["provider"], row["model"], row["chat_id"]) == ("openai", model, CHAT)
 
 
+async def test_the_memory_role_opens_the_memory_model(
+    fake_claude: FakeAnthropic, fake_openai: FakeOpenAI, db: Database
+) -> None:
+    claude = {"ANTHROPIC_API_KEY": fake_claude.api_key, "ANTHROPIC_BASE_URL": fake_claude.base_url}
+    for env, expected in (({}, "claude-haiku-4-5"), ({"MEMORY_MODEL": "claude-sonnet-4-5"},
+                                                     "claude-sonnet-4-5")):  # fmt: skip
+        settings = load_settings(LLMSettings, {**claude, **env}, dotenv=None)
+        async with open_llm(settings, db, role="memory") as llm:
+            assert type(llm) is AnthropicLLM and llm.model == expected
+            await say_hi(llm)
+        async with open_llm(settings, db) as llm:
+            assert llm.model == "claude-sonnet-4-6"  # the chat model is unchanged
+    assert [r.body["model"] for r in fake_claude.requests] == [
+        "claude-haiku-4-5", "claude-sonnet-4-5"]  # fmt: skip
+    settings = load_settings(
+        LLMSettings,
+        {"LLM_PROVIDER": "openai", "OPENAI_BASE_URL": fake_openai.base_url,
+         "OPENAI_API_KEY": fake_openai.api_key, "OPENAI_MODEL": "local-qwen"},
+        dotenv=None,
+    )  # fmt: skip
+    async with open_llm(settings, db, role="memory") as llm:
+        assert type(llm) is OpenAICompatibleLLM and llm.model == "local-qwen"
+
+
 async def test_the_client_is_closed_when_the_block_fails(
     fake_claude: FakeAnthropic, db: Database
 ) -> None:

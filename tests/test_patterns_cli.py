@@ -30,7 +30,8 @@ def cli_env(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_logging: None
 ) -> None:
     for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
-                "MESSAGE_RETENTION_DAYS", "PATTERN_MERGE_THRESHOLD"):  # fmt: skip
+                "ANTHROPIC_MODEL", "MEMORY_MODEL", "MESSAGE_RETENTION_DAYS",
+                "PATTERN_MERGE_THRESHOLD"):  # fmt: skip
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setenv("ENGRAM_HOME", str(tmp_path))
@@ -160,6 +161,7 @@ async def test_patterns_merge_dry_run_then_merge(
     assert "adjudicating: 1/1 in " in captured.err
     assert await db.fetchval("SELECT count(*) FROM patterns WHERE status = 'active'") == 4
     [request] = claude.answered
+    assert request.body["model"] == "claude-haiku-4-5"  # the memory model, not the chat model
     prompt = json.dumps(request.messages)
     assert "User drinks green tea each morning" in prompt
     usage = await db.fetchrow("SELECT purpose, chat_id FROM api_usage")

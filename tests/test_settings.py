@@ -33,7 +33,9 @@ def test_defaults() -> None:
     assert s.timezone == "Europe/Madrid"
     assert s.database_url == ""
     assert s.telegram_allowed_chat_ids == frozenset()
-    assert (s.llm_provider, s.anthropic_model) == ("anthropic", "claude-sonnet-4-5")
+    assert (s.llm_provider, s.anthropic_model) == ("anthropic", "claude-sonnet-4-6")
+    assert (s.model_for("chat"), s.model_for("memory")) == ("claude-sonnet-4-6", "claude-haiku-4-5")
+    assert s.prompt_cache_ttl == "5m"
     assert s.message_retention_days == 7
 
 
@@ -56,6 +58,18 @@ def test_bad_value_names_the_variable(name: str, value: str) -> None:
         load_settings({name: value}, dotenv=None)
     assert info.value.name == name
     assert str(info.value).startswith(f"{name}: ")
+
+
+def test_memory_model_defaults_follow_the_provider() -> None:
+    s = load_settings({"MEMORY_MODEL": "claude-sonnet-4-6"}, dotenv=None)
+    assert s.model_for("memory") == "claude-sonnet-4-6"
+    s = load_settings({"LLM_PROVIDER": "openai", "OPENAI_MODEL": "qwen3-8b"}, dotenv=None)
+    assert (s.model_for("chat"), s.model_for("memory")) == ("qwen3-8b", "qwen3-8b")
+    s = load_settings({"LLM_PROVIDER": "openai", "MEMORY_MODEL": "qwen3-1.7b"}, dotenv=None)
+    assert (s.model_for("chat"), s.model_for("memory")) == ("gpt-4o-mini", "qwen3-1.7b")
+    with pytest.raises(SettingsError) as info:
+        load_settings({"PROMPT_CACHE_TTL": "10m"}, dotenv=None)
+    assert info.value.name == "PROMPT_CACHE_TTL"
 
 
 def test_singular_allowed_chat_id_alias() -> None:

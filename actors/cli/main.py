@@ -96,6 +96,7 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         open_usage_writer(database) as usage,  # api_usage rows off the turn's path
         voice_transcriber(settings, database) as transcribe,
         open_llm(settings, usage) as llm,
+        open_llm(settings, usage, role="memory") as memory_llm,  # compaction, adjudication
         open_embedder(
             settings.embedding_provider,
             settings.openai_api_key.reveal() or None,
@@ -107,9 +108,9 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         thresholds = thresholds_for(embedder.model, settings)
         lexicons = LexiconCache()  # per-chat BM25 statistics, shared by retrieval and recall
         tools = agent_tools(
-            memory_tools(LLMAdjudicator(llm), thresholds=thresholds, lexicons=lexicons)
+            memory_tools(LLMAdjudicator(memory_llm), thresholds=thresholds, lexicons=lexicons)
         )
-        compactor = sql_compactor(database, llm, embedder, settings, tools=tools)
+        compactor = sql_compactor(database, memory_llm, embedder, settings, tools=tools)
         agent = sql_agent(
             database,
             llm,

@@ -169,7 +169,7 @@ async def cmd_patterns_merge(settings: Settings, args: argparse.Namespace) -> in
     async with open_settings_database(settings) as db:
         await apply_migrations(db)
         async with (
-            open_llm(settings, db) as llm,
+            open_llm(settings, db, role="memory") as llm,
             open_embedder(
                 _provider(settings, args), _key(settings), settings.openai_base_url or None,
                 usage_db=db, rates=configured_rates(settings.model_rates),

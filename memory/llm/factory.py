@@ -17,7 +17,7 @@ import trio
 
 from memory.llm.cost import configured_rates
 from memory.llm.protocol import LLM
-from memory.llm.settings import LLMSettings
+from memory.llm.settings import LLMRole, LLMSettings
 from runtime.db import Queries
 from runtime.errors import SettingsError
 
@@ -46,8 +46,12 @@ def check_llm_settings(settings: LLMSettings) -> None:
 
 
 @asynccontextmanager
-async def open_llm(settings: LLMSettings, db: Queries) -> AsyncIterator[LLM]:
-    """The configured chat model; its SDK client is closed when the block ends."""
+async def open_llm(
+    settings: LLMSettings, db: Queries, role: LLMRole = "chat"
+) -> AsyncIterator[LLM]:
+    """The configured model for ``role`` (``chat``: ANTHROPIC_MODEL or OPENAI_MODEL;
+    ``memory``: MEMORY_MODEL), on the configured provider; its SDK client is closed when the
+    block ends."""
     rates = configured_rates(settings.model_rates)
     llm: AnthropicLLM | OpenAICompatibleLLM
     if settings.llm_provider == "anthropic":
@@ -57,7 +61,7 @@ async def open_llm(settings: LLMSettings, db: Queries) -> AsyncIterator[LLM]:
             api_key=settings.anthropic_api_key.reveal(),
             db=db,
             rates=rates,
-            model=settings.anthropic_model,
+            model=settings.model_for(role),
             base_url=settings.anthropic_base_url or None,
         )
     else:
@@ -65,7 +69,7 @@ async def open_llm(settings: LLMSettings, db: Queries) -> AsyncIterator[LLM]:
 
         llm = OpenAICompatibleLLM(
             api_key=settings.openai_api_key.reveal() or "not-needed",
-            model=settings.openai_model,
+            model=settings.model_for(role),
             db=db,
             rates=rates,
             base_url=settings.openai_base_url or None,

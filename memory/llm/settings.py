@@ -1,8 +1,9 @@
-"""The LLM settings section: which chat model, its keys and endpoints, prices, transcription."""
+"""The LLM settings section: which chat and memory models, their keys and endpoints, the prompt
+cache, prices, transcription."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import attrs
 
@@ -10,11 +11,19 @@ from runtime.settings import Field, Secret, SettingsSection, choice, http_url, s
 
 #: The values of LLM_PROVIDER.
 PROVIDERS = ("anthropic", "openai")
+#: MEMORY_MODEL when unset and LLM_PROVIDER=anthropic (with openai: OPENAI_MODEL)
+DEFAULT_MEMORY_MODEL = "claude-haiku-4-5"
+#: what a model is opened for: ``chat`` (turns) or ``memory`` (compaction, adjudication,
+#: episode summaries)
+LLMRole = Literal["chat", "memory"]
+#: The values of PROMPT_CACHE_TTL.
+CACHE_TTLS = ("5m", "1h")
 
 
 @attrs.frozen(kw_only=True, slots=False)
 class LLMSettings(SettingsSection):
-    """The chat model (Anthropic or any OpenAI-compatible endpoint), prices and speech-to-text."""
+    """The chat model and the memory model (Anthropic or any OpenAI-compatible endpoint), the
+    prompt cache's TTL, prices and speech-to-text."""
 
     fields: ClassVar[tuple[Field, ...]] = (
         Field("OPENAI_API_KEY", "openai_api_key", "", secret,
@@ -26,12 +35,18 @@ class LLMSettings(SettingsSection):
               "anthropic, or openai for any OpenAI-compatible chat endpoint (OPENAI_BASE_URL)."),
         Field("ANTHROPIC_API_KEY", "anthropic_api_key", "", secret, "Anthropic API key.",
               secret=True),
-        Field("ANTHROPIC_MODEL", "anthropic_model", "claude-sonnet-4-5", text,
+        Field("ANTHROPIC_MODEL", "anthropic_model", "claude-sonnet-4-6", text,
               "Claude model for turns."),
         Field("ANTHROPIC_BASE_URL", "anthropic_base_url", "", http_url,
               "Anthropic API base URL (empty: the SDK default)."),
         Field("OPENAI_MODEL", "openai_model", "gpt-4o-mini", text,
               "Chat model when LLM_PROVIDER=openai."),
+        Field("MEMORY_MODEL", "memory_model", "", text,
+              "Model for memory work (compaction, adjudication, episode summaries), from "
+              "LLM_PROVIDER; empty: claude-haiku-4-5, or OPENAI_MODEL with openai."),
+        Field("PROMPT_CACHE_TTL", "prompt_cache_ttl", "5m", choice(*CACHE_TTLS),
+              "Lifetime of the turn context's cached prefix (Anthropic cache_control): 5m or "
+              "1h."),
         Field("MODEL_RATES", "model_rates", "", text,
               "Prices on top of the built-in table: model=in/out (USD per 1M tokens) or "
               "model=usd/min, comma-separated."),
@@ -46,5 +61,16 @@ class LLMSettings(SettingsSection):
     anthropic_model: str
     anthropic_base_url: str
     openai_model: str
+    memory_model: str = ""
+    prompt_cache_ttl: str = "5m"
     model_rates: str = ""
     transcription_model: str
+
+    def model_for(self, role: LLMRole) -> str:
+        """The model of ``role``: ``chat`` (turns) or ``memory`` (compaction, adjudication,
+        episode summaries)."""
+        if role == "memory" and self.memory_model:
+            return self.memory_model
+        if self.llm_provider == "openai":
+            return self.openai_model
+        return DEFAULT_MEMORY_MODEL if role == "memory" else self.anthropic_model
