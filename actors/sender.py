@@ -1,55 +1,55 @@
 """SenderActor (singleton): the outbox -> Telegram, in order per chat, paced and resumable.
 
 The chat actor commits a reply to the outbox, then sends :class:`OutboxReady` ``(chat_id)``.
-The sender runs one worker task per chat with open rows (rows of a chat strictly in id order,
-different chats concurrently); every request passes the per-chat pacing (one request per
-``chat_interval`` seconds) and the global limiter shared by all workers (at most
-``global_rate`` requests in any ``global_period``). On start-up, and every ``sweep_interval``,
-every chat with open rows (``pending``, or ``sending`` left by a crash) gets a worker, so a
-lost notification only delays a reply.
+One worker task per chat with open rows sends them strictly in id order (chats concurrently);
+every request passes the per-chat pacing (one per ``chat_interval`` s) and the global limiter
+(``global_rate`` per ``global_period``). On start-up, and every ``sweep_interval``, every chat
+with open rows gets a worker, so a lost notification only delays a reply.
 
-A reply is split with :mod:`actors.telegram.chunking` (UTF-16 limit, paragraph/line/word boundaries,
-never inside an HTML tag or entity); each delivered chunk is recorded at once
-(``record_chunk_sent``), so a restart resumes after the last delivered chunk. Per request:
+Exactly once, or visibly uncertain. Before a chunk (:func:`~actors.sender_store.plan_chunks`)
+is handed to the Bot API its row records, committed, that it is in flight (``mark_in_flight``;
+for a reply claimed by its turn's commit, that commit did it); after Telegram's answer the
+outcome is recorded (``record_chunk_sent``, idempotent, or ``release_in_flight`` when the
+answer proves it was not delivered), retried through database errors with backoff, each
+attempt shielded from cancellation for ``record_timeout``, instead of crashing the sender. A
+starting sender marks ``uncertain`` every open row still in flight — left by an earlier
+process, or by this process's crashed sender (:class:`~actors.sender_policy.SenderLedger`):
+it was interrupted between request and record, and is never resent.
 
-* 429: wait exactly ``retry_after`` and resend (at most ``max_rate_limit_waits`` times);
+Per request:
+
+* 429: wait exactly ``retry_after`` and resend;
 * 400 "can't parse entities": resend the same chunk as plain text;
-* pre-connect network errors and 5xx: retry after ``retry_delays`` (1 s, 2 s, 4 s), then the
-  row is ``failed``;
-* may-have-been-delivered network errors (reset, read timeout...): the row is ``uncertain``
-  and is NOT resent (the user may miss the rest of the reply rather than see it twice);
-* 403 and every other API error: the row is ``failed``, without retry.
+* pre-connect network errors and 5xx: retry after ``retry_base`` doubled per failure up to
+  ``retry_cap``, with jitter;
+* retryable failures go on until the row is ``deadline`` seconds old (by its ``created_at``,
+  so across restarts too); then it is ``failed``, logged (``sender.gave_up``) and counted
+  (:attr:`SenderActor.gave_up`);
+* may-have-been-delivered network errors (reset, read timeout...): ``uncertain``, NOT resent;
+* 403 and every other API error (400 chat not found, 401, 404): ``failed`` at once.
 
-Replies are thus sent at least once per chunk that Telegram confirmed, and never resent
-blindly after an ambiguous failure; a crash between Telegram's answer and the recording of the
-chunk can still duplicate that one chunk.
+A worker waiting out a failure keeps its row open; a closed sender stops waiting and leaves
+the row to the next start.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Literal, Protocol, runtime_checkable
+import random
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from functools import partial
+from typing import Literal, TypeVar
 
 import attrs
 import structlog
 import trio
 
-from actors.queues import outbox
 from actors.queues.outbox import OutboxRow
-from actors.sender_policy import SenderSettings, SlidingWindowLimiter
-from actors.telegram.chunking import (
-    MAX_MESSAGE_UTF16,
-    ChunkPlan,
-    html_to_text,
-    plan_reply,
-    split_text,
-    utf16_len,
-    visible_text,
-)
+from actors.sender_policy import SenderLedger, SenderSettings, SlidingWindowLimiter, backoff_delay
+from actors.sender_store import DbOutbox, MessageClient, OutboxStore, plain_fallback, plan_chunks
 from actors.telegram.errors import (
     ApiError,
     BadRequest,
-    MalformedHtml,
     NetworkError,
     PreConnectError,
     RateLimited,
@@ -58,130 +58,27 @@ from actors.telegram.errors import (
 )
 from runtime.actor import Address, Mailbox, serve
 from runtime.db import Queries
-from runtime.errors import DatabaseUnavailable
+from runtime.errors import DatabaseError
 
-__all__ = [
-    "DbOutbox",
-    "MessageClient",
-    "OutboxReady",
-    "OutboxStore",
-    "SenderActor",
-    "SenderSettings",
-    "SlidingWindowLimiter",
-    "plain_fallback",
-    "plan_chunks",
-]
+__all__ = ["OutboxReady", "SenderActor", "SenderLedger", "SenderSettings"]
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 
 @attrs.frozen
 class OutboxReady:
     """Sent by the chat actor after committing a reply: ``chat_id`` has outbox rows to send.
     ``row``: the new row when the commit already started its first send attempt (it was the
-    chat's only open row): with no worker on the chat, it is sent without reading it back."""
+    chat's only open row; its first chunk is marked in flight): with no worker on the chat, it
+    is sent without reading it back."""
 
     chat_id: int
     row: OutboxRow | None = None
 
 
-class MessageClient(Protocol):
-    """The part of the Bot API client the sender uses (``BotApiClient`` satisfies it)."""
-
-    async def send_message(
-        self,
-        chat_id: int | str,
-        text: str,
-        parse_mode: str | None = None,
-        *,
-        reply_to_message_id: int | None = None,
-    ) -> int: ...
-
-
-@runtime_checkable
-class OutboxStore(Protocol):
-    """Outbox access the sender needs; :class:`DbOutbox` is the PostgreSQL implementation."""
-
-    async def chats_with_pending(self) -> list[int]: ...
-
-    async def next_pending(self, chat_id: int, limit: int) -> list[OutboxRow]: ...
-
-    async def next_pending_claimed(
-        self, chat_id: int, limit: int
-    ) -> tuple[list[OutboxRow], int | None]:
-        """The chat's open rows and the id of the first, whose send attempt is started
-        (as :meth:`mark_sending`), in one round trip."""
-        ...
-
-    async def mark_sending(self, row_id: int) -> int | None: ...
-
-    async def record_chunk_sent(self, row_id: int, telegram_message_id: int) -> int | None: ...
-
-    async def mark_sent(self, row_id: int) -> bool: ...
-
-    async def mark_failed(self, row_id: int, error: str) -> bool: ...
-
-    async def mark_uncertain(self, row_id: int, error: str) -> bool: ...
-
-
-@attrs.frozen
-class DbOutbox:
-    """:class:`OutboxStore` over the ``outbox`` table (see :mod:`actors.queues.outbox`)."""
-
-    db: Queries
-
-    async def chats_with_pending(self) -> list[int]:
-        return await outbox.chats_with_pending(self.db)
-
-    async def next_pending(self, chat_id: int, limit: int) -> list[OutboxRow]:
-        return await outbox.next_pending(self.db, chat_id, limit)
-
-    async def next_pending_claimed(
-        self, chat_id: int, limit: int
-    ) -> tuple[list[OutboxRow], int | None]:
-        return await outbox.next_pending_claimed(self.db, chat_id, limit)
-
-    async def mark_sending(self, row_id: int) -> int | None:
-        return await outbox.mark_sending(self.db, row_id)
-
-    async def record_chunk_sent(self, row_id: int, telegram_message_id: int) -> int | None:
-        return await outbox.record_chunk_sent(self.db, row_id, telegram_message_id)
-
-    async def mark_sent(self, row_id: int) -> bool:
-        return await outbox.mark_sent(self.db, row_id)
-
-    async def mark_failed(self, row_id: int, error: str) -> bool:
-        return await outbox.mark_failed(self.db, row_id, error)
-
-    async def mark_uncertain(self, row_id: int, error: str) -> bool:
-        return await outbox.mark_uncertain(self.db, row_id, error)
-
-
-def plan_chunks(text: str, parse_mode: str | None, limit: int = MAX_MESSAGE_UTF16) -> ChunkPlan:
-    """The messages for one outbox row; deterministic, so ``chunks_sent`` indexes into it.
-
-    HTML is split into well-formed chunks (malformed HTML falls back to plain text up front);
-    other text is split as plain text and keeps its ``parse_mode``.
-    """
-    if parse_mode == "HTML" or parse_mode is None:
-        return plan_reply(text, html_mode=parse_mode == "HTML", limit=limit)
-    return ChunkPlan(tuple(split_text(text, limit)), parse_mode)
-
-
-_MD_ESCAPE_RE = re.compile(r"\\([_*\[\]()~`>#+\-=|{}.!\\])")
-
-
-def plain_fallback(chunk: str, parse_mode: str | None, limit: int = MAX_MESSAGE_UTF16) -> str:
-    """Plain text for a chunk Telegram could not parse; always one message (within ``limit``)."""
-    if parse_mode != "HTML":
-        return _MD_ESCAPE_RE.sub(r"\1", chunk).strip() or chunk
-    text = html_to_text(chunk).strip()
-    if text and utf16_len(text) <= limit:
-        return text
-    try:  # link URLs made it too long: the visible text is within the limit by construction
-        return visible_text(chunk).strip()
-    except MalformedHtml:
-        return split_text(text, limit)[0]
+def wall_now() -> datetime:
+    return datetime.now(UTC)
 
 
 Outcome = Literal["failed", "uncertain", "closed"]
@@ -189,10 +86,12 @@ Outcome = Literal["failed", "uncertain", "closed"]
 
 @attrs.frozen
 class _Final:
-    """Why a chunk was not delivered: the row ends ``failed``/``uncertain``, or was closed."""
+    """Why a chunk was not delivered: the row ends ``failed``/``uncertain``, or was closed.
+    ``gave_up``: failed because retryable failures lasted past the deadline."""
 
     outcome: Outcome
     error: str = ""
+    gave_up: bool = False
 
 
 def _describe(exc: BaseException) -> str:
@@ -203,20 +102,26 @@ def _describe(exc: BaseException) -> str:
 class SenderActor:
     """The outbox sender; ``run`` reports ``Address[OutboxReady]`` once the start-up scan is done.
 
-    ``db`` is a database handle (wrapped in :class:`DbOutbox`) or any :class:`OutboxStore`.
-    Timing uses only ``trio.sleep``/``trio.current_time``, so it runs on a MockClock.
+    ``db`` is a database handle (wrapped in :class:`~actors.sender_store.DbOutbox`) or any
+    :class:`~actors.sender_store.OutboxStore`. ``ledger``: shared by the senders of one process
+    (the supervisor restarts a crashed one). Timing uses only ``trio.sleep``/``current_time``,
+    so it runs on a MockClock; ``wall_clock`` only ages rows (their ``created_at``).
     """
 
     db: Queries | OutboxStore
     client: MessageClient
     settings: SenderSettings = attrs.field(factory=SenderSettings, kw_only=True)
     limiter: SlidingWindowLimiter | None = attrs.field(default=None, kw_only=True)
+    ledger: SenderLedger = attrs.field(factory=SenderLedger, kw_only=True)
+    wall_clock: Callable[[], datetime] = attrs.field(default=wall_now, kw_only=True)
+    rng: random.Random = attrs.field(factory=random.Random, kw_only=True)
     store: OutboxStore = attrs.field(init=False)
     _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
     _workers: set[int] = attrs.field(init=False, factory=set)
     _again: set[int] = attrs.field(init=False, factory=set)
     _last_request: dict[int, float] = attrs.field(init=False, factory=dict)
     _stopping: bool = attrs.field(init=False, default=False)
+    _stopped: trio.Event = attrs.field(init=False, factory=trio.Event)
     _sweep_scope: trio.CancelScope = attrs.field(init=False, factory=trio.CancelScope)
 
     def __attrs_post_init__(self) -> None:
@@ -228,21 +133,28 @@ class SenderActor:
 
     @property
     def active_chats(self) -> frozenset[int]:
-        """Chats that have a worker right now."""
-        return frozenset(self._workers)
+        return frozenset(self._workers)  # chats that have a worker right now
+
+    @property
+    def gave_up(self) -> int:
+        """Replies this process made ``failed`` after retrying past the deadline."""
+        return self.ledger.gave_up
 
     async def run(
         self, *, task_status: trio.TaskStatus[Address[OutboxReady]] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Send every open row, then serve notifications until the mailbox is closed.
+        """Recover rows left in flight, send every open row, then serve notifications until the
+        mailbox is closed.
 
-        After the mailbox closes, each worker finishes the row in hand and ``run`` returns;
-        what is left is resumed by the next start.
+        After the mailbox closes, each worker finishes the request in hand (a worker waiting
+        out a failure stops waiting) and ``run`` returns; what is left is resumed by the next
+        start.
         """
         mailbox: Mailbox[OutboxReady] = Mailbox("sender", capacity=self.settings.mailbox_capacity)
         with mailbox.inbox as inbox:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                await self._recover()
                 await self._sweep()
                 if self.settings.sweep_interval is not None:
                     nursery.start_soon(self._sweeper, self.settings.sweep_interval)
@@ -250,6 +162,7 @@ class SenderActor:
                 task_status.started(mailbox.address)
                 await serve(inbox, self._handle)
                 self._stopping = True
+                self._stopped.set()
                 self._sweep_scope.cancel()
         log.info("sender.stopped")
 
@@ -259,8 +172,24 @@ class SenderActor:
         else:
             self._wake(msg.chat_id)
 
+    async def _recover(self) -> None:
+        """Mark ``uncertain`` the rows left in flight: by any earlier process (the first sender
+        of this one), or by this process's crashed sender (the ledger's rows)."""
+        ledger = self.ledger
+        ids = sorted(ledger.in_flight) if ledger.recovered else None
+        if ids == []:
+            return
+        rows = await self._db("recover", partial(self.store.recover_in_flight, ids))
+        ledger.recovered = True
+        ledger.in_flight.clear()
+        ledger.uncertain += len(rows)
+        for row in rows:
+            log.warning("sender.uncertain", chat_id=row.chat_id, outbox_id=row.id,
+                        chunk=(row.chunk_in_flight or 0) + 1, error=row.last_error,
+                        resent=False, recovered=True)  # fmt: skip
+
     async def _sweep(self) -> None:
-        for chat_id in await self.store.chats_with_pending():
+        for chat_id in await self._db("sweep", self.store.chats_with_pending):
             self._wake(chat_id)
 
     async def _sweeper(self, interval: float) -> None:
@@ -286,21 +215,21 @@ class SenderActor:
         self._nursery.start_soon(self._chat_worker, chat_id, first, name=f"sender:{chat_id}")
 
     async def _chat_worker(self, chat_id: int, first: OutboxRow | None = None) -> None:
-        """Send the chat's open rows in order; ``first``: a row already claimed (its send
-        attempt started by the chat actor's commit), sent before looking for more."""
+        """Send the chat's open rows in order; ``first``: a row already claimed (its first
+        chunk marked in flight by the chat actor's commit), sent before looking for more."""
         with structlog.contextvars.bound_contextvars(chat_id=chat_id):
             try:
                 if first is not None:
-                    await self._send_row(first, claimed=True)
+                    await self._send_row(first)
                 while not self._stopping:
                     self._again.discard(chat_id)
-                    rows, claimed = await self.store.next_pending_claimed(
-                        chat_id, self.settings.batch_size
+                    rows = await self._db(
+                        "read", partial(self.store.next_pending, chat_id, self.settings.batch_size)
                     )
                     if not rows and chat_id not in self._again:
                         return
                     for row in rows:
-                        await self._send_row(row, claimed=row.id == claimed)
+                        await self._send_row(row)
                         if self._stopping:
                             return
             finally:
@@ -314,85 +243,126 @@ class SenderActor:
             if chat_id not in self._workers:
                 del self._last_request[chat_id]
 
-    async def _send_row(self, row: OutboxRow, *, claimed: bool = False) -> None:
-        """Deliver the row's remaining chunks, then mark it sent (or failed/uncertain).
-        ``claimed``: its next send attempt is already started (``next_pending_claimed``)."""
+    async def _send_row(self, row: OutboxRow) -> None:
+        """Deliver the row's remaining chunks, each recorded (the last one with the row
+        ``sent``), or end it failed/uncertain, or leave it open (closed, stopping)."""
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id)
         plan = plan_chunks(row.text, row.parse_mode, self.settings.chunk_limit)
         if not plan.chunks:
-            await self.store.mark_failed(row.id, "empty reply: nothing to send")
+            await self._finish(row, 0, 0, _Final("failed", "empty reply: nothing to send"))
             return
         if row.chunks_sent:
             rlog.info("sender.resuming", chunks_sent=row.chunks_sent, chunks=len(plan.chunks))
+        deadline = self._deadline(row)
+        # an open row read in this process with a chunk in flight was claimed by its turn's
+        # commit and never handed to anyone (rows a sender left so are recovered at its start)
+        marked = row.chunk_in_flight is not None and row.chunk_in_flight == row.chunks_sent
         message_ids = list(row.telegram_message_ids)
         for index in range(row.chunks_sent, len(plan.chunks)):
-            result = await self._deliver(
-                row, index, plan.chunks[index], plan.parse_mode, claimed=claimed
-            )
-            claimed = False
+            chunk = plan.chunks[index]
+            result = await self._deliver(row, index, chunk, plan.parse_mode, deadline, marked)
+            marked = False
             if isinstance(result, _Final):
                 await self._finish(row, index, len(plan.chunks), result)
                 return
             message_ids.append(result)
-            await self._record(row.id, result)
-        await self.store.mark_sent(row.id)
+            last = index == len(plan.chunks) - 1
+            if not await self._record(row.id, index, result, last=last):
+                rlog.info("sender.row_closed", chunk=index + 1)
+                return
         rlog.info("sender.sent", chunks=len(plan.chunks), telegram_message_ids=message_ids)
+
+    def _deadline(self, row: OutboxRow) -> float:
+        """The trio time after which no retry of the row starts (``deadline`` after its
+        ``created_at``)."""
+        age = max(0.0, (self.wall_clock() - row.created_at).total_seconds())
+        return trio.current_time() + self.settings.deadline - age
 
     async def _finish(self, row: OutboxRow, index: int, total: int, result: _Final) -> None:
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id, chunk=index + 1, chunks=total)
         if result.outcome == "closed":
             rlog.info("sender.row_closed")
         elif result.outcome == "uncertain":
-            await self.store.mark_uncertain(row.id, result.error)
+            await self._db("uncertain", partial(self.store.mark_uncertain, row.id, result.error))
+            self.ledger.uncertain += 1
             rlog.warning("sender.uncertain", error=result.error, resent=False)
         else:
-            await self.store.mark_failed(row.id, result.error)
-            rlog.warning("sender.failed", error=result.error)
+            await self._db("failed", partial(self.store.mark_failed, row.id, result.error))
+            if result.gave_up:
+                self.ledger.gave_up += 1
+                rlog.error("sender.gave_up", error=result.error, deadline=self.settings.deadline)
+            else:
+                rlog.warning("sender.failed", error=result.error)
+        self.ledger.in_flight.discard(row.id)
 
     async def _deliver(
-        self, row: OutboxRow, index: int, chunk: str, parse_mode: str | None, *, claimed: bool
+        self,
+        row: OutboxRow,
+        index: int,
+        chunk: str,
+        parse_mode: str | None,
+        deadline: float,
+        marked: bool,
     ) -> int | _Final:
-        """Send one chunk, applying the retry policy; the message id, or why it was not sent."""
+        """Send one chunk, applying the retry policy; the message id, or why it was not sent.
+        ``marked``: the chunk is already marked in flight (by the turn's commit)."""
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id, chunk=index + 1)
         text, mode = chunk, parse_mode
         reply_to = row.reply_to_message_id if index == 0 else None
-        failures = rate_limited = 0
+        failures = attempts = 0
         while True:
             await self._pace(row.chat_id)
-            if claimed:
-                claimed = False
-            elif await self.store.mark_sending(row.id) is None:
-                return _Final("closed")
+            if not marked:
+                mark = partial(self.store.mark_in_flight, row.id, index)
+                if await self._db("mark_in_flight", mark) is None:
+                    return _Final("closed")
+            marked = False
+            self.ledger.in_flight.add(row.id)
+            attempts += 1
             try:
                 return await self.client.send_message(
                     row.chat_id, text, mode, reply_to_message_id=reply_to
                 )
             except RateLimited as exc:
-                rate_limited += 1
-                if rate_limited > self.settings.max_rate_limit_waits:
-                    return _Final("failed", f"rate limited {rate_limited} times: {exc}")
+                error: Exception = exc
                 delay = self.settings.default_retry_after
                 if exc.retry_after is not None:
                     delay = exc.retry_after
-                rlog.warning("sender.rate_limited", retry_after=delay)
-                await trio.sleep(delay)
+                event = "sender.rate_limited"
             except BadRequest as exc:
                 if not (exc.is_parse_error and mode is not None):
                     return _Final("failed", _describe(exc))
                 rlog.warning("sender.parse_fallback", parse_mode=mode, error=str(exc))
                 text, mode = plain_fallback(chunk, mode, self.settings.chunk_limit), None
+                continue
             except (ServerError, PreConnectError) as exc:
-                if failures >= len(self.settings.retry_delays):
-                    return _Final("failed", f"gave up after {failures + 1} attempts: "
-                                  f"{_describe(exc)}")  # fmt: skip
-                delay = self.settings.retry_delays[failures]
+                error, delay, event = exc, self._backoff(failures), "sender.retrying"
                 failures += 1
-                rlog.warning("sender.retrying", attempt=failures, delay=delay, error=str(exc))
-                await trio.sleep(delay)
             except ApiError as exc:  # 403 blocked, 401, 404, ...: permanent
                 return _Final("failed", _describe(exc))
             except (NetworkError, UnexpectedResponse) as exc:  # may have been delivered
                 return _Final("uncertain", _describe(exc))
+            if trio.current_time() + delay > deadline:
+                why = f"gave up after {attempts} attempts at the deadline: {_describe(error)}"
+                return _Final("failed", why, gave_up=True)
+            release = partial(self.store.release_in_flight, row.id, index, _describe(error))
+            await self._db("release", release)
+            self.ledger.in_flight.discard(row.id)
+            rlog.warning(event, attempt=attempts, retry_after=delay, error=str(error))
+            if not await self._wait(delay):
+                return _Final("closed")
+
+    def _backoff(self, failures: int) -> float:
+        s = self.settings
+        return backoff_delay(failures, base=s.retry_base, cap=s.retry_cap, jitter=s.jitter,
+                             draw=self.rng.random())  # fmt: skip
+
+    async def _wait(self, delay: float) -> bool:
+        """Sleep ``delay`` seconds; False at once when the sender is closed meanwhile."""
+        with trio.move_on_after(delay):
+            await self._stopped.wait()
+            return False
+        return True
 
     async def _pace(self, chat_id: int) -> None:
         """Wait for the chat's pacing slot, then for a global slot."""
@@ -403,9 +373,32 @@ class SenderActor:
         await self.limiter.acquire()
         self._last_request[chat_id] = trio.current_time()
 
-    async def _record(self, row_id: int, message_id: int) -> None:
-        """Record a delivered chunk, shielded: a cancelled sender must not forget it."""
-        with trio.move_on_after(self.settings.record_timeout, shield=True):
-            await self.store.record_chunk_sent(row_id, message_id)
-            return
-        raise DatabaseUnavailable(f"recording a delivered chunk of outbox row {row_id} timed out")
+    async def _record(self, row_id: int, chunk: int, message_id: int, *, last: bool) -> bool:
+        """Record a delivered chunk: retried through database errors, each attempt shielded from
+        cancellation for ``record_timeout`` (a cancelled sender leaves the chunk in flight, and
+        the next start marks the row uncertain). False when the row was closed meanwhile."""
+        record = partial(self.store.record_chunk_sent, row_id, chunk, message_id, last=last)
+        recorded = await self._db("record", record, shielded=True)
+        self.ledger.in_flight.discard(row_id)
+        return recorded
+
+    async def _db(
+        self, step: str, call: Callable[[], Awaitable[T]], *, shielded: bool = False
+    ) -> T:
+        """``call()``, retried with capped backoff while the database fails (an outage is
+        waited out; the sender does not crash on it)."""
+        s, failures = self.settings, 0
+        while True:
+            try:
+                if not shielded:
+                    return await call()
+                with trio.move_on_after(s.record_timeout, shield=True):
+                    return await call()
+                error = f"timed out after {s.record_timeout:g} s"
+            except DatabaseError as exc:
+                error = _describe(exc)
+            delay = backoff_delay(failures, base=s.db_retry_base, cap=s.db_retry_cap,
+                                  jitter=s.jitter, draw=self.rng.random())  # fmt: skip
+            failures += 1
+            log.warning("sender.db_retrying", step=step, attempt=failures, delay=delay, error=error)
+            await trio.sleep(delay)

@@ -1,6 +1,9 @@
 """The sender's policy (:mod:`actors.sender`): its settings (per-chat pacing, the global rate,
-retry delays, 429 waits, batching) and the global sliding-window rate limiter shared by all its
-workers. Timing uses only ``trio.sleep_until``/``trio.current_time``, so it runs on a MockClock.
+retry backoff and deadline, 429 waits, batching), the capped exponential backoff with jitter
+(:func:`backoff_delay`, also used by the chat actor and the tool loop to wait out a model
+outage), the global sliding-window rate limiter shared by all its workers, and the
+:class:`SenderLedger` that outlives a restarted sender. Timing uses only
+``trio.sleep_until``/``trio.current_time``, so it runs on a MockClock.
 """
 
 from __future__ import annotations
@@ -12,6 +15,22 @@ import trio
 
 from actors.telegram.chunking import MAX_MESSAGE_UTF16
 
+#: exponents above this no longer change a capped delay (and 2**n stays a small number)
+_MAX_EXPONENT = 60
+
+
+def backoff_delay(
+    failures: int, *, base: float, cap: float, jitter: float = 0.0, draw: float = 0.0
+) -> float:
+    """The wait after ``failures`` earlier failures (0 for the first retry): ``base`` doubled
+    per failure, at most ``cap``, then shortened by up to ``jitter`` of itself (``draw`` in
+    [0, 1) picks how much: pass ``random.random()``), so that many waiters do not retry in step.
+    Pure: ``backoff_delay(n, base=1, cap=300)`` is 1, 2, 4, ... 256, 300, 300, ..."""
+    if failures < 0 or base < 0 or cap < 0 or not 0.0 <= jitter <= 1.0 or not 0.0 <= draw < 1.0:
+        raise ValueError("failures, base and cap must be >= 0; jitter and draw within [0, 1)")
+    delay = min(cap, base * 2.0 ** min(failures, _MAX_EXPONENT))
+    return delay * (1.0 - jitter * draw)
+
 
 @attrs.frozen
 class SenderSettings:
@@ -20,27 +39,58 @@ class SenderSettings:
     chat_interval: float = 1.0
     global_rate: int = 30
     global_period: float = 1.0
-    #: delays before the retries of a pre-connect error or 5xx (len = number of retries)
-    retry_delays: tuple[float, ...] = (1.0, 2.0, 4.0)
-    #: how many 429 answers one chunk may get before its row is failed
-    max_rate_limit_waits: int = 10
+    #: first wait after a retryable failure (5xx, a refused connection), doubled per failure
+    retry_base: float = 1.0
+    #: the longest wait between two attempts (``SEND_RETRY_CAP``)
+    retry_cap: float = 300.0
+    #: retryable failures (5xx, unreachable, 429) are retried until the row is this old
+    #: (``SEND_DEADLINE``); only then is it ``failed``
+    deadline: float = 86_400.0
+    #: each backoff wait is shortened by up to this fraction of itself, at random
+    jitter: float = 0.2
     #: wait after a 429 that carries no retry_after
     default_retry_after: float = 1.0
     chunk_limit: int = MAX_MESSAGE_UTF16
     batch_size: int = 50
     #: rescan the outbox this often for rows whose notification was lost (None: never)
     sweep_interval: float | None = 30.0
-    #: bound on recording a delivered chunk, shielded from cancellation
+    #: bound on one attempt to record a delivered chunk, shielded from cancellation
     record_timeout: float = 10.0
+    #: first and longest wait before retrying an outbox read or write that hit a database error
+    db_retry_base: float = 0.5
+    db_retry_cap: float = 30.0
     mailbox_capacity: int = 256
 
     def __attrs_post_init__(self) -> None:
         if min(self.global_rate, self.global_period, self.chunk_limit, self.batch_size) <= 0:
             raise ValueError("global_rate, global_period, chunk_limit, batch_size must be > 0")
-        if min(self.chat_interval, self.max_rate_limit_waits, *self.retry_delays) < 0:
-            raise ValueError("intervals, delays and limits must be >= 0")
+        if (
+            min(self.chat_interval, self.retry_base, self.db_retry_base) < 0
+            or min(self.retry_cap, self.deadline, self.default_retry_after, self.db_retry_cap) < 0
+        ):
+            raise ValueError("intervals, delays, caps and the deadline must be >= 0")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError("jitter must be within [0, 1]")
         if self.record_timeout <= 0 or self.mailbox_capacity < 1:
             raise ValueError("record_timeout and mailbox_capacity must be positive")
+
+
+@attrs.define
+class SenderLedger:
+    """What outlives one sender: the supervisor restarts a crashed sender as a fresh actor,
+    handed the same ledger.
+
+    ``in_flight``: rows whose chunk this process has handed to the Bot API and whose outcome is
+    not recorded yet; a restarted sender marks exactly those ``uncertain`` (a row a turn's
+    commit marked in flight meanwhile was never handed to anyone, and is sent). ``recovered``:
+    the first sender of the process has marked every row left in flight by earlier processes.
+    ``gave_up`` and ``uncertain`` count the rows this process made ``failed`` after retrying
+    past the deadline and ``uncertain`` (for the heartbeat and ``/readyz``)."""
+
+    in_flight: set[int] = attrs.field(factory=set)
+    recovered: bool = False
+    gave_up: int = 0
+    uncertain: int = 0
 
 
 @attrs.define

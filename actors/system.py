@@ -34,6 +34,7 @@ from actors.queues.inbox_writer import InboxWriter
 from actors.queues.outbox import OutboxRow
 from actors.router import Router
 from actors.sender import OutboxReady, SenderActor
+from actors.sender_policy import SenderLedger, SenderSettings
 from actors.settings import Settings
 from actors.telegram.client import BotApiClient
 from actors.telegram.errors import TelegramError
@@ -78,6 +79,8 @@ class BotSystem:
     #: the singleton compactor (its ``request`` is the agent's ``on_over_budget``, given when the
     #: agent is built)
     compactor: CompactorActor | None = None
+    #: shared by the sender and its restarts: rows in flight, replies given up (heartbeat)
+    sender_ledger: SenderLedger = attrs.field(factory=SenderLedger)
 
     def _bot(self) -> BotApiClient:
         if self.bot_factory is not None:
@@ -94,8 +97,12 @@ class BotSystem:
             sender_done = trio.Event()
 
             async def run_sender(*, task_status: trio.TaskStatus[Address[OutboxReady]]) -> None:
+                sending = SenderSettings(
+                    retry_cap=settings.send_retry_cap, deadline=settings.send_deadline
+                )
+                actor = SenderActor(self.db, bot, settings=sending, ledger=self.sender_ledger)
                 try:
-                    await SenderActor(self.db, bot).run(task_status=task_status)
+                    await actor.run(task_status=task_status)
                 finally:
                     sender_done.set()
 

@@ -230,28 +230,49 @@ async def test_parse_mode_is_checked_by_the_schema(db: dbmod.Database) -> None:
         await outbox.enqueue_reply(db, 1, "x", "Markdown")  # type: ignore[arg-type]
 
 
-async def test_chunks_resume_point_and_sent(db: dbmod.Database) -> None:
+async def test_chunks_resume_point_in_flight_mark_and_sent(db: dbmod.Database) -> None:
     row_id = await outbox.enqueue_reply(db, 1, "long reply")
-    assert await outbox.mark_sending(db, row_id) == 1
-    assert await outbox.record_chunk_sent(db, row_id, 1001) == 1
-    assert await outbox.record_chunk_sent(db, row_id, 1002) == 2
-    # crash here: the row is still open and says where to resume
+    assert await outbox.mark_in_flight(db, row_id, 0) == 1
+    assert (await outbox.get(db, row_id)).chunk_in_flight == 0  # type: ignore[union-attr]
+    assert await outbox.record_chunk_sent(db, row_id, 0, 1001) is True
+    assert await outbox.record_chunk_sent(db, row_id, 0, 1001) is True  # a retry: no change
+    assert await outbox.mark_in_flight(db, row_id, 1) == 2
+    assert await outbox.record_chunk_sent(db, row_id, 1, 1002) is True
+    # crash here: the row is still open, nothing in flight, and says where to resume
     (row,) = await outbox.next_pending(db, 1)
     assert (row.status, row.chunks_sent, row.telegram_message_ids) == ("sending", 2, (1001, 1002))
-    assert await outbox.mark_sending(db, row_id) == 2
-    assert await outbox.record_chunk_sent(db, row_id, 1003) == 3
-    assert await outbox.mark_sent(db, row_id) is True
+    assert row.chunk_in_flight is None
+    assert await outbox.mark_in_flight(db, row_id, 2) == 3
+    assert await outbox.release_in_flight(db, row_id, 2, "502 Bad Gateway") is True
+    assert await outbox.release_in_flight(db, row_id, 2, "again") is False  # nothing marked
+    assert await outbox.mark_in_flight(db, row_id, 2) == 4
+    assert await outbox.record_chunk_sent(db, row_id, 2, 1003, last=True) is True
     row2 = await outbox.get(db, row_id)
     assert row2 is not None
-    assert (row2.status, row2.attempts, row2.chunks_sent) == ("sent", 2, 3)
+    assert (row2.status, row2.attempts, row2.chunks_sent, row2.chunk_in_flight) == (
+        "sent", 4, 3, None)  # fmt: skip
     assert row2.telegram_message_ids == (1001, 1002, 1003)
-    assert row2.sent_at is not None
+    assert row2.sent_at is not None and row2.last_error is None
     assert await outbox.next_pending(db) == []
     assert await outbox.chats_with_pending(db) == []
     # final rows stay final
-    assert await outbox.mark_sending(db, row_id) is None
-    assert await outbox.record_chunk_sent(db, row_id, 9) is None
+    assert await outbox.mark_in_flight(db, row_id, 3) is None
+    assert await outbox.record_chunk_sent(db, row_id, 3, 9) is False
     assert await outbox.mark_failed(db, row_id, "late") is False
+
+
+async def test_recover_in_flight_makes_interrupted_rows_uncertain(db: dbmod.Database) -> None:
+    cut = await outbox.enqueue_reply(db, 1, "cut")
+    mine = await outbox.enqueue_reply(db, 2, "mine")
+    idle = await outbox.enqueue_reply(db, 3, "not started")
+    await outbox.mark_in_flight(db, cut, 0)
+    await outbox.mark_in_flight(db, mine, 0)
+    assert [r.id for r in await outbox.recover_in_flight(db, [mine])] == [mine]
+    [row] = await outbox.recover_in_flight(db)
+    assert (row.id, row.status, row.chunk_in_flight) == (cut, "uncertain", 0)
+    assert "chunk 1 was in flight" in (row.last_error or "")
+    assert await outbox.recover_in_flight(db) == []
+    assert [r.id for r in await outbox.next_pending(db)] == [idle]
 
 
 async def test_failed_and_uncertain_are_final_and_not_resent(db: dbmod.Database) -> None:
@@ -274,11 +295,12 @@ async def test_commit_turn_claims_the_row_when_the_chat_has_no_other_open_row(
 ) -> None:
     a = await _insert(db, 60, 9)
     alone = await outbox.commit_turn(db, chat_id=9, text="r1", inbox_ids=[a], claim=True)
-    assert (alone.status, alone.attempts) == ("sending", 1)
+    assert (alone.status, alone.attempts, alone.chunk_in_flight) == ("sending", 1, 0)
     assert await outbox.get(db, alone.id) == alone
     b = await _insert(db, 61, 9)
     behind = await outbox.commit_turn(db, chat_id=9, text="r2", inbox_ids=[b], claim=True)
     assert (behind.status, behind.attempts) == ("pending", 0)  # r1 is still open: after it
+    assert behind.chunk_in_flight is None
     await outbox.mark_sent(db, alone.id)
     other = await outbox.commit_turn(db, chat_id=10, text="x", inbox_ids=[], claim=True)
     assert other.status == "sending"  # another chat's open rows do not count
@@ -348,23 +370,6 @@ async def test_commit_turn_in_a_caller_transaction_rolls_back(db: dbmod.Database
     assert await inbox.pending_for_chat(db, 11) == []
     [row] = await outbox.next_pending(db, 11)
     assert row.inbox_ids == (a,)
-
-
-async def test_next_pending_claimed_starts_the_first_send_only(db: dbmod.Database) -> None:
-    o1 = await outbox.enqueue_reply(db, 12, "first")
-    o2 = await outbox.enqueue_reply(db, 12, "second")
-    await outbox.enqueue_reply(db, 13, "other chat")
-    rows, claimed = await outbox.next_pending_claimed(db, 12)
-    assert [(r.id, r.status, r.attempts) for r in rows] == [(o1, "pending", 0), (o2, "pending", 0)]
-    assert claimed == o1
-    first, second = await outbox.get(db, o1), await outbox.get(db, o2)
-    assert first is not None and (first.status, first.attempts) == ("sending", 1)
-    assert second is not None and (second.status, second.attempts) == ("pending", 0)
-    assert await outbox.mark_sent(db, o1)
-    rows, claimed = await outbox.next_pending_claimed(db, 12)
-    assert [r.id for r in rows] == [o2] and claimed == o2
-    assert await outbox.mark_failed(db, o2, "blocked")
-    assert await outbox.next_pending_claimed(db, 12) == ([], None)
 
 
 # --- SqlChatStore.commit: the persist hook's writes in the commit statement ---------------------
@@ -439,13 +444,11 @@ async def test_persist_needing_results_runs_in_a_transaction(db: dbmod.Database)
 async def test_claims_commit_asynchronously_only_on_their_own(db: dbmod.Database) -> None:
     assert inbox.async_commit(db) == inbox.ASYNC_COMMIT
     a = await _insert(db, 110, 22)
-    await outbox.enqueue_reply(db, 22, "x")
     async with db.transaction() as conn:
         assert inbox.async_commit(conn) == "NULL"
         _, claimed = await inbox.take_open(conn, 22, 0, 3)
-        _, sending = await outbox.next_pending_claimed(conn, 22)
         # the caller's transaction keeps its synchronous commit
         assert await conn.fetchval("SHOW synchronous_commit") == "on"
-    assert claimed == a and sending is not None
+    assert claimed == a
     await inbox.take_open(db, 22, a, 3)  # on the pool: its own transaction
     assert await db.fetchval("SHOW synchronous_commit") == "on"  # nothing leaks to a session

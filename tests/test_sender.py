@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import random
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import attrs
 import pytest
@@ -17,17 +18,10 @@ from fakes.bot_api import Failure, FakeBotApi, run_fake_bot_api
 
 from actors.queues import outbox
 from actors.queues.outbox import OutboxRow
-from actors.sender import (
-    DbOutbox,
-    MessageClient,
-    OutboxReady,
-    OutboxStore,
-    SenderActor,
-    SenderSettings,
-    SlidingWindowLimiter,
-    plain_fallback,
-    plan_chunks,
-)
+from actors.sender import OutboxReady, SenderActor
+from actors.sender_policy import SenderLedger, SenderSettings, SlidingWindowLimiter, backoff_delay
+from actors.sender_store import DbOutbox, MessageClient, OutboxStore, plain_fallback, plan_chunks
+from actors.settings import load_settings
 from actors.telegram.chunking import html_to_text, utf16_len, visible_text
 from actors.telegram.client import BotApiClient
 from actors.telegram.errors import (
@@ -40,9 +34,10 @@ from actors.telegram.errors import (
 )
 from runtime import db as dbmod
 from runtime.actor import Address
+from runtime.errors import SettingsError
 
 EPS = 1e-6
-NO_SWEEP = SenderSettings(sweep_interval=None)
+NO_SWEEP = SenderSettings(sweep_interval=None, jitter=0.0)
 
 
 def server_error() -> ServerError:
@@ -117,35 +112,47 @@ class MemoryOutbox:
         await trio.sleep(self.query_delay)
         return snapshot
 
-    async def next_pending_claimed(
-        self, chat_id: int, limit: int
-    ) -> tuple[list[OutboxRow], int | None]:
-        rows = await self.next_pending(chat_id, limit)
-        if not rows:
-            return rows, None
-        claimed = rows[0].id if await self.mark_sending(rows[0].id) is not None else None
-        return rows, claimed
-
-    async def mark_sending(self, row_id: int) -> int | None:
+    async def mark_in_flight(self, row_id: int, chunk: int) -> int | None:
         await trio.lowlevel.checkpoint()
         row = self.rows[row_id]
-        return row.attempts + 1 if self._update(row_id, status="sending",
-                                                attempts=row.attempts + 1) else None  # fmt: skip
+        changed = self._update(row_id, status="sending", attempts=row.attempts + 1,
+                               chunk_in_flight=chunk)  # fmt: skip
+        return row.attempts + 1 if changed else None
 
-    async def record_chunk_sent(self, row_id: int, telegram_message_id: int) -> int | None:
+    async def record_chunk_sent(
+        self, row_id: int, chunk: int, telegram_message_id: int, *, last: bool
+    ) -> bool:
         await trio.sleep(self.record_delay)
         row = self.rows[row_id]
+        if row.chunks_sent > chunk:
+            return True
         ids = (*row.telegram_message_ids, telegram_message_id)
-        ok = self._update(row_id, chunks_sent=row.chunks_sent + 1, telegram_message_ids=ids)
-        return self.rows[row_id].chunks_sent if ok else None
+        done = {"status": "sent", "last_error": None} if last else {}
+        return row.chunks_sent == chunk and self._update(
+            row_id, chunks_sent=chunk + 1, telegram_message_ids=ids, chunk_in_flight=None, **done
+        )
 
-    async def mark_sent(self, row_id: int) -> bool:
+    async def release_in_flight(self, row_id: int, chunk: int, error: str) -> bool:
         await trio.lowlevel.checkpoint()
-        return self._update(row_id, status="sent", last_error=None)
+        if self.rows[row_id].chunk_in_flight != chunk:
+            return False
+        return self._update(row_id, chunk_in_flight=None, last_error=error)
+
+    async def recover_in_flight(self, row_ids: Sequence[int] | None) -> list[OutboxRow]:
+        await trio.lowlevel.checkpoint()
+        found = [
+            r.id
+            for r in self.rows.values()
+            if r.status in ("pending", "sending") and r.chunk_in_flight is not None
+            if row_ids is None or r.id in row_ids
+        ]
+        for row_id in found:
+            self._update(row_id, status="uncertain", last_error="in flight at a restart")
+        return [self.rows[i] for i in sorted(found)]
 
     async def mark_failed(self, row_id: int, error: str) -> bool:
         await trio.lowlevel.checkpoint()
-        return self._update(row_id, status="failed", last_error=error)
+        return self._update(row_id, status="failed", last_error=error, chunk_in_flight=None)
 
     async def mark_uncertain(self, row_id: int, error: str) -> bool:
         await trio.lowlevel.checkpoint()
@@ -168,6 +175,10 @@ class FakeClient:
 
     attempts: list[Attempt] = attrs.field(factory=list)
     script: dict[int, deque[Exception | None]] = attrs.field(factory=dict)
+    #: every request before this trio time gets a 502 (an outage)
+    down_until: float = float("-inf")
+    #: called at each request, before it is answered (e.g. to look at the store)
+    observe: Callable[[int, str], None] | None = None
     _next_id: int = 100
 
     def fail(self, chat_id: int, *errors: Exception | None) -> None:
@@ -190,8 +201,12 @@ class FakeClient:
         assert isinstance(chat_id, int)
         now = trio.current_time()
         await trio.lowlevel.checkpoint()
+        if self.observe is not None:
+            self.observe(chat_id, text)
         queue = self.script.get(chat_id)
         error = queue.popleft() if queue else None
+        if error is None and now < self.down_until:
+            error = server_error()
         message_id = None if error is not None else self._next_id
         self.attempts.append(Attempt(now, chat_id, text, parse_mode, reply_to_message_id,
                                      message_id))  # fmt: skip
@@ -239,7 +254,29 @@ async def test_settings_validation() -> None:
     with pytest.raises(ValueError):
         SenderSettings(global_rate=0)
     with pytest.raises(ValueError):
-        SenderSettings(retry_delays=(1.0, -1.0))
+        SenderSettings(retry_base=-1.0)
+    with pytest.raises(ValueError):
+        SenderSettings(jitter=1.5)
+
+
+def test_retry_cap_and_deadline_are_settings() -> None:
+    settings = load_settings({}, dotenv=None)
+    assert (settings.send_retry_cap, settings.send_deadline) == (300.0, 86_400.0)
+    env = {"SEND_RETRY_CAP": "60", "SEND_DEADLINE": "3600"}
+    assert load_settings(env, dotenv=None).send_retry_cap == 60.0
+    with pytest.raises(SettingsError) as info:
+        load_settings({"SEND_DEADLINE": "soon"}, dotenv=None)
+    assert info.value.name == "SEND_DEADLINE"
+
+
+def test_backoff_doubles_up_to_its_cap_and_jitter_only_shortens() -> None:
+    delays = [backoff_delay(n, base=1.0, cap=300.0) for n in range(12)]
+    assert delays == [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300, 300]
+    assert backoff_delay(10_000, base=1.0, cap=300.0) == 300.0  # no overflow
+    assert backoff_delay(3, base=1.0, cap=300.0, jitter=0.2, draw=0.0) == 8.0
+    assert backoff_delay(3, base=1.0, cap=300.0, jitter=0.2, draw=0.5) == pytest.approx(7.2)
+    with pytest.raises(ValueError):
+        backoff_delay(1, base=1.0, cap=300.0, draw=1.0)
 
 
 async def test_limiter_sliding_window(autojump_clock: trio.testing.MockClock) -> None:
@@ -287,21 +324,85 @@ async def test_global_cap_of_30_per_second(autojump_clock: trio.testing.MockCloc
 
 
 @pytest.mark.parametrize("error", [server_error, pre_connect])
-async def test_backoff_1_2_4_then_row_failed(
+async def test_retryable_errors_back_off_until_the_deadline_then_fail_and_count(
     autojump_clock: trio.testing.MockClock, error: Callable[[], Exception]
 ) -> None:
     store, client = MemoryOutbox(), FakeClient()
     first, second = store.add(1, "doomed"), store.add(1, "next")
-    client.fail(1, *(error() for _ in range(4)))
+    client.fail(1, *(error() for _ in range(6)))
+    settings = attrs.evolve(NO_SWEEP, deadline=60.0)
+    sender = SenderActor(store, client, settings=settings)
+    t0 = trio.current_time()
+    with structlog.testing.capture_logs() as logs:
+        async with running(sender):
+            await store.wait_final()
+    # 1, 2, 4, 8, 16 s apart; the next wait (32 s) would end past the 60 s deadline
+    assert rel(client.times(1), t0) == [0, 1, 3, 7, 15, 31, 32]
+    assert store.rows[first].status == "failed"
+    assert "gave up after 6 attempts at the deadline" in (store.rows[first].last_error or "")
+    assert store.rows[first].attempts == 6 and store.rows[first].chunk_in_flight is None
+    assert store.rows[second].status == "sent"
+    assert client.delivered(1) == ["next"]
+    assert sender.gave_up == 1
+    [event] = [e for e in logs if e["event"] == "sender.gave_up"]
+    assert (event["outbox_id"], event["log_level"]) == (first, "error")
+
+
+async def test_a_row_older_than_the_deadline_fails_at_its_first_retryable_error(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store, client = MemoryOutbox(), FakeClient()
+    old = store.add(1, "from yesterday", created_at=datetime.now(UTC) - timedelta(hours=25))
+    client.fail(1, server_error())
+    sender = SenderActor(store, client, settings=NO_SWEEP)
+    async with running(sender):
+        await store.wait_final()
+    assert len(client.attempts) == 1 and store.rows[old].status == "failed"
+    assert sender.gave_up == 1
+
+
+async def test_a_30_s_outage_is_waited_out_and_the_reply_sent_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store, client = MemoryOutbox(), FakeClient()
+    t0 = trio.current_time()
+    client.down_until = t0 + 30
+    row = store.add(1, "patience")
+    sender = SenderActor(store, client, settings=NO_SWEEP)
+    async with running(sender):
+        await store.wait_final()
+    assert rel(client.times(1), t0) == [0, 1, 3, 7, 15, 31]
+    assert client.delivered(1) == ["patience"]
+    assert store.rows[row].status == "sent" and store.rows[row].telegram_message_ids == (100,)
+    assert sender.gave_up == 0
+
+
+async def test_jittered_waits_are_shorter_never_longer(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store, client = MemoryOutbox(), FakeClient()
+    t0 = trio.current_time()
+    client.down_until = t0 + 30
+    store.add(1, "patience")
+    settings = attrs.evolve(NO_SWEEP, jitter=0.5)
+    async with running(SenderActor(store, client, settings=settings, rng=random.Random(7))):
+        await store.wait_final()
+    times = client.times(1)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert all(2**n * 0.5 - EPS <= gap <= 2**n + EPS for n, gap in enumerate(gaps))
+    assert any(gap < 2**n - EPS for n, gap in enumerate(gaps))  # the draw did shorten some
+
+
+async def test_429_then_5xx(autojump_clock: trio.testing.MockClock) -> None:
+    store, client = MemoryOutbox(), FakeClient()
+    row = store.add(1, "flood, then a broken gateway")
+    limited = RateLimited("sendMessage", 429, 429, "Too Many Requests", retry_after=7.5)
+    client.fail(1, limited, limited, server_error(), server_error())
     t0 = trio.current_time()
     async with running(SenderActor(store, client, settings=NO_SWEEP)):
         await store.wait_final()
-    assert rel(client.times(1), t0) == [0, 1, 3, 7, 8]
-    assert store.rows[first].status == "failed"
-    assert "gave up after 4 attempts" in (store.rows[first].last_error or "")
-    assert store.rows[first].attempts == 4
-    assert store.rows[second].status == "sent"
-    assert client.delivered(1) == ["next"]
+    assert rel(client.times(1), t0) == [0, 7.5, 15, 16, 18]  # 429s wait exactly retry_after
+    assert store.rows[row].status == "sent" and client.delivered(1) == [store.rows[row].text]
 
 
 async def test_transient_errors_then_success(autojump_clock: trio.testing.MockClock) -> None:
@@ -348,15 +449,24 @@ async def test_maybe_delivered_is_uncertain_and_not_resent(
     assert (event["chat_id"], event["outbox_id"], event["log_level"]) == (7, row, "warning")
 
 
-async def test_forbidden_fails_without_retry(autojump_clock: trio.testing.MockClock) -> None:
+def chat_not_found() -> BadRequest:
+    return BadRequest("sendMessage", 400, 400, "Bad Request: chat not found")
+
+
+@pytest.mark.parametrize(("error", "text"), [(blocked, "blocked"), (chat_not_found, "not found")])
+async def test_permanent_errors_fail_at_once(
+    autojump_clock: trio.testing.MockClock, error: Callable[[], Exception], text: str
+) -> None:
     store, client = MemoryOutbox(), FakeClient()
     row = store.add(3, "hello?")
-    client.fail(3, blocked())
-    async with running(SenderActor(store, client, settings=NO_SWEEP)):
+    client.fail(3, error())
+    sender = SenderActor(store, client, settings=NO_SWEEP)
+    async with running(sender):
         await store.wait_final()
-    assert len(client.attempts) == 1
+    assert len(client.attempts) == 1 and trio.current_time() < 1
     assert store.rows[row].status == "failed"
-    assert "blocked" in (store.rows[row].last_error or "")
+    assert text in (store.rows[row].last_error or "")
+    assert sender.gave_up == 0  # not an outage given up: refused
 
 
 async def test_parse_error_resends_same_chunk_as_plain_text(
@@ -443,7 +553,7 @@ async def test_notification_during_the_workers_last_query_is_not_lost(
 
 @attrs.define
 class LoggedOutbox(MemoryOutbox):
-    """Notes the reads and claims the sender makes."""
+    """Notes the reads and in-flight marks the sender makes."""
 
     calls: list[str] = attrs.field(factory=list)
 
@@ -451,9 +561,9 @@ class LoggedOutbox(MemoryOutbox):
         self.calls.append(f"read {chat_id}")
         return await super().next_pending(chat_id, limit)
 
-    async def mark_sending(self, row_id: int) -> int | None:
-        self.calls.append(f"claim {row_id}")
-        return await super().mark_sending(row_id)
+    async def mark_in_flight(self, row_id: int, chunk: int) -> int | None:
+        self.calls.append(f"mark {row_id}")
+        return await super().mark_in_flight(row_id, chunk)
 
 
 async def test_a_row_claimed_by_the_commit_is_sent_without_reading_it_back(
@@ -462,14 +572,16 @@ async def test_a_row_claimed_by_the_commit_is_sent_without_reading_it_back(
     store, client = LoggedOutbox(), FakeClient()
     async with running(SenderActor(store, client, settings=NO_SWEEP)) as address:
         store.calls.clear()  # the start-up scan
-        row = store.add(6, "hello", status="sending", attempts=1)  # as commit_turn(claim=True)
+        # as commit_turn(claim=True): sending, its first chunk in flight
+        row = store.add(6, "hello", status="sending", attempts=1, chunk_in_flight=0)
         await address.send(OutboxReady(6, store.rows[row]))
         await store.wait_final(row)
         await trio.sleep(1)  # the worker looks for more after the send, and leaves
     assert client.delivered(6) == ["hello"]
-    # no read and no claim before the send (else: read 6, claim 1, send, read 6)
+    # no read and no mark before the send (else: read 6, mark 1, send, read 6)
     assert store.calls == ["read 6"]
     assert store.rows[row].status == "sent" and store.rows[row].attempts == 1
+    assert store.rows[row].chunk_in_flight is None
 
 
 async def test_a_claimed_row_of_a_busy_chat_waits_its_turn(
@@ -480,12 +592,13 @@ async def test_a_claimed_row_of_a_busy_chat_waits_its_turn(
     async with running(SenderActor(store, client, settings=NO_SWEEP)) as address:
         await store.wait_final(first)  # t=1: the worker now runs a query that will be empty
         await trio.sleep(0.5)
-        second = store.add(6, "second", status="sending", attempts=1)
+        second = store.add(6, "second", status="sending", attempts=1, chunk_in_flight=0)
         await address.send(OutboxReady(6, store.rows[second]))  # the worker is still there
         with trio.fail_after(60):
             await store.wait_final(second)
     assert client.delivered(6) == ["first", "second"]  # once each, in order
-    assert store.calls.count(f"claim {second}") == 1  # taken by the running worker
+    assert store.calls.count(f"read {6}") >= 2  # taken by the running worker, from the store
+    assert store.calls.count(f"mark {second}") == 0  # already marked in flight by its commit
 
 
 async def test_sweep_finds_rows_without_notification(
@@ -508,7 +621,7 @@ async def test_empty_reply_is_failed(autojump_clock: trio.testing.MockClock) -> 
     assert client.attempts == []
 
 
-async def test_close_finishes_row_in_hand_and_returns(
+async def test_close_stops_a_backoff_and_a_restart_resumes_the_open_row(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     store, client = MemoryOutbox(), FakeClient()
@@ -518,8 +631,13 @@ async def test_close_finishes_row_in_hand_and_returns(
         address = await nursery.start(SenderActor(store, client, settings=NO_SWEEP).run)
         await trio.sleep(0.5)
         address.close()
-    assert trio.current_time() == pytest.approx(1.0)  # run returned after the retry at 1 s
-    assert (store.rows[first].status, store.rows[second].status) == ("sent", "pending")
+    assert trio.current_time() == pytest.approx(0.5)  # did not wait out the 1 s backoff
+    assert [store.rows[i].status for i in (first, second)] == ["sending", "pending"]
+    assert store.rows[first].chunk_in_flight is None  # known not delivered: no uncertainty
+    async with running(SenderActor(store, client, settings=NO_SWEEP)):
+        await store.wait_final()
+    assert [store.rows[i].status for i in (first, second)] == ["sent", "sent"]
+    assert client.delivered(1) == ["in hand", "later"]
 
 
 async def test_delivered_chunk_is_recorded_despite_cancellation(
@@ -531,7 +649,61 @@ async def test_delivered_chunk_is_recorded_despite_cancellation(
         async with running(SenderActor(store, client, settings=NO_SWEEP)):
             await trio.sleep_forever()
     assert store.rows[row].telegram_message_ids == (100,)
-    assert store.rows[row].status == "sending"  # resumes after the chunk: never resent
+    assert store.rows[row].status == "sent" and store.rows[row].chunk_in_flight is None
+
+
+async def test_each_chunk_is_in_flight_during_its_request_and_cleared_by_its_record(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store, client = MemoryOutbox(), FakeClient()
+    settings = attrs.evolve(NO_SWEEP, chunk_limit=6)
+    row = store.add(1, "one\n\ntwo\n\nthree")
+    seen: list[tuple[str, int | None, int]] = []
+    client.observe = lambda chat, text: seen.append(
+        (text, store.rows[row].chunk_in_flight, store.rows[row].chunks_sent)
+    )
+    client.fail(1, None, server_error())
+    async with running(SenderActor(store, client, settings=settings)):
+        await store.wait_final()
+    assert seen == [("one", 0, 0), ("two", 1, 1), ("two", 1, 1), ("three", 2, 2)]
+    final = store.rows[row]
+    assert (final.status, final.chunk_in_flight, final.telegram_message_ids) == (
+        "sent", None, (100, 101, 102))  # fmt: skip
+
+
+async def test_rows_left_in_flight_by_an_earlier_process_are_uncertain_and_never_resent(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store, client = MemoryOutbox(), FakeClient()
+    settings = attrs.evolve(NO_SWEEP, chunk_limit=6)
+    cut = store.add(1, "one\n\ntwo", status="sending", attempts=2, chunks_sent=1,
+                    telegram_message_ids=(41,), chunk_in_flight=1)  # fmt: skip
+    waiting = store.add(2, "not yet tried")
+    sender = SenderActor(store, client, settings=settings)
+    with structlog.testing.capture_logs() as logs:
+        async with running(sender):
+            await store.wait_final()
+    assert store.rows[cut].status == "uncertain" and client.delivered(1) == []
+    assert store.rows[waiting].status == "sent"
+    assert sender.ledger.uncertain == 1 and sender.ledger.recovered
+    [event] = [e for e in logs if e["event"] == "sender.uncertain"]
+    assert (event["outbox_id"], event["chunk"], event["recovered"]) == (cut, 2, True)
+
+
+async def test_a_restarted_sender_marks_only_what_its_predecessor_had_in_flight(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    store, client = MemoryOutbox(), FakeClient()
+    ledger = SenderLedger(recovered=True)  # this process's first sender ran, then crashed
+    handed = store.add(1, "was being sent", status="sending", attempts=1, chunk_in_flight=0)
+    ledger.in_flight.add(handed)
+    # committed (claimed by its turn) while the sender was down: never handed to anyone
+    claimed = store.add(2, "claimed meanwhile", status="sending", attempts=1, chunk_in_flight=0)
+    async with running(SenderActor(store, client, settings=NO_SWEEP, ledger=ledger)):
+        await store.wait_final()
+    assert store.rows[handed].status == "uncertain" and client.delivered(1) == []
+    assert store.rows[claimed].status == "sent" and client.delivered(2) == ["claimed meanwhile"]
+    assert ledger.in_flight == set() and ledger.uncertain == 1
 
 
 # --- real HTTP (strict fake Bot API) + real PostgreSQL -------------------------------------------
@@ -539,7 +711,8 @@ async def test_delivered_chunk_is_recorded_despite_cancellation(
 FAST = SenderSettings(
     chat_interval=0.0,
     global_rate=1000,
-    retry_delays=(0.01, 0.02, 0.04),
+    retry_base=0.01,
+    jitter=0.0,
     default_retry_after=0.01,
     sweep_interval=None,
 )
@@ -616,7 +789,8 @@ async def test_db_sending_row_resumes_at_chunk_two(
     assert len(chunks) == 3
     row_id = await outbox.enqueue_reply(db, 5, text)
     await outbox.mark_sending(db, row_id)
-    await outbox.record_chunk_sent(db, row_id, 777)
+    await outbox.mark_in_flight(db, row_id, 0)
+    assert await outbox.record_chunk_sent(db, row_id, 0, 777)
     async with running(SenderActor(db, bot, settings=settings)):
         [row] = await wait_rows_final(db, row_id)
     assert fake.sent_texts(5) == list(chunks[1:])

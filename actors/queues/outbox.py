@@ -1,12 +1,17 @@
 """The durable outbox: replies waiting to be sent, in order per chat.
 
 Life of a row: ``pending`` -> ``sending`` (``attempts`` + 1 per send attempt) -> ``sent``, or
-``failed`` (the sender gave up: permanent error or retries exhausted), or ``uncertain`` (a
-request may have reached Telegram but no answer came: it is *not* resent blindly, because a
-resend may duplicate the message). Open rows are ``pending`` and ``sending``; a ``sending``
-row found after a restart was interrupted and resumes after its last delivered chunk:
-``record_chunk_sent`` appends each delivered chunk's Telegram message id and bumps
-``chunks_sent`` as soon as Telegram confirms it.
+``failed`` (a permanent error, or retryable ones past the sender's deadline), or ``uncertain``
+(a request may have reached Telegram but no answer was recorded: it is *not* resent, because a
+resend may duplicate the message). Open rows are ``pending`` and ``sending``.
+
+Exactly once, or visibly uncertain: before a chunk is handed to the Bot API, ``mark_in_flight``
+commits its index in ``chunk_in_flight`` (synchronously: it must survive a crash of the
+database server too); ``record_chunk_sent`` then appends the chunk's Telegram message id, bumps
+``chunks_sent`` (the resume point) and clears the mark, or ``release_in_flight`` clears it after
+an answer that proves the chunk was not delivered (5xx, 429, a refused connection). A row still
+marked when a sender starts (``recover_in_flight``) was interrupted between the request and its
+record: it becomes ``uncertain``.
 
 A reply is enqueued in the same transaction that marks its turn's inbox rows done
 (``commit_turn``), so an update is never done without its reply being durable.
@@ -50,6 +55,8 @@ class OutboxRow:
     telegram_message_ids: tuple[int, ...]
     created_at: datetime
     sent_at: datetime | None
+    #: the chunk handed to the Bot API whose outcome is not recorded yet (None: no such chunk)
+    chunk_in_flight: int | None = None
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> OutboxRow:
@@ -67,12 +74,13 @@ class OutboxRow:
             telegram_message_ids=tuple(rec["telegram_message_ids"] or ()),
             created_at=rec["created_at"],
             sent_at=rec["sent_at"],
+            chunk_in_flight=rec["chunk_in_flight"],
         )
 
 
 _COLUMNS = (
     "id, chat_id, text, parse_mode, reply_to_message_id, inbox_ids, status, attempts, "
-    "last_error, chunks_sent, telegram_message_ids, created_at, sent_at"
+    "last_error, chunks_sent, telegram_message_ids, created_at, sent_at, chunk_in_flight"
 )
 
 
@@ -103,9 +111,10 @@ older AS (
         SELECT 1 FROM outbox WHERE chat_id = $1 AND status = ANY($7::text[])
     ) AS claim
 ), reply AS (
-    INSERT INTO outbox (chat_id, text, parse_mode, reply_to_message_id, inbox_ids, status, attempts)
+    INSERT INTO outbox (chat_id, text, parse_mode, reply_to_message_id, inbox_ids, status, attempts,
+                        chunk_in_flight)
     SELECT $1, $2, $3, $4, $5::bigint[], CASE WHEN claim THEN 'sending' ELSE 'pending' END,
-           CASE WHEN claim THEN 1 ELSE 0 END
+           CASE WHEN claim THEN 1 ELSE 0 END, CASE WHEN claim THEN 0 END
     FROM older
     RETURNING {columns}
 ), done AS (
@@ -158,9 +167,10 @@ async def commit_turn(
     round trip; on a connection in a transaction it commits with the rest); the new row.
 
     ``claim``: when the chat has no other open row, the row's first send attempt starts with
-    it (``sending``, ``attempts`` 1, as :func:`next_pending_claimed` would): the caller hands
-    the row to the sender, which sends it without reading it back. With an older open row it
-    stays ``pending``, for the sender to take in order.
+    it (``sending``, ``attempts`` 1, its first chunk in flight, as :func:`mark_in_flight` would,
+    committed with the turn): the caller hands the row to the sender, which sends it without
+    reading it back or marking it again. With an older open row it stays ``pending``, for the
+    sender to take in order.
 
     ``before``: more writes (e.g. a :class:`StatementCollector`'s) run in the same statement,
     as data-modifying CTEs: all or nothing with the reply. They run on one snapshot, so they
@@ -196,34 +206,6 @@ async def next_pending(
     return [OutboxRow.from_record(r) for r in recs]
 
 
-_NEXT_CLAIMED = f"""
-WITH open AS (
-    SELECT {_COLUMNS} FROM outbox
-    WHERE status = ANY($1::text[]) AND chat_id = $2 ORDER BY id LIMIT $3
-), claimed AS (
-    UPDATE outbox SET status = 'sending', attempts = attempts + 1
-    WHERE id = (SELECT min(id) FROM open) AND status = ANY($1::text[])
-    RETURNING id, {{commit}}
-)
-SELECT open.*, open.id IN (SELECT id FROM claimed) AS claimed FROM open ORDER BY id
-"""
-
-
-async def next_pending_claimed(
-    db: Queries, chat_id: int, limit: int = 100
-) -> tuple[list[OutboxRow], int | None]:
-    """:func:`next_pending` of one chat with the first row's send attempt started (as
-    :func:`mark_sending` would) in the same statement: the rows, as read before the claim,
-    and the claimed id (None when there is no open row). The claim commits asynchronously
-    (:data:`actors.queues.inbox.ASYNC_COMMIT`): ``sending`` and ``attempts`` are advisory (an open
-    row resumes after its last recorded chunk either way), and the chunk records that matter
-    stay synchronous."""
-    query = _NEXT_CLAIMED.format(commit=inbox.async_commit(db))
-    recs = await db.fetch(query, list(OPEN_STATUSES), chat_id, limit)
-    claimed = next((r["id"] for r in recs if r["claimed"]), None)
-    return [OutboxRow.from_record(r) for r in recs], claimed
-
-
 async def chats_with_pending(db: Queries) -> list[int]:
     """Chats with open rows, the one with the oldest open row first."""
     recs = await db.fetch(
@@ -235,7 +217,8 @@ async def chats_with_pending(db: Queries) -> list[int]:
 
 
 async def mark_sending(db: Queries, row_id: int) -> int | None:
-    """Start a send attempt (``attempts`` + 1); returns ``attempts``, None if not open."""
+    """Start a send attempt (``attempts`` + 1) without a chunk in flight; returns ``attempts``,
+    None if not open."""
     attempts: int | None = await db.fetchval(
         "UPDATE outbox SET status = 'sending', attempts = attempts + 1 "
         "WHERE id = $1 AND status = ANY($2::text[]) RETURNING attempts",
@@ -245,20 +228,79 @@ async def mark_sending(db: Queries, row_id: int) -> int | None:
     return attempts
 
 
-async def record_chunk_sent(db: Queries, row_id: int, telegram_message_id: int) -> int | None:
-    """Record one delivered chunk; returns the new ``chunks_sent`` (the resume point).
-
-    None if the row does not exist or is final.
-    """
-    chunks: int | None = await db.fetchval(
-        "UPDATE outbox SET chunks_sent = chunks_sent + 1, "
-        "telegram_message_ids = array_append(telegram_message_ids, $2::bigint) "
-        "WHERE id = $1 AND status = ANY($3::text[]) RETURNING chunks_sent",
+async def mark_in_flight(db: Queries, row_id: int, chunk: int) -> int | None:
+    """Chunk ``chunk`` is about to be handed to the Bot API: a send attempt starts
+    (``attempts`` + 1) with the chunk in flight, committed synchronously before the request.
+    Returns ``attempts``; None if the row is not open (final: nothing is sent)."""
+    attempts: int | None = await db.fetchval(
+        "UPDATE outbox SET status = 'sending', attempts = attempts + 1, chunk_in_flight = $2 "
+        "WHERE id = $1 AND status = ANY($3::text[]) RETURNING attempts",
         row_id,
-        telegram_message_id,
+        chunk,
         list(OPEN_STATUSES),
     )
-    return chunks
+    return attempts
+
+
+_RECORD = """
+WITH recorded AS (
+    UPDATE outbox SET chunks_sent = chunks_sent + 1,
+        telegram_message_ids = array_append(telegram_message_ids, $3::bigint),
+        chunk_in_flight = NULL,
+        status = CASE WHEN $4 THEN 'sent' ELSE status END,
+        sent_at = CASE WHEN $4 THEN now() ELSE sent_at END,
+        last_error = CASE WHEN $4 THEN NULL ELSE last_error END
+    WHERE id = $1 AND chunks_sent = $2 AND status = ANY($5::text[])
+    RETURNING id
+)
+SELECT EXISTS (SELECT 1 FROM recorded)
+    OR EXISTS (SELECT 1 FROM outbox WHERE id = $1 AND chunks_sent > $2)
+"""
+
+
+async def record_chunk_sent(
+    db: Queries, row_id: int, chunk: int, telegram_message_id: int, *, last: bool = False
+) -> bool:
+    """Record chunk ``chunk`` (0-based) delivered: its message id appended, ``chunks_sent`` (the
+    resume point) bumped, the in-flight mark cleared; with ``last`` the row is ``sent`` too.
+
+    Idempotent: a retry after an error that hid a commit finds the chunk already recorded and
+    changes nothing. True when the chunk is recorded (now or before); False when the row is
+    missing or was made final without it (nothing to do)."""
+    recorded: bool = await db.fetchval(
+        _RECORD, row_id, chunk, telegram_message_id, last, list(OPEN_STATUSES)
+    )
+    return recorded
+
+
+async def release_in_flight(db: Queries, row_id: int, chunk: int, error: str) -> bool:
+    """The Bot API answered that chunk ``chunk`` was not delivered (5xx, 429, ...) or the
+    request never left (connection refused): clear the in-flight mark and keep ``error``; the
+    row stays open for a retry. False when the row is not open or holds another mark."""
+    found = await db.fetchval(
+        "UPDATE outbox SET chunk_in_flight = NULL, last_error = $3 "
+        "WHERE id = $1 AND chunk_in_flight = $2 AND status = ANY($4::text[]) RETURNING id",
+        row_id,
+        chunk,
+        inbox.truncate_error(error),
+        list(OPEN_STATUSES),
+    )
+    return found is not None
+
+
+async def recover_in_flight(db: Queries, row_ids: Sequence[int] | None = None) -> list[OutboxRow]:
+    """Open rows with a chunk in flight (only ``row_ids``, when given) become ``uncertain``: a
+    sender stopped between handing the chunk to the Bot API and recording the outcome, so it
+    may or may not have been delivered, and it is never resent. Returns those rows (final)."""
+    recs = await db.fetch(
+        "UPDATE outbox SET status = 'uncertain', last_error = 'chunk ' || (chunk_in_flight + 1) "
+        "|| ' was in flight when its sender stopped: delivery unknown, not resent' "
+        "WHERE status = ANY($1::text[]) AND chunk_in_flight IS NOT NULL "
+        f"AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[])) RETURNING {_COLUMNS}",
+        list(OPEN_STATUSES),
+        None if row_ids is None else list(row_ids),
+    )
+    return sorted((OutboxRow.from_record(r) for r in recs), key=lambda r: r.id)
 
 
 async def mark_sent(db: Queries, row_id: int) -> bool:
@@ -273,8 +315,10 @@ async def mark_sent(db: Queries, row_id: int) -> bool:
 
 
 async def _finish(db: Queries, row_id: int, status: str, error: str) -> bool:
+    # a failed row's chunk is known not delivered; an uncertain row keeps the chunk it is about
+    in_flight = "NULL" if status == "failed" else "chunk_in_flight"
     found = await db.fetchval(
-        f"UPDATE outbox SET status = '{status}', last_error = $2 "
+        f"UPDATE outbox SET status = '{status}', last_error = $2, chunk_in_flight = {in_flight} "
         "WHERE id = $1 AND status = ANY($3::text[]) RETURNING id",
         row_id,
         inbox.truncate_error(error),

@@ -1,4 +1,5 @@
-"""The Telegram settings section: the bot's token, webhook secret, allowed chats, API server."""
+"""The Telegram settings section: the bot's token, webhook secret, allowed chats, API server,
+and how long replies wait out failures."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from runtime.settings import (
     Secret,
     SettingsSection,
     chat_ids,
+    float_range,
     http_url,
     secret,
     secret_token,
@@ -19,7 +21,7 @@ from runtime.settings import (
 
 @attrs.frozen(kw_only=True, slots=False)
 class TelegramSettings(SettingsSection):
-    """How the bot reaches Telegram and whom it talks to."""
+    """How the bot reaches Telegram, whom it talks to, and how long replies wait out outages."""
 
     fields: ClassVar[tuple[Field, ...]] = (
         Field("TELEGRAM_BOT_TOKEN", "telegram_bot_token", "", secret,
@@ -31,9 +33,17 @@ class TelegramSettings(SettingsSection):
               aliases=("TELEGRAM_ALLOWED_CHAT_ID",)),
         Field("TELEGRAM_API_BASE_URL", "telegram_api_base_url", "https://api.telegram.org",
               http_url, "Bot API server (a local Bot API server or a test server)."),
+        Field("SEND_RETRY_CAP", "send_retry_cap", "300", float_range(1, 86_400),
+              "Longest wait (seconds) between retries of a reply Telegram did not take (5xx, "
+              "unreachable)."),
+        Field("SEND_DEADLINE", "send_deadline", "86400", float_range(60, 30 * 86_400),
+              "Seconds after it was written that a reply is retried through outages before it "
+              "is given up."),
     )
 
     telegram_bot_token: Secret
     telegram_secret_token: Secret
     telegram_allowed_chat_ids: frozenset[int]
     telegram_api_base_url: str
+    send_retry_cap: float
+    send_deadline: float

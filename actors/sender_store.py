@@ -1,0 +1,128 @@
+"""What the sender (:mod:`actors.sender`) works with: the outbox as a :class:`OutboxStore`
+(:class:`DbOutbox` over :mod:`actors.queues.outbox`; tests use memory), the part of the Bot API
+client it calls (:class:`MessageClient`), and how a row's text becomes its chunks
+(:func:`plan_chunks`, deterministic so ``chunks_sent`` indexes into it; :func:`plain_fallback`
+when Telegram cannot parse a chunk).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+
+from actors.queues import outbox
+from actors.queues.outbox import OutboxRow
+from actors.telegram.chunking import (
+    MAX_MESSAGE_UTF16,
+    ChunkPlan,
+    html_to_text,
+    plan_reply,
+    split_text,
+    utf16_len,
+    visible_text,
+)
+from actors.telegram.errors import MalformedHtml
+from runtime.db import Queries
+
+__all__ = ["DbOutbox", "MessageClient", "OutboxStore", "plain_fallback", "plan_chunks"]
+
+
+class MessageClient(Protocol):
+    """The part of the Bot API client the sender uses (``BotApiClient`` satisfies it)."""
+
+    async def send_message(
+        self,
+        chat_id: int | str,
+        text: str,
+        parse_mode: str | None = None,
+        *,
+        reply_to_message_id: int | None = None,
+    ) -> int: ...
+
+
+@runtime_checkable
+class OutboxStore(Protocol):
+    """Outbox access the sender needs (see :mod:`actors.queues.outbox` for each step)."""
+
+    async def chats_with_pending(self) -> list[int]: ...
+
+    async def next_pending(self, chat_id: int, limit: int) -> list[OutboxRow]: ...
+
+    async def mark_in_flight(self, row_id: int, chunk: int) -> int | None: ...
+
+    async def record_chunk_sent(
+        self, row_id: int, chunk: int, telegram_message_id: int, *, last: bool
+    ) -> bool: ...
+
+    async def release_in_flight(self, row_id: int, chunk: int, error: str) -> bool: ...
+
+    async def recover_in_flight(self, row_ids: Sequence[int] | None) -> list[OutboxRow]: ...
+
+    async def mark_failed(self, row_id: int, error: str) -> bool: ...
+
+    async def mark_uncertain(self, row_id: int, error: str) -> bool: ...
+
+
+@attrs.frozen
+class DbOutbox:
+    """:class:`OutboxStore` over the ``outbox`` table (see :mod:`actors.queues.outbox`)."""
+
+    db: Queries
+
+    async def chats_with_pending(self) -> list[int]:
+        return await outbox.chats_with_pending(self.db)
+
+    async def next_pending(self, chat_id: int, limit: int) -> list[OutboxRow]:
+        return await outbox.next_pending(self.db, chat_id, limit)
+
+    async def mark_in_flight(self, row_id: int, chunk: int) -> int | None:
+        return await outbox.mark_in_flight(self.db, row_id, chunk)
+
+    async def record_chunk_sent(
+        self, row_id: int, chunk: int, telegram_message_id: int, *, last: bool
+    ) -> bool:
+        return await outbox.record_chunk_sent(
+            self.db, row_id, chunk, telegram_message_id, last=last
+        )
+
+    async def release_in_flight(self, row_id: int, chunk: int, error: str) -> bool:
+        return await outbox.release_in_flight(self.db, row_id, chunk, error)
+
+    async def recover_in_flight(self, row_ids: Sequence[int] | None) -> list[OutboxRow]:
+        return await outbox.recover_in_flight(self.db, row_ids)
+
+    async def mark_failed(self, row_id: int, error: str) -> bool:
+        return await outbox.mark_failed(self.db, row_id, error)
+
+    async def mark_uncertain(self, row_id: int, error: str) -> bool:
+        return await outbox.mark_uncertain(self.db, row_id, error)
+
+
+def plan_chunks(text: str, parse_mode: str | None, limit: int = MAX_MESSAGE_UTF16) -> ChunkPlan:
+    """The messages for one outbox row; deterministic, so ``chunks_sent`` indexes into it.
+
+    HTML is split into well-formed chunks (malformed HTML falls back to plain text up front);
+    other text is split as plain text and keeps its ``parse_mode``.
+    """
+    if parse_mode == "HTML" or parse_mode is None:
+        return plan_reply(text, html_mode=parse_mode == "HTML", limit=limit)
+    return ChunkPlan(tuple(split_text(text, limit)), parse_mode)
+
+
+_MD_ESCAPE_RE = re.compile(r"\\([_*\[\]()~`>#+\-=|{}.!\\])")
+
+
+def plain_fallback(chunk: str, parse_mode: str | None, limit: int = MAX_MESSAGE_UTF16) -> str:
+    """Plain text for a chunk Telegram could not parse; always one message (within ``limit``)."""
+    if parse_mode != "HTML":
+        return _MD_ESCAPE_RE.sub(r"\1", chunk).strip() or chunk
+    text = html_to_text(chunk).strip()
+    if text and utf16_len(text) <= limit:
+        return text
+    try:  # link URLs made it too long: the visible text is within the limit by construction
+        return visible_text(chunk).strip()
+    except MalformedHtml:
+        return split_text(text, limit)[0]
