@@ -165,7 +165,7 @@ async def test_forget_a_merged_pattern_points_at_the_survivor(
 async def test_invalid_inputs_are_readable_errors(db: Database, local: LocalEmbedder) -> None:
     registry = memory_registry()
     c = ctx(db, local, CHAT_A)
-    body, err = await call(registry, "remember", {"fact": "User likes tea", "kind": "fact"}, c)
+    body, err = await call(registry, "remember", {"fact": "User likes tea", "kind": "mood"}, c)
     assert err and body["field"] == "kind"
     body, err = await call(registry, "forget_memory", {"id": 0, "reason": "x"}, c)
     assert err and body["field"] == "id"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 
 import numpy as np
 import pytest
@@ -11,19 +12,27 @@ from hypothesis import strategies as st
 
 from memory.patterns.ranking import (
     DECAY_BY_KIND,
+    EVENT_AFTER_DAYS,
+    EVENT_AHEAD_DAYS,
+    EVENT_NEAR_BOOST,
     MIN_SIMILARITY,
     MMR_LAMBDA,
     PATTERN_BUDGET_TOKENS,
+    TEMPORAL_BOOST,
     Candidate,
     apply_budget,
     estimate_tokens,
+    event_boost,
     memory_factor,
     mmr,
     recency,
     rrf,
     score,
+    temporal_boost,
     validity,
+    weight,
 )
+from memory.patterns.temporal import moment, part_of_day, season, southern
 
 # (kind, half-life days, value at 0, 1 and 3 half-lives) = floor + (1 - floor) / 2**n
 DECAY_CASES = [
@@ -34,6 +43,8 @@ DECAY_CASES = [
     ("emotion", 14, 1.0, 0.575, 0.25625),
     ("temporal", 365, 1.0, 0.8, 0.65),
     ("causal", 90, 1.0, 0.725, 0.51875),
+    ("fact", 730, 1.0, 0.9, 0.825),
+    ("event", 14, 1.0, 0.575, 0.25625),  # days from its day, not from last seen
 ]
 
 
@@ -55,6 +66,8 @@ def test_decay_kinds_complete_and_unknown_rejected() -> None:
         "emotion",
         "temporal",
         "causal",
+        "fact",
+        "event",
     }
     with pytest.raises(ValueError):
         recency("mood", 1)
@@ -83,6 +96,59 @@ def test_score_formula() -> None:
     assert score(0.8, "behavior", 90, 3, 0.9, "disputed") == pytest.approx(expected / 2)
     assert score(0.99, "belief", 0, 20, 1.0, "superseded") == 0.0
     assert MIN_SIMILARITY == 0.4
+
+
+def test_a_core_tenet_never_decays() -> None:
+    for kind in DECAY_BY_KIND:
+        assert recency(kind, 10_000, core=True) == 1.0
+        assert recency(kind, 10_000) < 1.0
+    expected = 0.8 * 1.0 * (1 + 0.25 * math.log(4)) * 0.9
+    assert score(0.8, "belief", 5_000, 3, 0.9, "active", core=True) == pytest.approx(expected)
+
+
+def test_event_boost_window() -> None:
+    """Boosted from 14 days ahead to 2 days after its day; not before, not after, not without
+    a day."""
+    assert (EVENT_NEAR_BOOST, EVENT_AHEAD_DAYS, EVENT_AFTER_DAYS) == (1.5, 14, 2)
+    assert [event_boost(d) for d in (-15, -14, 0, 2, 3)] == [1.0, 1.5, 1.5, 1.5, 1.0]
+    assert event_boost(None) == 1.0
+    # ahead: full recency and the boost; long past: decayed like an emotion, no boost
+    ahead = weight("event", -10, 1, 0.8, "active", boost=event_boost(-10))
+    past = weight("event", 60, 1, 0.8, "active", boost=event_boost(60))
+    assert ahead == pytest.approx(1.5 * memory_factor(1) * 0.8)
+    assert past == pytest.approx(recency("emotion", 60) * memory_factor(1) * 0.8)
+
+
+def test_temporal_boost_matches_the_moment() -> None:
+    madrid = "Europe/Madrid"
+    evening = moment(datetime(2026, 1, 13, 21, 0, tzinfo=UTC), madrid)  # Tue 22:00 in Madrid
+    assert evening["time_of_day"] == ("evening",)
+    assert evening["day_of_week"] == ("tuesday", "weekday")
+    assert evening["season"] == ("winter",) and evening["month"] == ("january",)
+    assert temporal_boost({"time_of_day": "evening"}, evening) == TEMPORAL_BOOST == 1.2
+    assert temporal_boost({"time_of_day": " Evening", "season": "WINTER"}, evening) == 1.2
+    assert temporal_boost({"time_of_day": "evening", "day_of_week": "sunday"}, evening) == 1.0
+    assert temporal_boost({"day_of_week": "weekday", "frequency": "daily"}, evening) == 1.2
+    assert temporal_boost({"frequency": "daily"}, evening) == 1.0  # no recognised hint
+    assert temporal_boost(None, evening) == temporal_boost({}, evening) == 1.0
+    assert temporal_boost({"season": None}, evening) == 1.0
+    # the hemisphere turns the season; "fall" is autumn; the night runs from 23:00
+    sydney = moment(datetime(2026, 1, 13, 12, 30, tzinfo=UTC), "Australia/Sydney")  # 23:30
+    assert sydney["season"] == ("summer",) and sydney["time_of_day"] == ("night",)
+    october = moment(datetime(2026, 10, 3, 6, 0, tzinfo=UTC), madrid)  # Sat 08:00
+    assert temporal_boost({"season": "fall", "day_of_week": "weekend"}, october) == 1.2
+    assert [part_of_day(h) for h in (4, 5, 11, 12, 16, 17, 22, 23)] == [
+        "night",
+        "morning",
+        "morning",
+        "afternoon",
+        "afternoon",
+        "evening",
+        "evening",
+        "night",
+    ]
+    assert [season(m, madrid) for m in (12, 3, 6, 9)] == ["winter", "spring", "summer", "autumn"]
+    assert season(7, "America/Sao_Paulo") == "winter" and not southern("Europe/Madrid")
 
 
 # --- MMR ------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import attrs
@@ -102,12 +102,15 @@ async def add_pattern(
     status: str = "active",
     days_ago: float = 0.0,
     times_seen: int = 1,
+    occurs_on: date | None = None,
+    core: bool = False,
+    temporal: str | None = None,
 ) -> int:
     seen = NOW - timedelta(days=days_ago)
     pid: int = await db.fetchval(
         "INSERT INTO patterns (chat_id, content, kind, confidence, strength, status, "
-        "canonical_hash, first_seen, last_seen, times_seen) "
-        "VALUES ($1, $2, $3, $4, $5, $6, md5($2), $7, $7, $8) RETURNING id",
+        "canonical_hash, first_seen, last_seen, times_seen, occurs_on, is_core_tenet, temporal) "
+        "VALUES ($1, $2, $3, $4, $5, $6, md5($2), $7, $7, $8, $9, $10, $11::jsonb) RETURNING id",
         chat_id,
         content,
         kind,
@@ -116,6 +119,9 @@ async def add_pattern(
         status,
         seen,
         times_seen,
+        occurs_on,
+        core,
+        temporal,
     )
     if vector is not None:
         await store_vectors(db, "pattern_embeddings", "pattern_id", [(pid, vector)], MODEL)
@@ -172,6 +178,8 @@ async def test_sql_score_is_the_typed_decay_formula(db: Database, kind: str) -> 
     half = ranking.DECAY_BY_KIND[kind].half_life_days
     for n, halves in enumerate((0, 1, 3, 20)):
         chat = 1000 + n
+        # an event's days run from its day (last seen long before), the others' from last seen
+        day = (NOW - timedelta(days=halves * half)).date() if kind == "event" else None
         await add_pattern(
             db,
             "User drinks coffee",
@@ -180,13 +188,16 @@ async def test_sql_score_is_the_typed_decay_formula(db: Database, kind: str) -> 
             kind=kind,
             confidence=0.7,
             strength=3.0,
-            days_ago=halves * half,
+            days_ago=halves * half if day is None else 1000,
+            occurs_on=day,
         )
         [got], degraded = await rank(db, "coffee q", KeyedEmbedder({"coffee q": axis(0)}), chat)
         assert not degraded
         assert got.similarity == pytest.approx(0.8, abs=1e-5)
         assert got.relevance == pytest.approx(0.9, abs=1e-5)
-        expected = ranking.score(got.relevance, kind, halves * half, 3.0, 0.7, "active")
+        boost = ranking.event_boost(int(halves * half)) if day is not None else 1.0
+        expected = ranking.score(got.relevance, kind, halves * half, 3.0, 0.7, "active",
+                                 boost=boost)  # fmt: skip
         assert got.score == pytest.approx(expected, rel=1e-4)
         if halves == 20:  # far past: the floor holds it up
             floor = ranking.DECAY_BY_KIND[kind].floor

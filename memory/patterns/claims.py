@@ -2,6 +2,13 @@
 claims it answers with (new patterns, reinforcements, contradictions, supersedes, meta patterns,
 the episode summary), parsed strictly from its JSON by :func:`parse_extraction`.
 
+Kinds: the seven tendencies of seed 000 plus ``fact`` (a stable fact about the person) and
+``event`` (something on a date). An event must carry ``occurs_on`` ("YYYY-MM-DD", the day
+resolved by the model against the local time of the message that says it) and may carry
+``occurs_at`` ("HH:MM", local); no other kind has either. ``core: true`` proposes a core tenet
+(seed 000 "Core tenets"), honoured only for a belief or a fact at confidence
+>= :data:`CORE_MIN_CONFIDENCE` (:attr:`NewPattern.pinned`).
+
 Pure; the prompt (:mod:`memory.patterns.extraction_prompt`), the guardrails
 (:mod:`memory.patterns.guardrails`) and the call (:mod:`memory.patterns.extraction`) build on it.
 """
@@ -11,14 +18,19 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import date, datetime, time
 from typing import Any
 
 import attrs
 
 from memory.errors import ExtractionInvalid
 
-KINDS = ("behavior", "emotion", "belief", "goal", "preference", "temporal", "causal")
+KINDS = (
+    "behavior", "emotion", "belief", "goal", "preference", "temporal", "causal", "fact", "event",
+)  # fmt: skip
+EVENT = "event"  # the one kind with a day
+CORE_KINDS = ("belief", "fact")  # what the extractor may make a core tenet ...
+CORE_MIN_CONFIDENCE = 0.9  # ... and from which confidence
 SIGNALS = ("explicit", "implicit")
 # --- inputs ------------------------------------------------------------------------------------
 
@@ -43,6 +55,8 @@ class KnownPattern:
     kind: str
     strength: float
     confidence: float
+    occurs_on: date | None = None  # an event's day
+    occurs_at: time | None = None
 
 
 # --- the extraction ----------------------------------------------------------------------------
@@ -65,6 +79,20 @@ class NewPattern:
     evidence_message_ids: tuple[int, ...] = attrs.field(converter=_ints)
     entry_uuids: tuple[str, ...] = attrs.field(converter=_strs, default=())
     temporal: dict[str, Any] | None = None
+    occurs_on: date | None = None  # an event's day
+    occurs_at: time | None = None  # an event's local time of day
+    core: bool = False  # proposed as a core tenet (see pinned)
+
+    @property
+    def pinned(self) -> bool:
+        """Whether to store it as a core tenet: proposed, a belief or a fact, confidence
+        at least :data:`CORE_MIN_CONFIDENCE`."""
+        return pinned(self.core, self.kind, self.confidence)
+
+
+def pinned(core: bool, kind: str, confidence: float) -> bool:
+    """The extractor's ``core`` flag honoured: a belief or fact at confidence >= 0.9."""
+    return core and kind in CORE_KINDS and confidence >= CORE_MIN_CONFIDENCE
 
 
 @attrs.frozen
@@ -96,6 +124,14 @@ class Supersede:
     signal: str
     evidence_message_ids: tuple[int, ...] = attrs.field(converter=_ints)
     entry_uuids: tuple[str, ...] = attrs.field(converter=_strs, default=())
+    occurs_on: date | None = None
+    occurs_at: time | None = None
+    core: bool = False
+
+    @property
+    def pinned(self) -> bool:
+        """See :attr:`NewPattern.pinned`."""
+        return pinned(self.core, self.kind, self.confidence)
 
 
 @attrs.frozen
@@ -220,21 +256,74 @@ def _temporal(obj: dict[str, Any], key: str, where: str) -> dict[str, Any] | Non
     return dict(value)
 
 
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_TIME = re.compile(r"\d{2}:\d{2}")
+
+
+def _day(obj: dict[str, Any], key: str, where: str) -> date | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _DATE.fullmatch(value):
+        raise ExtractionInvalid(f'{where}.{key}: expected a date "YYYY-MM-DD"')
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise ExtractionInvalid(f"{where}.{key}: {value!r} is not a date") from None
+
+
+def _clock(obj: dict[str, Any], key: str, where: str) -> time | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not _TIME.fullmatch(value):
+        raise ExtractionInvalid(f'{where}.{key}: expected a local time "HH:MM"')
+    try:
+        return time.fromisoformat(value)
+    except ValueError:
+        raise ExtractionInvalid(f"{where}.{key}: {value!r} is not a time of day") from None
+
+
+def _flag(obj: dict[str, Any], key: str, where: str) -> bool:
+    value = obj.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ExtractionInvalid(f"{where}.{key}: expected true or false")
+    return value
+
+
+def _check_day(item: Any, where: str) -> None:
+    """An event has its day; no other kind has a day or a time."""
+    kind, day = getattr(item, "kind", None), getattr(item, "occurs_on", None)
+    if kind == EVENT and day is None:
+        raise ExtractionInvalid(f'{where}.occurs_on: required for an event ("YYYY-MM-DD")')
+    if kind != EVENT and (day is not None or getattr(item, "occurs_at", None) is not None):
+        raise ExtractionInvalid(f"{where}.occurs_on: only an event has a day or a time")
+
+
 Reader = Callable[[dict[str, Any], str, str], Any]
 _EVIDENCE: tuple[tuple[str, Reader], ...] = (
     ("signal", _signal),
     ("evidence_message_ids", _id_list),
 )
+_DATED: tuple[tuple[str, Reader], ...] = (
+    ("occurs_on", _day),
+    ("occurs_at", _clock),
+    ("core", _flag),
+)
 #: each list of the answer: its item class and the readers of the item's fields, in order
 SCHEMA: dict[str, tuple[type, tuple[tuple[str, Reader], ...]]] = {
     "new_patterns": (NewPattern, (("content", _text), ("kind", _kind), ("confidence", _number),
-                                  *_EVIDENCE, ("entry_uuids", _str_list), ("temporal", _temporal))),
+                                  *_EVIDENCE, ("entry_uuids", _str_list), ("temporal", _temporal),
+                                  *_DATED)),
     "reinforcements": (Reinforcement, (("pattern_id", _int), ("confidence", _number), *_EVIDENCE,
                                        ("entry_uuids", _str_list))),
     "contradictions": (Contradiction, (("pattern_id", _int), ("reason", _text), *_EVIDENCE)),
     "supersedes": (Supersede, (("old_pattern_id", _int), ("reason", _text),
                                ("new_pattern_content", _text), ("kind", _kind),
-                               ("confidence", _number), *_EVIDENCE, ("entry_uuids", _str_list))),
+                               ("confidence", _number), *_EVIDENCE, ("entry_uuids", _str_list),
+                               *_DATED)),
     "meta_patterns": (MetaPattern, (("content", _text), ("kind", _kind), ("confidence", _number),
                                     ("child_pattern_ids", _id_list))),
 }  # fmt: skip
@@ -252,14 +341,18 @@ def _items(data: dict[str, Any], key: str) -> list[tuple[str, dict[str, Any]]]:
 def parse_extraction(text: str) -> Extraction:
     """The validated extraction in the model's answer (raises :class:`ExtractionInvalid`).
 
-    Missing lists are empty, ``entry_uuids`` and ``temporal`` optional, every other field
-    required; unknown keys are ignored."""
+    Missing lists are empty, ``entry_uuids``, ``temporal``, ``occurs_at`` and ``core``
+    optional, ``occurs_on`` required for an event and refused for any other kind, every other
+    field required; unknown keys are ignored."""
     data = load_json_object(text)
     if not any(key in data for key in (*SCHEMA, "episode_summary")):
         raise ExtractionInvalid("not an extraction object (none of its keys present)")
-    lists = {
-        key: tuple(cls(**{name: read(o, name, w) for name, read in fields})
-                   for w, o in _items(data, key))
-        for key, (cls, fields) in SCHEMA.items()
-    }  # fmt: skip
+    lists: dict[str, tuple[Any, ...]] = {}
+    for key, (cls, fields) in SCHEMA.items():
+        items = []
+        for where, obj in _items(data, key):
+            item = cls(**{name: read(obj, name, where) for name, read in fields})
+            _check_day(item, where)
+            items.append(item)
+        lists[key] = tuple(items)
     return Extraction(**lists, episode_summary=_text(data, "episode_summary", "extraction"))

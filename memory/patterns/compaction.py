@@ -162,7 +162,7 @@ async def oldest_uncompacted(
 
 
 _KNOWN = """
-SELECT id, content, kind, strength, confidence FROM patterns
+SELECT id, content, kind, strength, confidence, occurs_on, occurs_at FROM patterns
 WHERE chat_id = $1 AND status IN ('active', 'disputed')
 ORDER BY strength * confidence DESC, last_seen DESC, id DESC LIMIT $2
 """
@@ -253,7 +253,8 @@ async def _locked(
     started = trio.current_time()
     try:
         known = [
-            KnownPattern(r["id"], r["content"], r["kind"], r["strength"], r["confidence"])
+            KnownPattern(r["id"], r["content"], r["kind"], r["strength"], r["confidence"],
+                         r["occurs_on"], r["occurs_at"])
             for r in await conn.fetch(_KNOWN, chat_id, opts.known_patterns)
         ]
         uuids = await conn.fetch(

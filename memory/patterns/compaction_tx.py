@@ -16,12 +16,16 @@ episode row and the ``ok`` run row. Decisions recorded here:
 * ``supersedes`` runs from the replacement to the old pattern (old <- new), old -> superseded;
 * a meta pattern starts with the sum of its children's strengths (capped at 20), ``parent_of``
   from it to each child, and an observation quoting the children (signal implicit);
+* an event keeps its day and time (dedup only against events of that day); a claim the
+  extractor proposed as core (:attr:`memory.patterns.claims.NewPattern.pinned`) makes the new
+  or the reinforced pattern a core tenet;
 * an episode is written only when the summary survived the guardrails.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import date, time
 from typing import Any
 
 import attrs
@@ -31,7 +35,14 @@ from memory.embeddings.providers import Embedder
 from memory.embeddings.store import store_vectors
 from memory.embeddings.thresholds import Thresholds
 from memory.patterns.dedup import Adjudicator, DedupDecision, find_duplicate
-from memory.patterns.extraction import ChunkMessage, Extraction, KnownPattern, evidence_for
+from memory.patterns.extraction import (
+    ChunkMessage,
+    Extraction,
+    KnownPattern,
+    NewPattern,
+    Supersede,
+    evidence_for,
+)
 from memory.patterns.writes import (
     Evidence,
     Vectors,
@@ -42,6 +53,7 @@ from memory.patterns.writes import (
     insert_pattern,
     link_entries,
     reinforce_pattern,
+    set_core_tenet,
     supersede_pattern,
 )
 from runtime.db import Connection
@@ -82,6 +94,9 @@ class Planned:
     decision: DedupDecision
     entry_uuids: tuple[str, ...] = ()
     temporal: dict[str, Any] | None = None
+    occurs_on: date | None = None
+    occurs_at: time | None = None
+    core: bool = False
 
 
 @attrs.frozen
@@ -121,26 +136,29 @@ async def plan_patterns(
         uuids: tuple[str, ...],
         temporal: dict[str, Any] | None = None,
         never: int | None = None,
+        dated: NewPattern | Supersede | None = None,
     ) -> Planned:
+        day = dated.occurs_on if dated is not None else None
         decision = await find_duplicate(
             conn, chat_id=chat_id, content=content, kind=kind, vector=vectors.get(content),
-            model=vectors.model, thresholds=thresholds, adjudicator=adjudicator,
+            model=vectors.model, thresholds=thresholds, adjudicator=adjudicator, occurs_on=day,
         )  # fmt: skip
         if decision.pattern_id is not None and decision.pattern_id == never:
             reason = "a replacement is never the pattern it supersedes"
             decision = DedupDecision("insert", None, decision.similarity, reason)
-        return Planned(content, kind, conf, ev, decision, uuids, temporal)
+        at, core = (dated.occurs_at, dated.pinned) if dated is not None else (None, False)
+        return Planned(content, kind, conf, ev, decision, uuids, temporal, day, at, core)
 
     new = [
         await plan(p.content, p.kind, p.confidence,
                    evidence(p.evidence_message_ids, messages, p.signal, p.confidence),
-                   p.entry_uuids, p.temporal)
+                   p.entry_uuids, p.temporal, dated=p)
         for p in ex.new_patterns
     ]  # fmt: skip
     supersedes = [
         await plan(s.new_pattern_content, s.kind, s.confidence,
                    evidence(s.evidence_message_ids, messages, s.signal, s.confidence),
-                   s.entry_uuids, never=s.old_pattern_id)
+                   s.entry_uuids, never=s.old_pattern_id, dated=s)
         for s in ex.supersedes
     ]  # fmt: skip
     metas = []
@@ -194,11 +212,13 @@ async def apply_extraction(
                 counts.reinforced += target not in bumped
                 bumped.add(target)
                 await link_entries(conn, target, chat_id, p.entry_uuids, at=p.evidence.observed_at)
+                if p.core:
+                    await set_core_tenet(conn, chat_id, target)
                 return target
         pattern_id = await insert_pattern(
             conn, chat_id=chat_id, content=p.content, kind=p.kind, confidence=p.confidence,
             evidence=p.evidence, vectors=plan.vectors, source=source, temporal=p.temporal,
-            strength=strength,
+            strength=strength, occurs_on=p.occurs_on, occurs_at=p.occurs_at, core=p.core,
         )  # fmt: skip
         counts.created += 1
         await link_entries(conn, pattern_id, chat_id, p.entry_uuids, at=p.evidence.observed_at)

@@ -21,7 +21,10 @@ many aliases; 50 lookups after 10 warm-ups): p50 3.3 ms at 1,000 patterns, 23 ms
 270 ms at 100,000.
 
 Kinds are compatible when equal or listed in :data:`COMPATIBLE_KINDS` (a temporal pattern is a
-time-bound behaviour, a habit often states a preference, a causal claim is a belief).
+time-bound behaviour, a habit often states a preference, a causal claim is a belief, a fact is
+a belief held for sure). Both tiers compare a pattern only with those of the same day: an event
+only with events on its day (two dentist appointments on two days are two events), anything
+else only with patterns without a day.
 
 :func:`adjudicate` asks the LLM with a prompt forcing the differences first
 (``{"differences", "core_intent_match", "merge_decision"}``; LLMs lean to "yes" when asked
@@ -31,6 +34,7 @@ answer is ``None``: keep them separate (logged).
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -55,6 +59,7 @@ COMPATIBLE_KINDS: frozenset[frozenset[str]] = frozenset(
         frozenset({"behavior", "temporal"}),
         frozenset({"behavior", "preference"}),
         frozenset({"belief", "causal"}),
+        frozenset({"belief", "fact"}),
     }
 )
 
@@ -185,6 +190,7 @@ class Candidate:
 HASH_SQL = """
 SELECT id FROM patterns
 WHERE chat_id = $1 AND canonical_hash = $2 AND status = 'active'
+  AND occurs_on IS NOT DISTINCT FROM $3
 ORDER BY strength DESC, id LIMIT 1
 """
 
@@ -195,7 +201,7 @@ WITH near AS (
     (SELECT e.pattern_id, e.embedding <=> $1 AS distance, 'pattern' AS via
      FROM pattern_embeddings e JOIN patterns p ON p.id = e.pattern_id
      WHERE e.model = $2 AND e.chat_id = $3 AND e.dims = $4
-       AND p.chat_id = $3 AND p.status = 'active'
+       AND p.chat_id = $3 AND p.status = 'active' AND p.occurs_on IS NOT DISTINCT FROM $6
      ORDER BY distance LIMIT $5)
     UNION ALL
     (SELECT a.pattern_id, e.embedding <=> $1 AS distance, 'alias' AS via
@@ -203,7 +209,7 @@ WITH near AS (
      JOIN pattern_aliases a ON a.id = e.alias_id
      JOIN patterns p ON p.id = a.pattern_id
      WHERE e.model = $2 AND e.chat_id = $3 AND e.dims = $4
-       AND p.chat_id = $3 AND p.status = 'active'
+       AND p.chat_id = $3 AND p.status = 'active' AND p.occurs_on IS NOT DISTINCT FROM $6
      ORDER BY distance LIMIT $5)
 )
 SELECT DISTINCT ON (n.pattern_id) n.pattern_id, 1 - n.distance AS similarity, n.via,
@@ -214,11 +220,19 @@ ORDER BY n.pattern_id, n.distance, n.via DESC
 
 
 async def nearest_patterns(
-    conn: Queries, *, chat_id: int, vector: Any, model: str, limit: int = CANDIDATES
+    conn: Queries,
+    *,
+    chat_id: int,
+    vector: Any,
+    model: str,
+    limit: int = CANDIDATES,
+    occurs_on: date | None = None,
 ) -> list[Candidate]:
-    """The chat's active patterns nearest ``vector`` (own or alias vectors of ``model``)."""
+    """The chat's active patterns of the day ``occurs_on`` (None: those without a day) nearest
+    ``vector`` (own or alias vectors of ``model``)."""
     vec = np.asarray(vector, dtype=np.float32).reshape(-1)
-    rows = await conn.fetch(NEAREST_SQL, vec, model, chat_id, int(vec.shape[0]), limit)
+    rows = await conn.fetch(NEAREST_SQL, vec, model, chat_id, int(vec.shape[0]), limit,
+                            occurs_on)  # fmt: skip
     found = [
         Candidate(int(r["pattern_id"]), r["content"], r["kind"], float(r["similarity"]), r["via"])
         for r in rows
@@ -237,10 +251,12 @@ async def find_duplicate(
     model: str,
     thresholds: Thresholds,
     adjudicator: Adjudicator,
+    occurs_on: date | None = None,
 ) -> DedupDecision:
-    """Whether ``content`` (of ``kind``) is new for the chat or an existing active pattern
-    (module docstring); ``vector=None`` checks the canonical hash only."""
-    rows = await conn.fetch(HASH_SQL, chat_id, canonical_hash(content))
+    """Whether ``content`` (of ``kind``, on the day ``occurs_on`` for an event) is new for the
+    chat or an existing active pattern (module docstring); ``vector=None`` checks the canonical
+    hash only."""
+    rows = await conn.fetch(HASH_SQL, chat_id, canonical_hash(content), occurs_on)
     if rows:
         decision = DedupDecision("reinforce", int(rows[0]["id"]), 1.0, "same canonical text")
     elif vector is None:
@@ -248,7 +264,7 @@ async def find_duplicate(
     else:
         decision = await _by_similarity(
             conn, chat_id=chat_id, content=content, kind=kind, vector=vector, model=model,
-            thresholds=thresholds, adjudicator=adjudicator,
+            thresholds=thresholds, adjudicator=adjudicator, occurs_on=occurs_on,
         )  # fmt: skip
     log.info("dedup.decision", chat_id=chat_id, action=decision.action,
              pattern_id=decision.pattern_id, similarity=decision.similarity,
@@ -266,8 +282,10 @@ async def _by_similarity(
     model: str,
     thresholds: Thresholds,
     adjudicator: Adjudicator,
+    occurs_on: date | None,
 ) -> DedupDecision:
-    candidates = await nearest_patterns(conn, chat_id=chat_id, vector=vector, model=model)
+    candidates = await nearest_patterns(conn, chat_id=chat_id, vector=vector, model=model,
+                                        occurs_on=occurs_on)  # fmt: skip
     if not candidates:
         return DedupDecision("insert", None, None, "no pattern of the chat to compare with")
     asked = 0

@@ -1,12 +1,13 @@
 """The ``remember`` tool's write: a fact the user asked engram to keep (seed 002).
 
-Same dedup as compaction (canonical hash, then similarity, adjudicated in the grey zone),
-source ``explicit``, signal explicit, confidence :data:`EXPLICIT_CONFIDENCE`.
+Same dedup as compaction (canonical hash, then similarity, adjudicated in the grey zone; an event
+only against events of its day), source ``explicit``, signal explicit, confidence
+:data:`EXPLICIT_CONFIDENCE`.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime, time
 from typing import Any
 
 import attrs
@@ -39,6 +40,8 @@ async def store_explicit_pattern(
     kind: str,
     now: datetime,
     thresholds: Thresholds | None = None,
+    occurs_on: date | None = None,
+    occurs_at: time | None = None,
 ) -> DedupDecision:
     """Store a fact the user asked to remember (source ``explicit``, signal explicit).
 
@@ -46,14 +49,15 @@ async def store_explicit_pattern(
     reinforced (its differing text kept as an alias), anything else inserted. The decision's
     ``pattern_id`` is the reinforced or the new pattern. ``db``: a ``Database`` or a held
     ``Connection``. Without an embedder (or when embedding fails) the dedup is by hash only and
-    the vector is left to the backfill job.
+    the vector is left to the backfill job. ``occurs_on``/``occurs_at``: an event's day and
+    local time (the caller checks that only an event has them).
     """
     model = embedder.model if embedder is not None else ""
     vectors = await embed_texts(embedder, [content], chat_id) if embedder else Vectors(model)
     decision = await find_duplicate(
         db, chat_id=chat_id, content=content, kind=kind, vector=vectors.get(content),
         model=model or "none", thresholds=thresholds or thresholds_for(model),
-        adjudicator=adjudicator,
+        adjudicator=adjudicator, occurs_on=occurs_on,
     )  # fmt: skip
     evidence = Evidence(text=f"[remember] {content}", signal="explicit",
                         confidence=EXPLICIT_CONFIDENCE, observed_at=now)  # fmt: skip
@@ -66,7 +70,8 @@ async def store_explicit_pattern(
                 return decision
         pattern_id = await insert_pattern(
             conn, chat_id=chat_id, content=content, kind=kind, confidence=EXPLICIT_CONFIDENCE,
-            evidence=evidence, vectors=vectors, source="explicit",
+            evidence=evidence, vectors=vectors, source="explicit", occurs_on=occurs_on,
+            occurs_at=occurs_at,
         )  # fmt: skip
     log.info("patterns.remembered", chat_id=chat_id, pattern_id=pattern_id)
     return attrs.evolve(decision, action="insert", pattern_id=pattern_id)

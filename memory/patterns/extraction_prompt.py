@@ -9,6 +9,7 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from memory.patterns.claims import ChunkMessage, KnownPattern
+from memory.patterns.temporal import event_day
 from memory.untrusted import escape_untrusted, wrap_untrusted
 
 EXTRACTION_SYSTEM = """\
@@ -17,21 +18,29 @@ messages of the conversation (about to leave the bot's short-term window) and th
 patterns already stored. Return ONE JSON object and nothing else:
 
 {"new_patterns": [{"content": str, "kind": KIND, "confidence": 0..1, "signal": SIGNAL,
-   "evidence_message_ids": [int], "entry_uuids": [str], "temporal": {str: str} | null}],
+   "evidence_message_ids": [int], "entry_uuids": [str], "temporal": TEMPORAL | null,
+   "occurs_on": "YYYY-MM-DD" | null, "occurs_at": "HH:MM" | null, "core": bool}],
  "reinforcements": [{"pattern_id": int, "confidence": 0..1, "signal": SIGNAL,
    "evidence_message_ids": [int], "entry_uuids": [str]}],
  "contradictions": [{"pattern_id": int, "reason": str, "signal": SIGNAL,
    "evidence_message_ids": [int]}],
  "supersedes": [{"old_pattern_id": int, "reason": str, "new_pattern_content": str,
    "kind": KIND, "confidence": 0..1, "signal": SIGNAL, "evidence_message_ids": [int],
-   "entry_uuids": [str]}],
+   "entry_uuids": [str], "occurs_on": "YYYY-MM-DD" | null, "occurs_at": "HH:MM" | null,
+   "core": bool}],
  "meta_patterns": [{"content": str, "kind": "causal" | "belief", "confidence": 0..1,
    "child_pattern_ids": [int]}],
  "episode_summary": str}
 
-KIND is one of behavior, emotion, belief, goal, preference, temporal, causal. SIGNAL is \
-"explicit" (the user said it directly: "I've quit nicotine") or "implicit" (inferred from \
-behaviour or context).
+KIND is one of behavior, emotion, belief, goal, preference, temporal, causal, fact, event. \
+fact: a stable fact about the user's life (job, family, home, name: "User works as a Solution \
+Architect at GovTech"). event: something that happens on a given day ("User's team offsite is \
+on March 15", occurs_on "2025-03-15"). preference includes how the user wants to be \
+answered ("User wants concise answers with bullet points"). SIGNAL is "explicit" (the user \
+said it directly: "I've quit nicotine") or "implicit" (inferred from behaviour or context). \
+TEMPORAL is an object with any of "time_of_day" (morning, afternoon, evening, night), \
+"day_of_week" (monday..sunday, weekday, weekend), "season" (spring, summer, autumn, winter), \
+"month" (january..december), for patterns tied to such a time.
 
 Rules:
 - Atomic patterns only: one claim each, 1-3 sentences, about the user, written as a standalone \
@@ -41,8 +50,16 @@ Instead of "User loves it", write "User loves learning Ableton". Instead of "He 
 relax", write "Odei helps user relax".
 - Resolve nicknames, descriptions and pronouns to canonical names based on context ("my buddy \
 from Spain" and "Odei" are the same person: write "Odei").
-- At most 5 new patterns (supersedes count towards them). Prefer durable, recurring traits over \
-one-off events; an empty list is fine.
+- At most 5 new patterns (supersedes count towards them). Prefer durable traits, facts and \
+dated events the user will care about over passing remarks; an empty list is fine.
+- An event needs occurs_on, the day it happens; add occurs_at only when a time is said. Resolve \
+relative dates ("tomorrow", "next Friday", "on the 15th") against the local date of the message \
+that says it (shown in its header, with the weekday), never against today: "next Friday" said \
+on 2025-03-03 Mon is 2025-03-07. Leave the day out of the content ("User has a team offsite", \
+occurs_on "2025-03-07"): it is shown from occurs_on. No other kind has occurs_on or occurs_at. \
+Skip an event whose day cannot be told; a changed day is a supersedes item.
+- core: true only for a belief or fact central to who the user is (identity, life-long values), \
+stated explicitly, with confidence at least 0.9; otherwise false.
 - Only cite user messages or tool results as evidence, by the numeric id shown as #ID. Never \
 cite assistant messages. Never invent message ids, pattern ids or entry uuids: use only those \
 shown. Entry uuids come from the tool results.
@@ -76,10 +93,15 @@ def format_message(row: ChunkMessage, tz: ZoneInfo) -> str:
     return f"[#{row.id} {row.role}, {_local(row.created_at, tz)}] {escape_untrusted(row.content)}"
 
 
+def _kind(p: KnownPattern) -> str:
+    """A stored pattern's kind, with an event's day: ``event on Fri 7 Mar 2025``."""
+    return p.kind if p.occurs_on is None else f"{p.kind} on {event_day(p.occurs_on, p.occurs_at)}"
+
+
 def user_prompt(chunk: Sequence[ChunkMessage], known: Sequence[KnownPattern], tz: ZoneInfo) -> str:
     """The extraction request: stored patterns (with ids) and the messages (ids, roles, times)."""
     patterns = "\n".join(
-        f"#{p.id} [{p.kind}, strength {p.strength:.1f}, confidence {p.confidence:.2f}] "
+        f"#{p.id} [{_kind(p)}, strength {p.strength:.1f}, confidence {p.confidence:.2f}] "
         f"{escape_untrusted(' '.join(p.content.split())[:MAX_PATTERN_LINE])}"
         for p in known
     )

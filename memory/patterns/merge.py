@@ -18,7 +18,9 @@ confirmed pair is merged in one transaction:
   :data:`memory.patterns.reinforcement.STRENGTH_CAP`), confidence is the higher one, ``first_seen``
   / ``last_seen`` span both.
 
-A pattern merged away in this run is skipped in later pairs. ``dry_run`` adjudicates and reports
+Two events on different days are never a pair (nor an event and a pattern without a day); a
+survivor absorbing a core tenet becomes one. A pattern merged away in this run is skipped in
+later pairs. ``dry_run`` adjudicates and reports
 the pairs and decisions but changes nothing.
 """
 
@@ -35,6 +37,7 @@ from memory.embeddings.store import check_model, ensure_vector_index
 from memory.embeddings.thresholds import Thresholds
 from memory.patterns.dedup import Adjudicator
 from memory.patterns.reinforcement import STRENGTH_CAP
+from memory.patterns.writes import set_core_tenet
 from runtime.db import Database
 from runtime.logs import get_logger
 from runtime.progress import Progress
@@ -132,7 +135,7 @@ ORDER BY p.chat_id
 """
 
 _VECTORS = """
-SELECT p.id, p.content, pe.dims, pe.embedding FROM patterns p
+SELECT p.id, p.content, p.occurs_on, pe.dims, pe.embedding FROM patterns p
 JOIN pattern_embeddings pe ON pe.pattern_id = p.id AND pe.model = $1 AND pe.chat_id = $2
 WHERE p.chat_id = $2 AND p.status = 'active'
 ORDER BY p.id
@@ -187,6 +190,8 @@ async def candidate_pairs(
             matrix = np.stack([_as_array(r["embedding"]) for r in group])
             for i, j, sim in similar_pairs(matrix, threshold):
                 a, b = group[i], group[j]
+                if a["occurs_on"] != b["occurs_on"]:  # another day is another event
+                    continue
                 found.append(Candidate(int(chat["chat_id"]), int(a["id"]), int(b["id"]),
                                        a["content"], b["content"], sim))  # fmt: skip
         found.sort(key=lambda c: (-c.similarity, c.a_id, c.b_id))
@@ -198,7 +203,7 @@ async def candidate_pairs(
 
 _LOCK = """
 SELECT id, chat_id, content, status, strength, times_seen, confidence, first_seen, last_seen,
-       contradiction_count
+       contradiction_count, is_core_tenet
 FROM patterns WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
 """
 
@@ -291,6 +296,8 @@ async def merge_pair(
         c = combine(survivor, loser)
         await conn.execute(_SURVIVOR, s, c.strength, c.times_seen, c.confidence, c.first_seen,
                            c.last_seen, c.contradiction_count)  # fmt: skip
+        if by_id[lo]["is_core_tenet"] and not by_id[s]["is_core_tenet"]:
+            await set_core_tenet(conn, chat_id, s)
     return s, lo
 
 

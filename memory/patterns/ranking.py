@@ -3,10 +3,20 @@ home of the retrieval score, and the place where MMR reranking, the injected-pat
 RRF fusion run::
 
     relevance = (1 - LEXICAL_SHARE) * max(cosine, 0) + LEXICAL_SHARE * lexical / max_lexical
-    recency   = floor + (1 - floor) * exp(-ln2 * days / half_life)      # per kind
+    recency   = floor + (1 - floor) * exp(-ln2 * days / half_life)  # per kind; core tenets 1
     memory    = 1 + 0.25 * min(ln(1 + strength), 2.0)
-    weight    = recency * memory * confidence * validity
+    boost     = event_boost * temporal_boost                       # 1 when neither applies
+    weight    = recency * memory * confidence * validity * boost
     score     = relevance * weight
+
+``days`` is the time since the pattern was last seen, except for an event (a pattern with a
+day, ``occurs_on``): the whole days from its day to today in ``TIMEZONE`` (negative while it is
+ahead, which counts as 0). A fact barely fades (half-life 730 days, floor 0.8); an event keeps
+full weight until its day and then fades like an emotion. A core tenet (``is_core_tenet``,
+seed 000 "Core tenets") never decays. ``event_boost`` is :data:`EVENT_NEAR_BOOST` from
+:data:`EVENT_AHEAD_DAYS` before an event's day to :data:`EVENT_AFTER_DAYS` after it;
+``temporal_boost`` is :data:`TEMPORAL_BOOST` when the pattern's ``temporal`` hints match the
+turn's local time of day, weekday, season or month (:mod:`memory.patterns.temporal`).
 
 ``validity`` is 1.0 for active patterns, 0.0 for superseded/deprecated/merged ones and
 ``DISPUTED_VALIDITY`` (0.5) for disputed ones: a disputed pattern is a live but contested
@@ -15,21 +25,25 @@ hypothesis, so it still surfaces on a strong match, at half weight.
 The store computes the weight in SQL: :data:`WEIGHT_SQL` (with :data:`WEIGHT_JOINS` and the
 arrays of :func:`weight_parameters`) is generated from the constants here, and
 :func:`relevance` runs in Python on the SQL's candidates (:mod:`memory.patterns.retrieval`).
-The Python :func:`recency`, :func:`memory_factor`, :func:`validity` and :func:`score` are the
-oracle the tests compare the SQL with (and the LoCoMo bench's reference); no production path
-calls them.
+The Python :func:`recency`, :func:`memory_factor`, :func:`validity`, :func:`event_boost`,
+:func:`temporal_boost`, :func:`weight` and :func:`score` are the oracle the tests compare the
+SQL with (and the LoCoMo bench's reference); no production path calls them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Mapping, Sequence
+from datetime import date, datetime
 from types import MappingProxyType
 from typing import Protocol, TypeVar
+from zoneinfo import ZoneInfo
 
 import attrs
 import numpy as np
 import numpy.typing as npt
+
+from memory.patterns.temporal import Moment, matches, moment, moment_json
 
 Vector = Sequence[float] | npt.NDArray[np.floating]
 
@@ -41,6 +55,10 @@ RRF_K = 60
 DISPUTED_VALIDITY = 0.5
 MEMORY_WEIGHT = 0.25
 MEMORY_LOG_CAP = 2.0
+EVENT_NEAR_BOOST = 1.5  # an event from EVENT_AHEAD_DAYS before its day to EVENT_AFTER_DAYS after
+EVENT_AHEAD_DAYS = 14
+EVENT_AFTER_DAYS = 2
+TEMPORAL_BOOST = 1.2  # a pattern whose temporal hints match the turn's local moment
 
 
 @attrs.frozen
@@ -60,6 +78,8 @@ DECAY_BY_KIND: Mapping[str, Decay] = MappingProxyType(
         "emotion": Decay(14.0, 0.15),
         "temporal": Decay(365.0, 0.60),
         "causal": Decay(90.0, 0.45),
+        "fact": Decay(730.0, 0.80),  # stable: a job, a family, where they live
+        "event": Decay(14.0, 0.15),  # measured from its day (occurs_on), like an emotion
     }
 )
 
@@ -74,12 +94,15 @@ VALIDITY_BY_STATUS: Mapping[str, float] = MappingProxyType(
 )
 
 
-def recency(kind: str, days: float) -> float:
-    """Typed decay with floor; ``days`` since last seen (negative, i.e. clock skew, counts as 0)."""
+def recency(kind: str, days: float, *, core: bool = False) -> float:
+    """Typed decay with floor; ``days`` since last seen, or since an event's day (negative:
+    clock skew, or an event still ahead, counts as 0); 1.0 for a core tenet."""
     try:
         decay = DECAY_BY_KIND[kind]
     except KeyError:
         raise ValueError(f"unknown pattern kind {kind!r}") from None
+    if core:
+        return 1.0
     days = max(days, 0.0)
     return decay.floor + (1.0 - decay.floor) * math.exp(-math.log(2) * days / decay.half_life_days)
 
@@ -97,17 +120,38 @@ def validity(status: str) -> float:
         raise ValueError(f"unknown pattern status {status!r}") from None
 
 
-def weight(kind: str, days: float, strength: float, confidence: float, status: str) -> float:
-    """The typed weight of one pattern: ``recency × memory × confidence × validity``."""
-    return recency(kind, days) * memory_factor(strength) * confidence * validity(status)
+def event_boost(days_since: int | None) -> float:
+    """:data:`EVENT_NEAR_BOOST` when an event's day is at most :data:`EVENT_AHEAD_DAYS` ahead
+    or :data:`EVENT_AFTER_DAYS` behind (``days_since`` = today - its day), else 1.0 (also for
+    a pattern without a day: ``None``)."""
+    if days_since is None or not -EVENT_AHEAD_DAYS <= days_since <= EVENT_AFTER_DAYS:
+        return 1.0
+    return EVENT_NEAR_BOOST
+
+
+def temporal_boost(temporal: Mapping[str, object] | None, at: Moment) -> float:
+    """:data:`TEMPORAL_BOOST` when the hints match the moment ``at``
+    (:func:`memory.patterns.temporal.matches`), else 1.0."""
+    return TEMPORAL_BOOST if matches(temporal, at) else 1.0
+
+
+def weight(
+    kind: str, days: float, strength: float, confidence: float, status: str, *,
+    core: bool = False, boost: float = 1.0,
+) -> float:  # fmt: skip
+    """The typed weight of one pattern: ``recency × memory × confidence × validity × boost``
+    (``boost``: :func:`event_boost` × :func:`temporal_boost`)."""
+    decay = recency(kind, days, core=core)
+    return decay * memory_factor(strength) * confidence * validity(status) * boost
 
 
 def score(
-    relevance: float, kind: str, days: float, strength: float, confidence: float, status: str
-) -> float:
+    relevance: float, kind: str, days: float, strength: float, confidence: float, status: str,
+    *, core: bool = False, boost: float = 1.0,
+) -> float:  # fmt: skip
     """The retrieval score of one pattern: ``relevance × weight`` (callers drop candidates with
     a cosine below ``MIN_SIMILARITY`` first)."""
-    return relevance * weight(kind, days, strength, confidence, status)
+    return relevance * weight(kind, days, strength, confidence, status, core=core, boost=boost)
 
 
 # --- relevance (Python, on the SQL's candidates) -------------------------------------------
@@ -126,13 +170,24 @@ def relevance(similarity: float | None, lexical: float, max_lexical: float) -> f
 
 # --- the weight in SQL ----------------------------------------------------------------------
 
+_DAYS_SQL = """CASE WHEN p.occurs_on IS NOT NULL THEN ($8::date - p.occurs_on)::float8
+             ELSE extract(epoch FROM ($2::timestamptz - p.last_seen)) / 86400.0 END"""
+_HINTS_SQL = """(SELECT bool_and(($9::jsonb -> t.key) ? lower(btrim(t.value)))
+             FROM jsonb_each_text(CASE jsonb_typeof(p.temporal) WHEN 'object'
+                                  THEN p.temporal END) t
+             WHERE $9::jsonb ? t.key AND t.value IS NOT NULL)"""
+
 #: The typed weight as a SQL expression over a pattern ``p``, the decay row ``d`` and the
-#: validity row ``v`` that :data:`WEIGHT_JOINS` joins, with ``$2`` the present (timestamptz).
+#: validity row ``v`` that :data:`WEIGHT_JOINS` joins, with ``$2`` the present (timestamptz),
+#: ``$8`` today's local date and ``$9`` the local moment (:func:`weight_parameters`).
 WEIGHT_SQL = f"""
-    (d.floor + (1 - d.floor) * exp(-ln(2) * greatest(
-        extract(epoch FROM ($2::timestamptz - p.last_seen)) / 86400.0, 0) / d.half_life))
+    (CASE WHEN p.is_core_tenet THEN 1.0 ELSE
+       d.floor + (1 - d.floor) * exp(-ln(2) * greatest({_DAYS_SQL}, 0) / d.half_life) END)
     * (1 + {MEMORY_WEIGHT} * least(ln(1 + greatest(p.strength, 0)), {MEMORY_LOG_CAP}))
-    * p.confidence * v.validity"""
+    * p.confidence * v.validity
+    * (CASE WHEN ($8::date - p.occurs_on) BETWEEN {-EVENT_AHEAD_DAYS} AND {EVENT_AFTER_DAYS}
+       THEN {EVENT_NEAR_BOOST} ELSE 1 END)
+    * (CASE WHEN coalesce({_HINTS_SQL}, false) THEN {TEMPORAL_BOOST} ELSE 1 END)"""
 
 #: The joins giving :data:`WEIGHT_SQL` its ``d`` (per kind) and ``v`` (per status) rows, from
 #: the arrays ``$3`` .. ``$7`` of :func:`weight_parameters`; a pattern of an unknown kind or
@@ -142,17 +197,28 @@ WEIGHT_JOINS = """
       ON d.kind = p.kind
     JOIN unnest($6::text[], $7::float8[]) AS v(status, validity) ON v.status = p.status"""
 
+WeightParameters = tuple[list[str], list[float], list[float], list[str], list[float], date, str]
 
-def weight_parameters() -> tuple[list[str], list[float], list[float], list[str], list[float]]:
-    """The arrays ``$3`` .. ``$7`` of :data:`WEIGHT_JOINS`: kinds, their half-lives (days) and
-    floors (:data:`DECAY_BY_KIND`), statuses and their validities (:data:`VALIDITY_BY_STATUS`)."""
+
+def weight_parameters(now: datetime, timezone: str) -> WeightParameters:
+    """The parameters ``$3`` .. ``$9`` of :data:`WEIGHT_SQL` and :data:`WEIGHT_JOINS`: kinds,
+    their half-lives (days) and floors (:data:`DECAY_BY_KIND`), statuses and their validities
+    (:data:`VALIDITY_BY_STATUS`), today in ``timezone`` and the moment ``now`` there (JSON of
+    every recognised hint key, see :func:`memory.patterns.temporal.moment`)."""
     return (
         list(DECAY_BY_KIND),
         [d.half_life_days for d in DECAY_BY_KIND.values()],
         [d.floor for d in DECAY_BY_KIND.values()],
         list(VALIDITY_BY_STATUS),
         list(VALIDITY_BY_STATUS.values()),
+        local_today(now, timezone),
+        moment_json(moment(now, timezone)),
     )
+
+
+def local_today(now: datetime, timezone: str) -> date:
+    """The date of ``now`` in ``timezone`` (what an event's days are counted from)."""
+    return now.astimezone(ZoneInfo(timezone)).date()
 
 
 # --- MMR ------------------------------------------------------------------------------------

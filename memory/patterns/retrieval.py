@@ -10,9 +10,11 @@ One call of :meth:`SqlPatternRetriever.retrieve` is:
    same statement returns the cosine similarity to the query (keyword-only hits included), its
    ``ts_rank`` (0 when the full-text arm did not return it), its lexemes and length, the query's
    lexemes (``to_tsvector('english', content words)``) and the typed weight ``recency(kind, days
-   since last_seen, floor) × memory(strength) × confidence × validity(status)`` (the seed's
-   formula, :data:`memory.patterns.ranking.WEIGHT_SQL`, with the
-   :data:`memory.patterns.ranking.DECAY_BY_KIND` half-lives and floors at full strength);
+   since last_seen or an event's day, floor) × memory(strength) × confidence × validity(status)
+   × boost`` (the seed's formula with facts, events, core tenets and the time-aware boost,
+   :data:`memory.patterns.ranking.WEIGHT_SQL`, with the
+   :data:`memory.patterns.ranking.DECAY_BY_KIND` half-lives and floors at full strength; days and
+   the local moment in the retriever's ``timezone``);
    superseded, deprecated and merged patterns are never candidates (validity 0), disputed ones
    count at :data:`memory.patterns.ranking.DISPUTED_VALIDITY`.
 2. **Fusion** (:func:`fuse`, in Python): candidates below ``thresholds.min_similarity`` are
@@ -48,7 +50,7 @@ per-chat caches (vector counts, document frequencies) live in :mod:`memory.patte
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, time
 from typing import Any, Protocol
 
 import attrs
@@ -82,6 +84,7 @@ from memory.patterns.retrieval_sql import (
     choose_plan,
     ensure_chat_indexes,
 )
+from memory.patterns.temporal import event_day
 from runtime.db import Queries
 from runtime.logs import get_logger
 
@@ -143,6 +146,9 @@ class RankedPattern:
     vector: Any = attrs.field(eq=False, repr=False)
     times_seen: int = 1
     relevance: float = 1.0  # the cosine / lexical mix in [0, 1] (see the module docstring)
+    occurs_on: date | None = None  # an event's day
+    occurs_at: time | None = None  # an event's local time of day, when said
+    core: bool = False  # a core tenet (never decays)
 
     @property
     def text(self) -> str:
@@ -151,8 +157,11 @@ class RankedPattern:
 
 
 def pattern_line(p: RankedPattern) -> str:
-    """``- [behavior] Sleeps badly after late caffeine (id 12, seen 4×, last 2026-10-03)``."""
-    tag = p.kind if p.status == "active" else f"{p.kind}, {p.status}"
+    """``- [behavior] Sleeps badly after late caffeine (id 12, seen 4×, last 2026-10-03)``;
+    an event's tag carries its day (``[event on Fri 7 Mar 2025]``), a core tenet's ``core``."""
+    tags = [p.kind if p.occurs_on is None else f"{p.kind} on {event_day(p.occurs_on, p.occurs_at)}"]
+    tags += ["core"] * p.core + [p.status] * (p.status != "active")
+    tag = ", ".join(tags)
     last = p.last_seen.astimezone(UTC).date().isoformat()
     content = " ".join(p.content.split())
     return f"- [{tag}] {content} (id {p.id}, seen {p.times_seen}×, last {last})"
@@ -219,6 +228,9 @@ def fuse(
                 vector=_as_array(r["embedding"], dims),
                 times_seen=int(r["times_seen"]),
                 relevance=rel,
+                occurs_on=r["occurs_on"],
+                occurs_at=r["occurs_at"],
+                core=bool(r["is_core_tenet"]),
             )
         )
     out.sort(key=lambda p: (-p.score, -p.id))
@@ -237,7 +249,7 @@ async def _embed_query(embedder: Embedder, chat_id: int, query: str) -> Any | No
 async def fetch_candidates(
     db: Queries, sql: str, args: Sequence[Any], ef_search: int
 ) -> Sequence[Any]:
-    """Run a :func:`candidates_sql` statement (``ef_search`` > 0 adds ``$12``)."""
+    """Run a :func:`candidates_sql` statement (``ef_search`` > 0 adds ``$14``)."""
     return await db.fetch(sql, *args, *([str(ef_search)] if ef_search else []))
 
 
@@ -252,8 +264,11 @@ async def rank_patterns(
     thresholds: Thresholds | None = None,
     planner: VectorPlanner | None = None,
     lexicons: LexiconCache | None = None,
+    timezone: str = "UTC",
 ) -> tuple[list[RankedPattern], bool]:
     """This chat's live patterns for ``query``, best first, and whether retrieval degraded.
+
+    ``timezone``: where today (an event's days) and the moment (temporal hints) are reckoned.
 
     ``limit`` is the number of candidates per arm (the result holds at most twice that).
     One round trip (two when a graph walk comes back short). Inside a caller's explicit
@@ -271,7 +286,8 @@ async def rank_patterns(
     if vector is not None:
         plan, ef = await planner.plan(db, chat_id, model, dims, limit)
     args: list[Any] = [
-        chat_id, now, *weight_parameters(), list(LIVE_STATUSES), limit, or_tsquery(query),
+        chat_id, now, *weight_parameters(now, timezone), list(LIVE_STATUSES), limit,
+        or_tsquery(query),
     ]  # fmt: skip
     if plan != "none":
         args.append(np.asarray(vector, dtype=np.float32))
@@ -303,6 +319,7 @@ class SqlPatternRetriever:
     lam: float = MMR_LAMBDA
     planner: VectorPlanner = attrs.field(factory=VectorPlanner)
     lexicons: LexiconCache | None = attrs.field(factory=LexiconCache)
+    timezone: str = "UTC"  # the person's TIMEZONE (events' days, the time-aware boost)
 
     async def retrieve(self, chat_id: int, query: str) -> RetrievedMemory:
         """Rank, MMR-rerank, cap at the token budget; the prompt block and pattern ids."""
@@ -315,6 +332,7 @@ class SqlPatternRetriever:
             thresholds=self.thresholds,
             planner=self.planner,
             lexicons=self.lexicons,
+            timezone=self.timezone,
         )
         pool = ranked[: self.limit * MMR_POOL]  # MMR over the best by score only
         chosen = apply_budget(mmr(pool, k=self.limit, lam=self.lam), self.budget_tokens)

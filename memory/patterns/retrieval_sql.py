@@ -196,20 +196,21 @@ async def ensure_chat_indexes(
 
 # --- SQL ------------------------------------------------------------------------------------
 
-# $1 chat, $2 now, $3 kinds, $4 half-lives, $5 floors, $6 statuses, $7 validities
-# ($3 .. $7: memory.patterns.ranking.weight_parameters()), $8 live statuses, $9 candidates per
-# arm, $10 tsquery text, $11 query vector (or NULL), $12 hnsw.ef_search (graph-walk plans).
+# $1 chat, $2 now, $3 kinds, $4 half-lives, $5 floors, $6 statuses, $7 validities, $8 today
+# (local), $9 the local moment ($3 .. $9: memory.patterns.ranking.weight_parameters()), $10 live
+# statuses, $11 candidates per arm, $12 tsquery text, $13 query vector (or NULL), $14
+# hnsw.ef_search (graph-walk plans).
 # The typed weight and its joins are memory.patterns.ranking's WEIGHT_SQL and WEIGHT_JOINS.
 
 _FTS_ARM = """
     fts AS MATERIALIZED (
         SELECT s.id, s.lexical, row_number() OVER () AS rnk FROM (
             SELECT p.id, ts_rank(p.text_search, q)::float8 AS lexical
-            FROM patterns p, to_tsquery('english', $10) q
-            WHERE $10 <> '' AND p.chat_id = $1 AND p.status = ANY($8::text[])
+            FROM patterns p, to_tsquery('english', $12) q
+            WHERE $12 <> '' AND p.chat_id = $1 AND p.status = ANY($10::text[])
               AND p.text_search @@ q
             ORDER BY lexical DESC, p.id DESC
-            LIMIT $9) s)"""
+            LIMIT $11) s)"""
 
 
 def _vec_arm(model: str, dims: int, plan: Plan, chat_id: int) -> str:
@@ -218,9 +219,9 @@ def _vec_arm(model: str, dims: int, plan: Plan, chat_id: int) -> str:
     # the HNSW index is on the cast expression; the exact plan orders by the bare column,
     # which no index matches, so the planner scans the chat's rows through (model, chat_id)
     dist = (
-        f"pe.embedding <=> $11::vector({dims})"
+        f"pe.embedding <=> $13::vector({dims})"
         if plan == "exact"
-        else f"pe.embedding::vector({dims}) <=> $11::vector({dims})"
+        else f"pe.embedding::vector({dims}) <=> $13::vector({dims})"
     )
     # the chat's own partial index is only matched against a literal chat id
     chat = str(int(chat_id)) if plan == "chat_index" else "$1"
@@ -229,9 +230,9 @@ def _vec_arm(model: str, dims: int, plan: Plan, chat_id: int) -> str:
     # evaluates its count, and so this InitPlan, before it pulls the first row from the index
     # scan, and pgvector reads the setting on that first pull. One round trip, no BEGIN/SET.
     limit = (
-        "$9"
+        "$11"
         if plan == "exact"
-        else "(SELECT $9::bigint FROM (SELECT set_config('hnsw.ef_search', $12::text, true)) ef)"
+        else "(SELECT $11::bigint FROM (SELECT set_config('hnsw.ef_search', $14::text, true)) ef)"
     )
     return f"""
     vec AS MATERIALIZED (
@@ -246,7 +247,7 @@ def candidates_sql(model: str, dims: int, plan: Plan, chat_id: int = 0) -> str:
     a query vector or a stored vector), its ``ts_rank`` (``lexical``, 0 when the full-text arm
     did not find it) and its typed weight."""
     check_model(model)
-    sim = f"1 - (pe.embedding <=> $11::vector({dims}))" if plan != "none" else "NULL::float8"
+    sim = f"1 - (pe.embedding <=> $13::vector({dims}))" if plan != "none" else "NULL::float8"
     return f"""
     WITH {_vec_arm(model, dims, plan, chat_id)},{_FTS_ARM},
     cand AS (
@@ -255,15 +256,16 @@ def candidates_sql(model: str, dims: int, plan: Plan, chat_id: int = 0) -> str:
             UNION ALL SELECT id, NULL, rnk, lexical FROM fts) u
         GROUP BY id)
     SELECT p.id, p.content, p.kind, p.confidence, p.strength, p.status, p.last_seen,
-           p.times_seen, c.vrnk, c.frnk, coalesce(c.lexical, 0) AS lexical, pe.embedding,
+           p.times_seen, p.occurs_on, p.occurs_at, p.is_core_tenet, c.vrnk, c.frnk,
+           coalesce(c.lexical, 0) AS lexical, pe.embedding,
            {sim} AS similarity,
            tsvector_to_array(p.text_search) AS lexemes, length(p.text_search) AS doclen,
-           (SELECT tsvector_to_array(to_tsvector('english', replace($10, ' | ', ' '))))
+           (SELECT tsvector_to_array(to_tsvector('english', replace($12, ' | ', ' '))))
              AS qlexemes,
            (SELECT count(*) FROM vec) AS vec_rows,
            {WEIGHT_SQL} AS weight
     FROM cand c
-    JOIN patterns p ON p.id = c.id AND p.chat_id = $1 AND p.status = ANY($8::text[]){WEIGHT_JOINS}
+    JOIN patterns p ON p.id = c.id AND p.chat_id = $1 AND p.status = ANY($10::text[]){WEIGHT_JOINS}
     LEFT JOIN pattern_embeddings pe
       ON pe.pattern_id = p.id AND pe.model = '{model}' AND pe.dims = {dims}"""
 

@@ -10,8 +10,10 @@ Rules, in the order the seed gives them (000: "Spacing-sensitive reinforcement",
 extraction during compaction", "Pattern hierarchy", "Pattern ↔ entry linking"):
 
 * a **new pattern** is a ``patterns`` row (``canonical_hash`` of its text, ``first_seen`` =
-  ``last_seen`` = the time of its newest evidence message), its vector (when there is one) and
-  a ``pattern_observations`` row with the immutable evidence text, roles and message ids;
+  ``last_seen`` = the time of its newest evidence message; an event's day and time; a core
+  tenet's flag and ``pinned_at``), its vector (when there is one) and a
+  ``pattern_observations`` row with the immutable evidence text, roles and message ids; the same
+  text is the same claim only on the same day (an event on another day is another event);
 * a **reinforcement** (explicit, or a new pattern found to be a duplicate) locks the row, applies
   :func:`memory.patterns.reinforcement.reinforce` with the days since ``last_seen`` (spacing boost,
   signal
@@ -32,7 +34,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import date, datetime, time
 from typing import Any
 
 import attrs
@@ -98,8 +100,10 @@ async def ensure_indexes(db: Queries, vectors: Vectors) -> None:
 
 _INSERT_PATTERN = """
 INSERT INTO patterns (chat_id, content, kind, confidence, strength, source, temporal,
-                      canonical_hash, first_seen, last_seen)
-VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, coalesce($9, now()), coalesce($9, now()))
+                      canonical_hash, first_seen, last_seen, occurs_on, occurs_at,
+                      is_core_tenet, pinned_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, coalesce($9, now()), coalesce($9, now()), $10,
+        $11, $12, CASE WHEN $12 THEN now() END)
 RETURNING id
 """
 _INSERT_OBSERVATION = """
@@ -113,6 +117,7 @@ VALUES ($1, $2, $3::bigint[], $4, $5::text[], $6, $7, $8, coalesce($9, now()))
 _SAME_CLAIM = """
 SELECT id FROM patterns
 WHERE chat_id = $1 AND canonical_hash = $2 AND status IN ('active', 'disputed')
+  AND occurs_on IS NOT DISTINCT FROM $3
 ORDER BY id LIMIT 1
 """
 
@@ -129,8 +134,14 @@ async def insert_pattern(
     source: str = "compaction",
     temporal: dict[str, Any] | None = None,
     strength: float = 1.0,
+    occurs_on: date | None = None,
+    occurs_at: time | None = None,
+    core: bool = False,
 ) -> int:
     """A new pattern, its vector (if computed) and its first observation; its id.
+
+    ``occurs_on``/``occurs_at``: an event's day and local time; ``core``: a core tenet
+    (``pinned_at`` now). A core claim found already stored makes that pattern a core tenet.
 
     Dedup decisions are made before the write transaction (they may call an LLM), so a
     concurrent writer (``remember`` during a compaction, or two ``remember`` calls) can have
@@ -140,12 +151,14 @@ async def insert_pattern(
     and would miss what the other writer commits meanwhile.)"""
     digest = canonical_hash(content)
     await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key("claim", chat_id, digest))
-    existing = await conn.fetchval(_SAME_CLAIM, chat_id, digest)
+    existing = await conn.fetchval(_SAME_CLAIM, chat_id, digest, occurs_on)
     if existing is not None:
         done = await reinforce_pattern(conn, int(existing), chat_id, evidence, alias=content,
                                        vectors=vectors)  # fmt: skip
         if done is not None:
             log.info("patterns.concurrent_duplicate", chat_id=chat_id, pattern_id=existing)
+            if core:
+                await set_core_tenet(conn, chat_id, int(existing))
             return int(existing)
     pattern_id = int(
         await conn.fetchval(
@@ -159,6 +172,9 @@ async def insert_pattern(
             json.dumps(temporal) if temporal else None,
             digest,
             evidence.observed_at,
+            occurs_on,
+            occurs_at,
+            core,
         )
     )
     vector = vectors.get(content)
@@ -167,6 +183,20 @@ async def insert_pattern(
                             [(pattern_id, vector, chat_id)], vectors.model)  # fmt: skip
     await add_observation(conn, pattern_id, chat_id, evidence)
     return pattern_id
+
+
+async def set_core_tenet(
+    conn: Queries, chat_id: int, pattern_id: int, core: bool = True
+) -> bool:
+    """Make one of the chat's patterns a core tenet (``pinned_at`` kept from the first time),
+    or (``core=False``) an ordinary pattern again; False when it is not one of the chat's."""
+    status = await conn.execute(
+        "UPDATE patterns SET is_core_tenet = $3, updated_at = now(), "
+        "pinned_at = CASE WHEN $3 THEN coalesce(pinned_at, now()) END "
+        "WHERE id = $1 AND chat_id = $2",
+        pattern_id, chat_id, core,
+    )  # fmt: skip
+    return status.split()[-1] != "0"
 
 
 async def add_observation(conn: Queries, pattern_id: int, chat_id: int, evidence: Evidence) -> None:

@@ -6,10 +6,12 @@ chat's patterns (an id from another chat reads exactly like an unknown id).
 * ``recall_memory(query, limit)`` ranks this chat's live patterns with
   :func:`memory.patterns.retrieval.rank_patterns` (hybrid vector + full text, typed decay); when the
   query cannot be embedded the answer is ``degraded`` (keyword matches only).
-* ``remember(fact, kind="belief")`` stores an explicit pattern through
+* ``remember(fact, kind="belief", date?, time?)`` stores an explicit pattern through
   :func:`memory.patterns.explicit.store_explicit_pattern` (canonical hash, then similarity
   dedup with adjudication in the grey zone); the answer says whether it is new or reinforced an
-  existing id.
+  existing id. An ``event`` needs its ``date`` (``YYYY-MM-DD``, the model resolves "next
+  Friday" against the prompt's date) and may have a local ``time`` (``HH:MM``); no other kind
+  takes either.
 * ``forget_memory(id, reason)`` deprecates one of this chat's patterns (``status='deprecated'``,
   the reason kept in ``status_reason``).
 
@@ -22,22 +24,35 @@ returns the tools alone (to combine with the journal tools). ``remember`` needs 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import date, datetime, time
 from typing import Any, Literal
 
 import attrs
 import numpy as np
 
 from memory.embeddings.thresholds import Thresholds
+from memory.patterns.claims import EVENT
 from memory.patterns.dedup import Adjudicator
 from memory.patterns.explicit import store_explicit_pattern
 from memory.patterns.retrieval import LexiconCache, rank_patterns
-from memory.tools.registry import Tool, ToolContext, ToolError, ToolRegistry, spec, tool
+from memory.tools.registry import (
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolRegistry,
+    date_spec,
+    spec,
+    tool,
+)
+from memory.tools.schema import parse_day
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
 
-Kind = Literal["behavior", "emotion", "belief", "goal", "preference", "temporal", "causal"]
+Kind = Literal[
+    "behavior", "emotion", "belief", "goal", "preference", "temporal", "causal", "fact", "event"
+]
+TIME_PATTERN = r"^\d{2}:\d{2}$"
 RECALL_CANDIDATES = 60
 FORGET_PREFIX = "forget_memory: "
 
@@ -74,9 +89,11 @@ class RecallMemoryInput:
 #: a fact the person asks to remember without saying more ("remember that I'm vegetarian")
 DEFAULT_REMEMBER_KIND: Kind = "belief"
 _KIND_HELP = (
-    "behavior (what the person does), emotion (how they feel about something), belief (what "
-    "they hold true, facts about their life), goal, preference, temporal (time-bound: plans, "
-    "routines), causal (what leads to what)"
+    "fact (a stable fact about their life: job, family, home), event (something on a given "
+    "day: give its date), behavior (what the person does), emotion (how they feel about "
+    "something), belief (what they hold true), goal, preference (including how they want to be "
+    "answered), temporal (routines tied to a time of day, weekday or season), causal (what "
+    "leads to what)"
 )
 
 
@@ -93,6 +110,17 @@ class RememberInput:
     kind: Kind = attrs.field(
         default=DEFAULT_REMEMBER_KIND,
         metadata=spec(description=f"The kind of memory (default belief): {_KIND_HELP}"),
+    )
+    date: str | None = attrs.field(
+        default=None,
+        metadata=date_spec(
+            "An event's day, YYYY-MM-DD (required for kind event, only for it): resolve "
+            "'next Friday' against today's date in the prompt"
+        ),
+    )
+    time: str | None = attrs.field(
+        default=None,
+        metadata=spec(pattern=TIME_PATTERN, description="An event's local time, HH:MM (optional)"),
     )
 
 
@@ -128,6 +156,7 @@ async def _recall(
         now=ctx.now,
         thresholds=thresholds,
         lexicons=lexicons,
+        timezone=ctx.timezone,
     )
     memories = []
     for p in ranked[: inp.limit]:
@@ -138,6 +167,12 @@ async def _recall(
             "confidence": round(float(p.confidence), 2),
             "last_seen": _local_date(ctx, p.last_seen),
         }
+        if p.occurs_on is not None:
+            item["date"] = p.occurs_on.isoformat()
+            if p.occurs_at is not None:
+                item["time"] = f"{p.occurs_at:%H:%M}"
+        if p.core:
+            item["core"] = True
         if p.status != "active":
             item["status"] = p.status
         memories.append(item)
@@ -154,6 +189,7 @@ async def _remember(
     fact = " ".join(inp.fact.split())
     if len(fact) < 3:
         raise ToolError("fact must say something", "fact")
+    day, at = _event_day(inp)
     embedder: Any = ctx.embedder
     decision = await store_explicit_pattern(
         ctx.db,
@@ -164,6 +200,8 @@ async def _remember(
         kind=inp.kind,
         now=ctx.now,
         thresholds=thresholds,
+        occurs_on=day,
+        occurs_at=at,
     )
     reinforced = decision.action == "reinforce"
     out: dict[str, Any] = {
@@ -183,9 +221,27 @@ async def _remember(
             out["similarity"] = round(float(decision.similarity), 3)
     else:
         out["content"] = fact
+    if day is not None:
+        out["date"] = day.isoformat()
     log.info("memory.remember", chat_id=ctx.chat_id, pattern_id=decision.pattern_id,
              status=out["status"])  # fmt: skip
     return out
+
+
+def _event_day(inp: RememberInput) -> tuple[date | None, time | None]:
+    """An event's day and time; a :class:`ToolError` when an event lacks its date, another
+    kind has one, or the time is not a time of day."""
+    if inp.kind != EVENT:
+        if inp.date is not None or inp.time is not None:
+            raise ToolError(f"only an event has a date or time (this is a {inp.kind})", "date")
+        return None, None
+    if inp.date is None:
+        raise ToolError("an event needs its date (YYYY-MM-DD)", "date")
+    try:
+        at = None if inp.time is None else time.fromisoformat(inp.time)
+    except ValueError:
+        raise ToolError(f"{inp.time!r} is not a time of day (HH:MM)", "time") from None
+    return parse_day(inp.date), at
 
 
 _FORGET = """
