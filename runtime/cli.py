@@ -1,8 +1,9 @@
 """Command-line plumbing: settings, logging, exit codes, and the core commands.
 
-Exit codes: 0 success (including a clean shutdown), 1 runtime failure (database unreachable,
-an actor escalated past its restart budget), 2 bad configuration or usage. Errors print one
-line on stderr; secrets never appear in it.
+Exit codes: 0 success (including a clean shutdown), 1 runtime failure (database unreachable at
+start-up or for DB_OUTAGE_LIMIT seconds while serving, an actor escalated past its restart
+budget), 2 bad configuration or usage. Errors print one line on stderr; secrets never appear
+in it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from runtime import db as dbmod
 from runtime.embedded_pg import embedded_postgres
 from runtime.errors import (
     DatabaseError,
+    DatabaseOutage,
     EngramError,
     EscalationError,
     SettingsError,
@@ -128,6 +130,9 @@ def run_cli(
 def exit_code_for(exc: BaseException, secrets: Sequence[str] = ()) -> int:
     """Print the one-line reason for a failed command and return its exit code."""
     leaves = leaf_exceptions(exc)
+    for leaf in leaves:
+        if isinstance(leaf, DatabaseOutage):  # its message is the whole line
+            return fail(str(leaf), 1, secrets)
     for kind, prefix, code in (
         (SettingsError, "configuration error", 2),
         (EscalationError, "fatal", 1),

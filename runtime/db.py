@@ -29,6 +29,7 @@ import trio_asyncio
 from pgvector.asyncpg import register_vector
 
 from runtime import errors
+from runtime.db_health import DatabaseHealth
 from runtime.db_pool import ConnectionPool
 from runtime.logs import get_logger
 
@@ -200,9 +201,13 @@ class Database(_Queries):
     advisory locks, settings, LISTEN) is reset first (asyncpg's reset: rollback, ``RESET ALL``
     & co.). A connection whose statement was interrupted (cancelled, lost) is not reused."""
 
-    def __init__(self, pool: ConnectionPool[Any], url: str) -> None:
+    def __init__(
+        self, pool: ConnectionPool[Any], url: str, health: DatabaseHealth | None = None
+    ) -> None:
         self._pool = pool
         self.url = url
+        #: fed by the pool's connects; see :mod:`runtime.db_health`
+        self.health = health if health is not None else DatabaseHealth()
 
     @property
     def safe_url(self) -> str:
@@ -266,6 +271,17 @@ async def _connect(url: str, connect_timeout: float) -> Any:
     return conn
 
 
+async def _connect_tracked(url: str, connect_timeout: float, health: DatabaseHealth) -> Any:
+    """A new pool connection; its outcome tells ``health`` whether the server is reachable."""
+    try:
+        raw = await _bridge(_connect, url, connect_timeout)
+    except errors.DatabaseUnavailable as exc:
+        health.connect_failed(exc)
+        raise
+    health.connected()
+    return raw
+
+
 async def _ensure_pgvector(url: str, connect_timeout: float) -> None:
     conn = await asyncpg.connect(url)
     try:
@@ -314,8 +330,9 @@ async def open_database(
     if not re.match(r"^postgres(ql)?://", url):
         raise errors.DatabaseUnavailable("DATABASE_URL must start with postgresql://")
     await _connect_with_retry(url, connect_timeout)
+    health = DatabaseHealth()
     pool: ConnectionPool[Any] = ConnectionPool(
-        lambda: _bridge(_connect, url, connect_timeout),
+        lambda: _connect_tracked(url, connect_timeout, health),
         lambda raw: _bridge(raw.close, timeout=connect_timeout),
         max_size=max_size,
     )
@@ -328,7 +345,7 @@ async def open_database(
         ) from None
     log.info("db.open", url=redact_url(url), pool_max=max_size)
     try:
-        yield Database(pool, url)
+        yield Database(pool, url, health)
     finally:
         await pool.close()
         log.info("db.closed")

@@ -77,6 +77,11 @@ class DatabaseUnavailable(DatabaseError):
     """The server cannot be reached, or the connection was lost."""
 
 
+class DatabaseOutage(DatabaseError):
+    """The database stayed unreachable past ``DB_OUTAGE_LIMIT``: the process gives up (exit 1).
+    Its message is the whole line the CLI prints (``database unreachable for 300 s``)."""
+
+
 class ExtensionMissing(DatabaseError):
     """A required extension (pgvector) is not installed on the server."""
 

@@ -23,9 +23,12 @@ ReadinessCheck = Callable[[], Awaitable[tuple[bool, str]]]
 
 
 def database_readiness(db: Database, timeout: float = 2.0) -> ReadinessCheck:
-    """A readiness check: the database answers within ``timeout`` and migrations are current."""
+    """A readiness check: the database answers within ``timeout`` and migrations are current;
+    while the pool cannot connect (``db.health``) it fails at once, naming the outage."""
 
     async def check() -> tuple[bool, str]:
+        if db.health.down:  # the pool's connects fail: say so at once, without a timeout
+            return False, f"database unreachable for {db.health.down_for():.0f} s"
         with trio.move_on_after(timeout):
             try:
                 if not await migrations_current(db):

@@ -13,7 +13,8 @@ in the structlog contextvars (so logs inside carry e.g. ``chat_id``).
 * Crash: an ``Exception`` from ``handle`` is logged, the message in hand is dropped (its request,
   if any, fails with ActorStopped), the buffered messages are kept, and a fresh handler from
   ``factory(key)`` continues after the ``policy`` backoff. Past ``policy.max_restarts`` crashes
-  within ``policy.window`` an :class:`EscalationError` cancels the registry's nursery.
+  within ``policy.window`` an :class:`EscalationError` cancels the registry's nursery; a crash on
+  an unreachable database is restarted without being charged (``runtime.supervisor``).
 * Mailbox overload: as in :mod:`runtime.actor` (``send`` waits up to ``send_timeout`` then
   raises MailboxFull; ``send_nowait`` raises MailboxFull at once).
 * Full registry (``max_actors`` live actors): the least-recently-used *idle* actor (empty
@@ -36,7 +37,7 @@ import trio
 
 from runtime.actor import DEFAULT_CAPACITY, DEFAULT_SEND_TIMEOUT, Mailbox, Reply
 from runtime.errors import ActorStopped, MailboxFull, RegistryFull, RequestTimeout
-from runtime.supervisor import CrashBudget, RestartPolicy
+from runtime.supervisor import CrashBudget, RestartPolicy, is_database_outage
 
 __all__ = ["Handler", "Registry", "TimedHandler"]
 
@@ -251,13 +252,17 @@ class Registry(Generic[K, M]):
                     except Exception as exc:
                         slot.waiting = False
                         delay = budget.crashed(exc)
+                        outage = is_database_outage(exc)
                         log.warning(
-                            "registry.actor_crashed",
+                            "registry.actor_database_unavailable"
+                            if outage
+                            else "registry.actor_crashed",
                             registry=self.name,
                             crashes=budget.recent,
                             backoff=delay,
                             buffered=slot.mailbox.buffered,
-                            exc_info=exc,
+                            exc_info=None if outage else exc,
+                            error=str(exc) if outage else None,
                             **{self.key_name: slot.key},
                         )
                         await trio.sleep(delay)

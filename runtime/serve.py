@@ -18,7 +18,6 @@ from functools import partial
 from typing import Any, Protocol, TypeVar
 
 import attrs
-import hypercorn.trio
 import trio
 from quart import Blueprint
 
@@ -26,6 +25,7 @@ from runtime.asgi import AsgiApp, PathDispatcher
 from runtime.db import Database
 from runtime.errors import EngramError, leaf_exceptions
 from runtime.http import ReadinessCheck, create_app, database_readiness, hypercorn_config
+from runtime.http_server import connection_cap, serve_http
 from runtime.logs import get_logger
 from runtime.migrate import apply_migrations
 from runtime.settings import ProcessSettings
@@ -78,6 +78,11 @@ async def serve(
     shutdown = shutdown or Shutdown(deadline=settings.shutdown_deadline)
     async with trio.open_nursery() as root:
         await root.start(shutdown.run, root.cancel_scope)
+        # the one place an outage ends the process: DB_OUTAGE_LIMIT seconds unreachable
+        await root.start(
+            partial(database.health.watch, partial(database.fetchval, "SELECT 1")),
+            settings.db_outage_limit,
+        )
         handle: SystemHandle = await root.start(build_system(settings, database, shutdown).run)
         for name, drain in handle.drains:
             shutdown.add_drain(name, drain)
@@ -86,13 +91,16 @@ async def serve(
         )
         if handle.routes:
             app = PathDispatcher(app, handle.routes)
-        config = hypercorn_config(settings.host, settings.port)
+        config = hypercorn_config(
+            settings.host, settings.port, keep_alive_timeout=settings.http_idle_timeout
+        )
         try:
             binds: Any = await root.start(
                 partial(
-                    hypercorn.trio.serve,
+                    serve_http,
                     app,
                     config,
+                    max_connections=connection_cap(settings.http_max_connections),
                     shutdown_trigger=shutdown.intake_stopped.wait,
                 )
             )

@@ -242,6 +242,11 @@ class ProcessSettings(SettingsSection):
               "shared_buffers of the embedded server (PostgreSQL's own default is 128MB)."),
         Field("ENGRAM_HOST", "host", "127.0.0.1", text, "Address the HTTP server binds to."),
         Field("ENGRAM_PORT", "port", "8080", int_range(0, 65535), "Port of the HTTP server."),
+        Field("HTTP_MAX_CONNECTIONS", "http_max_connections", "256", int_range(1, 100_000),
+              "Open HTTP connections at most (more wait in the listen backlog)."),
+        Field("HTTP_IDLE_TIMEOUT", "http_idle_timeout", "15", float_range(0.1, 3600),
+              "Seconds an HTTP connection may stay idle (no request in progress) before it is "
+              "closed."),
         Field("LOG_LEVEL", "log_level", "INFO", _log_level, "DEBUG, INFO, WARNING or ERROR."),
         Field("LOG_FORMAT", "log_format", "auto", choice("auto", "json", "console"),
               "auto: JSON lines when stderr is not a TTY, coloured console otherwise."),
@@ -251,6 +256,9 @@ class ProcessSettings(SettingsSection):
         Field("DB_POOL_MAX", "db_pool_max", "10", int_range(1, 200), "Maximum pool connections."),
         Field("DB_CONNECT_TIMEOUT", "db_connect_timeout", "10", float_range(0.1, 300),
               "Seconds to wait for the database at start-up before giving up."),
+        Field("DB_OUTAGE_LIMIT", "db_outage_limit", "300", float_range(1, 86400),
+              "Seconds the database may stay unreachable while serving before the process "
+              "exits 1."),
         Field("SHUTDOWN_DEADLINE", "shutdown_deadline", "10", float_range(0, 600),
               "Seconds actors get to drain on SIGINT/SIGTERM before being cancelled."),
         Field("ACTOR_IDLE_TIMEOUT", "actor_idle_timeout", "600", float_range(0.01, 86400),
@@ -274,12 +282,15 @@ class ProcessSettings(SettingsSection):
     embedded_pg_shared_buffers: str = "1GB"
     host: str
     port: int
+    http_max_connections: int = 256
+    http_idle_timeout: float = 15.0
     log_level: str
     log_format: str
     timezone: str
     db_pool_min: int
     db_pool_max: int
     db_connect_timeout: float
+    db_outage_limit: float = 300.0
     shutdown_deadline: float
     actor_idle_timeout: float
     actor_max_live: int

@@ -8,6 +8,13 @@ A crash that makes more than ``max_restarts`` crashes within the last ``window``
 :class:`EscalationError` (chained to the crash), which cancels the surrounding nursery. A child
 that returns normally is not restarted; cancellation is never caught.
 
+A crash whose every leaf exception is :class:`~runtime.errors.DatabaseUnavailable` (the server
+refused or lost the connection, is shutting down or starting) is the database's outage, not the
+child's fault: it is restarted with the same doubling backoff, capped at ``outage_backoff_cap``
+(short, so the child is back soon after the database), and is never charged to the restart
+budget. Whether an outage lasts too long is decided once for the process, by
+:mod:`runtime.db_health` (``DB_OUTAGE_LIMIT``).
+
 Addresses across restarts: the child's first ``task_status.started(handle)`` is relayed to
 ``supervise``'s own caller. If ``handle`` is an :class:`Address`, the caller gets a stable proxy
 that the supervisor repoints to each restarted child's mailbox as soon as it calls
@@ -26,9 +33,9 @@ import structlog
 import trio
 
 from runtime.actor import Address
-from runtime.errors import EscalationError
+from runtime.errors import DatabaseUnavailable, EscalationError, leaf_exceptions
 
-__all__ = ["ChildStarter", "CrashBudget", "RestartPolicy", "supervise"]
+__all__ = ["ChildStarter", "CrashBudget", "RestartPolicy", "is_database_outage", "supervise"]
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -44,9 +51,12 @@ class RestartPolicy:
     backoff_cap: float = 30.0
     max_restarts: int = 5
     window: float = 60.0
+    outage_backoff_cap: float = 5.0
 
     def __attrs_post_init__(self) -> None:
-        if self.backoff_base < 0 or self.backoff_cap < 0 or self.window <= 0:
+        if min(self.backoff_base, self.backoff_cap, self.outage_backoff_cap) < 0 or (
+            self.window <= 0
+        ):
             raise ValueError("backoff and window must be non-negative (window > 0)")
         if self.max_restarts < 0:
             raise ValueError("max_restarts must be >= 0")
@@ -56,6 +66,11 @@ class RestartPolicy:
         return min(self.backoff_cap, self.backoff_base * 2.0 ** min(n, 64))
 
 
+def is_database_outage(error: BaseException) -> bool:
+    """True when every leaf of ``error`` is :class:`DatabaseUnavailable`."""
+    return all(isinstance(leaf, DatabaseUnavailable) for leaf in leaf_exceptions(error))
+
+
 @attrs.define
 class CrashBudget:
     """Sliding-window crash counter of one child; turns a crash into a delay or escalation."""
@@ -63,18 +78,26 @@ class CrashBudget:
     name: str
     policy: RestartPolicy
     _crashes: deque[float] = attrs.field(init=False, factory=deque)
+    _outages: deque[float] = attrs.field(init=False, factory=deque)
 
     @property
     def recent(self) -> int:
-        """Crashes recorded inside the current window."""
+        """Crashes charged inside the current window (database outages are not)."""
         return len(self._crashes)
 
+    @property
+    def recent_outages(self) -> int:
+        """Crashes on an unreachable database inside the current window (never charged)."""
+        return len(self._outages)
+
     def crashed(self, error: Exception) -> float:
-        """Record a crash now; return the backoff before the restart, or raise EscalationError."""
+        """Record a crash now; return the backoff before the restart, or raise EscalationError.
+        A database outage (:func:`is_database_outage`) is not charged and never escalates."""
         now = trio.current_time()
-        self._crashes.append(now)
-        while self._crashes and self._crashes[0] <= now - self.policy.window:
-            self._crashes.popleft()
+        if is_database_outage(error):
+            _record(self._outages, now, self.policy.window)
+            return min(self.policy.outage_backoff_cap, self.policy.backoff(len(self._outages) - 1))
+        _record(self._crashes, now, self.policy.window)
         count = len(self._crashes)
         if count > self.policy.max_restarts:
             log.error(
@@ -86,6 +109,12 @@ class CrashBudget:
             )
             raise EscalationError(self.name, count, self.policy.window, error) from error
         return self.policy.backoff(count - 1)
+
+
+def _record(times: deque[float], now: float, window: float) -> None:
+    times.append(now)
+    while times and times[0] <= now - window:
+        times.popleft()
 
 
 class ChildStarter(Protocol[T_co]):
@@ -136,13 +165,12 @@ async def supervise(
             await start_child(task_status=relay)
         except Exception as exc:
             delay = budget.crashed(exc)
-            log.warning(
-                "actor.crashed",
-                actor=name,
-                crashes=budget.recent,
-                backoff=delay,
-                exc_info=exc,
-            )
+            if is_database_outage(exc):
+                log.warning("actor.database_unavailable", actor=name, backoff=delay, error=str(exc))
+            else:
+                log.warning(
+                    "actor.crashed", actor=name, crashes=budget.recent, backoff=delay, exc_info=exc
+                )
             await trio.sleep(delay)
             log.info("actor.restarting", actor=name)
             continue

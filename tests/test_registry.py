@@ -11,7 +11,13 @@ import trio
 import trio.testing
 
 from runtime.actor import Reply
-from runtime.errors import ActorStopped, EscalationError, MailboxFull, RegistryFull
+from runtime.errors import (
+    ActorStopped,
+    DatabaseUnavailable,
+    EscalationError,
+    MailboxFull,
+    RegistryFull,
+)
 from runtime.registry import Registry
 from runtime.supervisor import RestartPolicy
 
@@ -46,7 +52,8 @@ class World:
 
 @attrs.define
 class Chat:
-    """Handles 'slow' (1 s), 'block' (until gate), 'boom' (crash after 1 s), 'stuck', asks."""
+    """Handles 'slow' (1 s), 'block' (until gate), 'boom' (crash after 1 s), 'db down' (the
+    database lost after 1 s), 'stuck', asks."""
 
     world: World
     key: int
@@ -61,6 +68,9 @@ class Chat:
         elif msg.text == "boom":
             await trio.sleep(1.0)
             raise RuntimeError("boom")
+        elif msg.text == "db down":
+            await trio.sleep(1.0)
+            raise DatabaseUnavailable("connection lost")
         else:
             await trio.lowlevel.checkpoint()
         self.world.handled.append((self.key, msg.text, trio.current_time()))
@@ -304,3 +314,20 @@ async def test_timed_handler_flushes_on_close(autojump_clock: trio.testing.MockC
         await reg.aclose()
     [(notes, at)] = flushed
     assert notes == ["x"] and at == pytest.approx(t_close)
+
+
+async def test_crashes_on_an_unreachable_database_never_escalate(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    world = World()
+    policy = RestartPolicy(backoff_base=0.5, backoff_cap=30.0, max_restarts=1, window=600.0,
+                           outage_backoff_cap=2.0)  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        registry = await nursery.start(_registry(world, policy=policy).run)
+        for _ in range(8):  # eight times the budget, all on the database
+            await registry.send(1, Note("db down"))
+        await registry.send(1, Note("after"))
+        await trio.sleep(60.0)
+        assert _texts(world, 1) == ["after"]  # the actor is alive and serving
+        assert world.spawned[1] == 9  # restarted after each crash
+        await registry.aclose()

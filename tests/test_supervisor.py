@@ -10,8 +10,14 @@ import trio
 import trio.testing
 
 from runtime.actor import Address, Mailbox, serve
-from runtime.errors import ActorStopped, EscalationError
-from runtime.supervisor import RestartPolicy, supervise
+from runtime.errors import (
+    ActorStopped,
+    DatabaseOutage,
+    DatabaseUnavailable,
+    EscalationError,
+    QueryError,
+)
+from runtime.supervisor import RestartPolicy, is_database_outage, supervise
 
 
 @attrs.define
@@ -141,3 +147,56 @@ async def test_address_is_repointed_after_restart(autojump_clock: trio.abc.Clock
         await trio.sleep(0.5)
         address.close()
     assert handled == [(1, "one"), (2, "two")]
+
+
+@attrs.define
+class DbFlaky:
+    """A child whose first ``outages`` starts fail on an unreachable database (alone or in a
+    group), then one start fails with a bug, then it returns."""
+
+    outages: int
+    starts: list[float] = attrs.field(factory=list)
+
+    async def start(self, *, task_status: trio.TaskStatus[None]) -> None:
+        self.starts.append(trio.current_time())
+        task_status.started()
+        await trio.lowlevel.checkpoint()
+        n = len(self.starts)
+        if n <= self.outages:
+            lost = DatabaseUnavailable("connection lost")
+            raise lost if n % 2 else ExceptionGroup("two tasks", [lost, DatabaseUnavailable("x")])
+        if n == self.outages + 1:
+            raise RuntimeError("a real bug")
+
+
+async def test_database_outages_are_restarted_without_charge(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    child = DbFlaky(outages=12)
+    policy = RestartPolicy(backoff_base=0.5, backoff_cap=30.0, max_restarts=1, window=1000.0,
+                           outage_backoff_cap=4.0)  # fmt: skip
+    await supervise("sender", child.start, policy)  # 12 outages + 1 bug: no escalation
+    gaps = _gaps(child.starts)
+    # outage restarts double from the base, capped at the outage cap (not RESTART_BACKOFF_CAP)
+    assert gaps[:12] == [0.5, 1.0, 2.0] + [4.0] * 9
+    assert gaps[12] == 0.5  # the bug is the first charged crash: the budget's own backoff
+    assert len(child.starts) == 14
+
+
+async def test_a_mixed_crash_is_charged(autojump_clock: trio.abc.Clock) -> None:
+    async def mixed(*, task_status: trio.TaskStatus[None]) -> None:
+        task_status.started()
+        await trio.lowlevel.checkpoint()
+        raise ExceptionGroup("g", [DatabaseUnavailable("down"), RuntimeError("bug")])
+
+    policy = RestartPolicy(backoff_base=0.1, backoff_cap=0.1, max_restarts=2, window=100.0)
+    with pytest.RaisesGroup(EscalationError):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(supervise, "mixed", mixed, policy)
+
+
+def test_is_database_outage() -> None:
+    assert is_database_outage(DatabaseUnavailable("x"))
+    assert is_database_outage(ExceptionGroup("g", [ExceptionGroup("h", [DatabaseUnavailable("")])]))
+    assert not is_database_outage(QueryError("syntax"))
+    assert not is_database_outage(DatabaseOutage("database unreachable for 300 s"))

@@ -268,6 +268,25 @@ async def test_api_failures_map_to_classes(
     assert fake.sent_texts(42) == ["hi"]
 
 
+async def test_a_standing_failure_lasts_until_stopped(bot: BotApiClient, fake: FakeBotApi) -> None:
+    fake.fail_while("sendMessage", Failure.rate_limited(2))
+    for _ in range(3):
+        with pytest.raises(RateLimited):
+            await bot.send_message(42, "wait")
+    fake.fail_next("sendMessage", Failure.server_error(502))  # a scripted one comes first
+    fake.fail_while("sendMessage", Failure.server_error(503))
+    statuses = []
+    for _ in range(2):
+        with pytest.raises(ServerError) as info:
+            await bot.send_message(42, "down")
+        statuses.append(info.value.status)
+    assert statuses == [502, 503]
+    await bot.send_chat_action(42)  # other methods are not affected
+    fake.stop_failing("sendMessage")
+    assert await bot.send_message(42, "back") > 0
+    assert fake.sent_texts(42) == ["back"]
+
+
 async def test_blocked_chat_is_forbidden(bot: BotApiClient, fake: FakeBotApi) -> None:
     fake.block_chat(9)
     with pytest.raises(Forbidden, match="blocked by the user"):

@@ -7,9 +7,14 @@ stores what has gathered with one ``executemany`` per statement text (a batch th
 retried row by row, so one bad row cannot take the others down; failures are logged, never
 raised: accounting is best effort, as it already was with asynchronous commit).
 
-The queue is bounded: when it is full, or the writer is not running, ``execute`` writes
-directly (back-pressure instead of loss). When the writer stops (shutdown), what is queued is
-written first, shielded, within ``flush_timeout``. Only a process crash can lose queued rows.
+While the database is unreachable (:class:`~runtime.errors.DatabaseUnavailable`) the batch in
+hand is kept and retried with backoff (``retry_base`` doubling up to ``retry_cap``) until the
+database is back; the rows logged meanwhile wait in the queue behind it. The queue is bounded:
+when it is full, or the writer is not running, ``execute`` writes directly (back-pressure; in
+an outage that write fails and the caller logs it, so an outage longer than the queue can hold
+loses the excess, never blocks a turn). When the writer stops (shutdown), what is queued is
+written first, shielded, within ``flush_timeout``. Only a process crash, or an outage at
+shutdown, can lose queued rows.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import attrs
 import trio
 
 from runtime.db import Queries
-from runtime.errors import DatabaseError
+from runtime.errors import DatabaseError, DatabaseUnavailable
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -38,8 +43,11 @@ class UsageWriter:
     capacity: int = 1024
     max_batch: int = 256
     flush_timeout: float = 5.0
+    retry_base: float = 0.5
+    retry_cap: float = 30.0
     written: int = attrs.field(default=0, init=False)
     failed: int = attrs.field(default=0, init=False)
+    retries: int = attrs.field(default=0, init=False)  # attempts repeated for an outage
     _send: trio.MemorySendChannel[Statement] | None = attrs.field(default=None, init=False)
 
     async def execute(self, query: str, *args: Any) -> str:
@@ -69,36 +77,69 @@ class UsageWriter:
         send, receive = trio.open_memory_channel[Statement](self.capacity)
         self._send = send
         task_status.started(self)
+        batch: list[Statement] = []
         with send, receive:
             try:
                 while True:
                     batch = [await receive.receive()]
                     batch += _drain(receive, self.max_batch - 1)
-                    with trio.move_on_after(self.flush_timeout, shield=True):
-                        await self._write(batch)
+                    await self._write_until_stored(batch)
+                    batch = []
             finally:
                 self._send = None  # later calls write directly
-                pending = _drain(receive, None)
+                pending = batch + _drain(receive, None)
                 if pending:
+                    left = pending
                     with trio.move_on_after(self.flush_timeout, shield=True):
-                        await self._write(pending)
+                        left = await self._write(pending)
+                    if left:
+                        self.failed += len(left)
+                        log.error("usage.lost_at_shutdown", rows=len(left))
 
-    async def _write(self, batch: list[Statement]) -> None:
+    async def _write_until_stored(self, batch: list[Statement]) -> None:
+        """Write ``batch``; what the database could not be reached for is retried with backoff
+        (cancellation leaves the rest in ``batch`` for the final flush)."""
+        delay = self.retry_base
+        while True:
+            left: list[Statement] = []
+            with trio.move_on_after(self.flush_timeout, shield=True):
+                left = await self._write(batch)
+            if not left:
+                return
+            batch[:] = left
+            self.retries += 1
+            log.warning("usage.write_waiting", rows=len(left), retry_in=delay)
+            await trio.sleep(delay)
+            delay = min(self.retry_cap, delay * 2)
+
+    async def _write(self, batch: list[Statement]) -> list[Statement]:
+        """Write ``batch``; returns the statements not written because the database is
+        unreachable (a row the database refuses is logged and dropped)."""
         groups: dict[str, list[tuple[Any, ...]]] = {}
         for query, args in batch:
             groups.setdefault(query, []).append(args)
+        left: list[Statement] = []
         for query, rows in groups.items():
             try:
                 await self.db.executemany(query, rows)
                 self.written += len(rows)
+                continue
+            except DatabaseUnavailable:
+                left += [(query, args) for args in rows]
+                continue
             except DatabaseError:
-                for args in rows:  # find the bad row(s); keep the rest
-                    try:
-                        await self.db.execute(query, *args)
-                        self.written += 1
-                    except DatabaseError as exc:
-                        self.failed += 1
-                        log.error("usage.write_failed", error=f"{type(exc).__name__}: {exc}")
+                pass
+            for i, args in enumerate(rows):  # find the bad row(s); keep the rest
+                try:
+                    await self.db.execute(query, *args)
+                    self.written += 1
+                except DatabaseUnavailable:
+                    left += [(query, a) for a in rows[i:]]
+                    break
+                except DatabaseError as exc:
+                    self.failed += 1
+                    log.error("usage.write_failed", error=f"{type(exc).__name__}: {exc}")
+        return left
 
 
 def _drain(receive: trio.MemoryReceiveChannel[Statement], limit: int | None) -> list[Statement]:

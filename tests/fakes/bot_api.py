@@ -4,6 +4,8 @@
         client = BotApiClient(TOKEN, base_url=fake.base_url)
         fake.push_message(chat_id=42, text="hi")            # served by getUpdates
         fake.fail_next("sendMessage", Failure.rate_limited(3), times=2)
+        fake.fail_while("sendMessage", Failure.server_error(502))   # an outage, until ...
+        fake.stop_failing("sendMessage")
         ...
         assert fake.sent_texts(42) == ["hello"]
 
@@ -372,6 +374,7 @@ class FakeBotApi:
         self.allowed_updates: list[str] | None = None
         self._queue: deque[dict[str, Any]] = deque()
         self._failures: dict[str, deque[Failure]] = {}
+        self._standing: dict[str, Failure] = {}
         self._files: dict[str, StoredFile] = {}
         self._messages: dict[int | str, set[int]] = {}
         self._next_message_id: dict[int | str, int] = {}
@@ -386,6 +389,15 @@ class FakeBotApi:
     def fail_next(self, method: str, failure: Failure, times: int = 1) -> None:
         """The next ``times`` valid calls of ``method`` fail with ``failure``."""
         self._failures.setdefault(method, deque()).extend([failure] * times)
+
+    def fail_while(self, method: str, failure: Failure) -> None:
+        """Every valid call of ``method`` fails with ``failure`` until :meth:`stop_failing`
+        (an outage or a rate limit that lasts; scripted ``fail_next`` failures come first)."""
+        self._standing[method] = failure
+
+    def stop_failing(self, method: str) -> None:
+        """End :meth:`fail_while` for ``method``."""
+        self._standing.pop(method, None)
 
     def block_chat(self, chat_id: int | str) -> None:
         """Every later send to ``chat_id`` gets 403 "Forbidden: bot was blocked by the user"."""
@@ -673,7 +685,7 @@ class FakeBotApi:
             call.params = raw
             params = check_params(method, raw, form=form)
             failures = self._failures.get(method)
-            failure = failures.popleft() if failures else None
+            failure = failures.popleft() if failures else self._standing.get(method)
             if failure is not None and failure.kind in ("reset", "close"):
                 if failure.deliver:
                     with suppress(ApiFailure):
