@@ -13,12 +13,8 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import trio
-
-from runtime import db as dbmod
-from runtime.embedded_pg import embedded_postgres
 from runtime.errors import (
     DatabaseError,
     DatabaseOutage,
@@ -26,16 +22,22 @@ from runtime.errors import (
     EscalationError,
     SettingsError,
     leaf_exceptions,
+    settings_error,
+    settings_problems,
 )
-from runtime.logs import SecretScrubber, configure_logging
-from runtime.migrate import apply_migrations
-from runtime.settings import ProcessSettings, load_settings
 
-Handler = Callable[[ProcessSettings, argparse.Namespace], Awaitable[int]]
+if TYPE_CHECKING:  # imported where used: --help, --version and usage errors stay fast
+    from runtime.settings import ProcessSettings
+
+Handler = Callable[["ProcessSettings", argparse.Namespace], Awaitable[int]]
+#: A command's own start-up check (``args.check``): raises SettingsError(s) for what is missing.
+Check = Callable[["ProcessSettings", argparse.Namespace], None]
 
 
 def database_url_context(settings: ProcessSettings) -> AbstractAsyncContextManager[str]:
     """The configured DATABASE_URL, or the embedded server's URL for its lifetime."""
+    from runtime.embedded_pg import embedded_postgres
+
     if settings.database_url:
 
         @asynccontextmanager
@@ -49,6 +51,8 @@ def database_url_context(settings: ProcessSettings) -> AbstractAsyncContextManag
 @asynccontextmanager
 async def open_settings_database(settings: ProcessSettings) -> Any:
     """asyncio loop + (embedded server) + pool, for commands that need the database."""
+    from runtime import db as dbmod
+
     async with (
         dbmod.asyncio_loop(),
         database_url_context(settings) as url,
@@ -63,6 +67,8 @@ async def open_settings_database(settings: ProcessSettings) -> Any:
 
 
 async def cmd_migrate(settings: ProcessSettings, args: argparse.Namespace) -> int:
+    from runtime.migrate import apply_migrations
+
     async with open_settings_database(settings) as database:
         applied = await apply_migrations(database)
     print(f"applied {len(applied)} migration(s)" + (": " + ", ".join(applied) if applied else ""))
@@ -88,6 +94,13 @@ def base_parser() -> tuple[argparse.ArgumentParser, Any]:
     parser = argparse.ArgumentParser(
         prog="engram", description="A Telegram companion bot with long-term memory."
     )
+    parser.add_argument("--version", action="version", version=f"engram {version()}")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="show the log at LOG_LEVEL (commands other than serve log only warnings)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     p = sub.add_parser("migrate", help="apply pending database migrations")
@@ -97,10 +110,40 @@ def base_parser() -> tuple[argparse.ArgumentParser, Any]:
     return parser, sub
 
 
+def version() -> str:
+    """The installed package's version (``unknown`` when run from a bare checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("engram")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def fail(message: str, code: int, secrets: Sequence[str] = ()) -> int:
+    from runtime.logs import SecretScrubber
+
     line = SecretScrubber(secrets).scrub(" ".join(message.split()))
     print(f"engram: {line}", file=sys.stderr)
     return code
+
+
+def fail_settings(error: SettingsError, secrets: Sequence[str] = ()) -> int:
+    """One ``engram: configuration error: NAME: why`` line per problem; exit code 2."""
+    for problem in settings_problems(error):
+        fail(f"configuration error: {problem}", 2, secrets)
+    return 2
+
+
+def log_level_for(settings: ProcessSettings, args: argparse.Namespace) -> str:
+    """LOG_LEVEL for servers (``args.quiet_logs`` false) and with ``-v``; otherwise no lower
+    than WARNING, so a command's stdout and stderr carry only its output and its problems."""
+    from runtime.settings import LOG_LEVELS
+
+    if getattr(args, "verbose", False) or not getattr(args, "quiet_logs", True):
+        return settings.log_level
+    return max(settings.log_level, "WARNING", key=LOG_LEVELS.index)
 
 
 def run_cli(
@@ -113,14 +156,37 @@ def run_cli(
 
     ``load`` builds the settings the handlers receive: the process's own section for the bare
     runtime, every package's sections combined for the bot (``actors.settings.load_settings``).
+    Every configuration problem is reported at once: the variables ``load`` rejects, then what
+    the command's own ``args.check`` (set with ``set_defaults(check=...)``) finds missing, one
+    line each, exit code 2.
     """
     args = parser.parse_args(argv)
+    from runtime.clock import set_time_format
+    from runtime.logs import configure_logging
+    from runtime.settings import ProcessSettings
+
+    problems: list[SettingsError] = []
+    settings: ProcessSettings | None
     try:
         settings = load()
     except SettingsError as exc:
-        return fail(f"configuration error: {exc}", 2)
-    configure_logging(settings.log_level, settings.log_format, settings.secrets())
+        problems = settings_problems(exc)
+        partial = getattr(exc, "partial", None)
+        settings = partial if isinstance(partial, ProcessSettings) else None
+    check: Check | None = getattr(args, "check", None)
+    if check is not None and settings is not None:
+        try:
+            check(settings, args)
+        except SettingsError as exc:
+            problems.append(exc)
+    error = settings_error(problems)
+    if error is not None or settings is None:
+        return fail_settings(error or SettingsError("settings", "could not be loaded"))
+    set_time_format(settings.time_format)
+    configure_logging(log_level_for(settings, args), settings.log_format, settings.secrets())
     handler: Handler = args.handler
+    import trio  # here, not at the top: --help and usage errors never pay for it
+
     try:
         return trio.run(handler, settings, args)
     except (Exception, KeyboardInterrupt, BaseExceptionGroup) as exc:
@@ -133,8 +199,10 @@ def exit_code_for(exc: BaseException, secrets: Sequence[str] = ()) -> int:
     for leaf in leaves:
         if isinstance(leaf, DatabaseOutage):  # its message is the whole line
             return fail(str(leaf), 1, secrets)
+    for leaf in leaves:
+        if isinstance(leaf, SettingsError):
+            return fail_settings(leaf, secrets)
     for kind, prefix, code in (
-        (SettingsError, "configuration error", 2),
         (EscalationError, "fatal", 1),
         (DatabaseError, "database", 1),
         (EngramError, "error", 1),
@@ -148,6 +216,8 @@ def exit_code_for(exc: BaseException, secrets: Sequence[str] = ()) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from runtime.settings import ProcessSettings, load_settings
+
     parser, _ = base_parser()
     return run_cli(parser, argv, load=partial(load_settings, ProcessSettings))
 

@@ -26,6 +26,44 @@ class SettingsError(EngramError):
         self.problem = problem
 
 
+class SettingsErrors(SettingsError):
+    """Several configuration problems at once (every bad or missing variable, one per name).
+
+    ``problems`` holds them in the configuration table's order; ``partial`` is what could be
+    loaded anyway (bad values replaced by their defaults), so later checks can still run and
+    add theirs. Build one with :func:`settings_error`.
+    """
+
+    def __init__(self, problems: list[SettingsError], partial: object | None = None) -> None:
+        EngramError.__init__(self, "; ".join(str(p) for p in problems))
+        self.name = problems[0].name
+        self.problem = problems[0].problem
+        self.problems = problems
+        self.partial = partial
+
+
+def settings_problems(exc: SettingsError) -> list[SettingsError]:
+    """The single problems inside ``exc`` (itself when it is one)."""
+    return list(exc.problems) if isinstance(exc, SettingsErrors) else [exc]
+
+
+def settings_error(
+    problems: list[SettingsError], partial: object | None = None
+) -> SettingsError | None:
+    """None for no problem, the problem itself for one, :class:`SettingsErrors` for more (a
+    variable named twice is reported once, first come first kept)."""
+    unique: dict[str, SettingsError] = {}
+    for problem in problems:
+        for single in settings_problems(problem):
+            unique.setdefault(single.name, single)
+    if not unique:
+        return None
+    found = list(unique.values())
+    if len(found) == 1 and partial is None:
+        return found[0]
+    return SettingsErrors(found, partial)
+
+
 # --- actor kernel ---------------------------------------------------------------------------
 
 

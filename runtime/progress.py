@@ -4,6 +4,10 @@ On a terminal it redraws one line — ``label [#####-----] 120/300 40% 55.2/s ET
 most every ``min_interval`` seconds. Elsewhere (pipes, CI, logs) it stays quiet until
 ``finish()``, which always prints one final line: ``label: 300/300 in 5.4s (55.6/s)``.
 
+Log lines and warnings are written with :func:`write_line` (``runtime.logs`` does it for every
+record): while a bar is drawn on the same stream, the bar's line is cleared first and the bar
+drawn again below, so neither cuts into the other.
+
     with Progress(total, label="importing") as bar:
         for item in items:
             ...
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
@@ -47,6 +52,23 @@ def render_final(label: str, done: int, total: int | None, elapsed: float) -> st
     counts = f"{done}/{total}" if total is not None else str(done)
     prefix = f"{label}: " if label else ""
     return f"{prefix}{counts} in {elapsed:.1f}s ({rate:.1f}/s)"
+
+
+_lock = threading.RLock()
+_drawn: list[Progress] = []  # bars whose line is on screen now (at most one per stream)
+
+
+def write_line(stream: TextIO, text: str) -> None:
+    """Write ``text`` and a newline to ``stream``, above any progress bar drawn there."""
+    with _lock:
+        bar = next((b for b in _drawn if b.stream is stream), None)
+        try:
+            stream.write(("\r\x1b[K" if bar is not None else "") + text + "\n")
+            stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream must not fail the caller
+            return
+        if bar is not None:
+            bar.redraw()
 
 
 class Progress:
@@ -98,7 +120,14 @@ class Progress:
         line = render_final(self.label, self.done, self.total, self.elapsed)
         if message:
             line = f"{line} {message}"
-        self._write(("\r\x1b[K" if self.tty else "") + line + "\n")
+        with _lock:
+            if self in _drawn:
+                _drawn.remove(self)
+            self._write(("\r\x1b[K" if self.tty else "") + line + "\n")
+
+    def redraw(self) -> None:
+        """Draw the bar again now (after a line was written above it)."""
+        self._draw(force=True)
 
     def _draw(self, *, force: bool = False) -> None:
         if not self.tty or self._finished:
@@ -108,7 +137,10 @@ class Progress:
             return
         self._drawn_at = now
         line = render_line(self.label, self.done, self.total, self.elapsed)
-        self._write(f"\r{line}\x1b[K")
+        with _lock:
+            if self not in _drawn:
+                _drawn[:] = [b for b in _drawn if b.stream is not self.stream] + [self]
+            self._write(f"\r{line}\x1b[K")
 
     def _write(self, text: str) -> None:
         try:

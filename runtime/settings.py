@@ -25,7 +25,7 @@ from typing import Any, ClassVar, Self, TypeVar
 import attrs
 import platformdirs
 
-from runtime.errors import SettingsError
+from runtime.errors import SettingsError, settings_error
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -252,6 +252,8 @@ class ProcessSettings(SettingsSection):
               "auto: JSON lines when stderr is not a TTY, coloured console otherwise."),
         Field("TIMEZONE", "timezone", "Europe/Madrid", _timezone,
               "IANA zone for dates the bot shows and infers."),
+        Field("TIME_FORMAT", "time_format", "24h", choice("24h", "12h"),
+              "How times of day are shown to you and the model: 24h (09:15) or 12h (9:15 AM)."),
         Field("DB_POOL_MIN", "db_pool_min", "1", int_range(0, 100), "Minimum pool connections."),
         Field("DB_POOL_MAX", "db_pool_max", "10", int_range(1, 200), "Maximum pool connections."),
         Field("DB_CONNECT_TIMEOUT", "db_connect_timeout", "10", float_range(0.1, 300),
@@ -287,6 +289,7 @@ class ProcessSettings(SettingsSection):
     log_level: str
     log_format: str
     timezone: str
+    time_format: str = "24h"
     db_pool_min: int
     db_pool_max: int
     db_connect_timeout: float
@@ -301,11 +304,20 @@ class ProcessSettings(SettingsSection):
     restart_window: float
 
     def validate(self) -> None:
+        problems = []
         if self.db_pool_min > self.db_pool_max:
-            raise SettingsError("DB_POOL_MIN", "must not exceed DB_POOL_MAX")
+            problems.append(SettingsError("DB_POOL_MIN", "must not exceed DB_POOL_MAX"))
         if self.restart_backoff_base > self.restart_backoff_cap:
-            raise SettingsError("RESTART_BACKOFF_BASE", "must not exceed RESTART_BACKOFF_CAP")
-        super().validate()
+            problems.append(
+                SettingsError("RESTART_BACKOFF_BASE", "must not exceed RESTART_BACKOFF_CAP")
+            )
+        try:
+            super().validate()
+        except SettingsError as exc:
+            problems.append(exc)
+        error = settings_error(problems)
+        if error is not None:
+            raise error
 
 
 def read_dotenv(path: Path) -> dict[str, str]:
@@ -340,10 +352,28 @@ def load_settings(
 ) -> S:
     """Build the section class ``cls`` from ``environ`` (default ``os.environ``) over ``.env``.
 
-    The process environment wins over the file. Raises SettingsError naming the first bad
-    variable (in ``cls.fields`` order), then runs the cross-field checks (``validate``).
+    The process environment wins over the file. Every bad variable is reported, not just the
+    first: one raises SettingsError naming it, several raise
+    :class:`~runtime.errors.SettingsErrors` (in ``cls.fields`` order) carrying the settings
+    loaded with defaults in their place (``partial``), so a command's own checks can add theirs.
+    The cross-field checks (``validate``) run when every value parsed.
     """
-    env: dict[str, str] = read_dotenv(dotenv) if dotenv is not None else {}
+    settings, problems = _load(cls, environ, dotenv)
+    error = settings_error(problems, settings if problems else None)
+    if error is not None:
+        raise error
+    return settings
+
+
+def _load(
+    cls: type[S], environ: Mapping[str, str] | None, dotenv: Path | None
+) -> tuple[S, list[SettingsError]]:
+    try:
+        env: dict[str, str] = read_dotenv(dotenv) if dotenv is not None else {}
+    except SettingsError as exc:
+        env, problems = {}, [exc]
+    else:
+        problems = []
     env.update(os.environ if environ is None else environ)
     for f in cls.fields:
         for alias in f.aliases:
@@ -352,14 +382,20 @@ def load_settings(
     values: dict[str, Any] = {}
     for f in cls.fields:
         raw = env.get(f.env)
+        default = f.default() if callable(f.default) else f.default
         if raw is None or (raw.strip() == "" and not f.secret):
-            raw = f.default() if callable(f.default) else f.default
+            raw = default
         try:
             values[f.attr] = f.parse(raw)
         except ValueError as exc:
             # never echo a secret's value back
             problem = "invalid value" if f.secret and f.parse is not secret_token else str(exc)
-            raise SettingsError(f.env, problem) from None
+            problems.append(SettingsError(f.env, problem))
+            values[f.attr] = f.parse(default)
     settings = cls(**values)
-    settings.validate()
-    return settings
+    if not problems:
+        try:
+            settings.validate()
+        except SettingsError as exc:
+            problems.append(exc)
+    return settings, problems

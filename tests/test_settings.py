@@ -158,3 +158,49 @@ def test_bad_setting_stops_cli_with_one_line_and_exit_2(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "ENGRAM_PORT" in lines[0]
+
+
+def test_every_bad_variable_is_reported_at_once() -> None:
+    from runtime.errors import SettingsErrors
+
+    with pytest.raises(SettingsErrors) as info:
+        load_settings(
+            {"ENGRAM_PORT": "eighty", "TIMEZONE": "Mars/Olympus", "LOG_LEVEL": "chatty"},
+            dotenv=None,
+        )
+    # in the configuration table's order, each with its reason
+    assert [p.name for p in info.value.problems] == ["ENGRAM_PORT", "LOG_LEVEL", "TIMEZONE"]
+    assert "Mars/Olympus" in str(info.value.problems[2])
+    # what could be loaded is there, the bad values replaced by their defaults
+    partial = info.value.partial
+    assert isinstance(partial, Settings)
+    assert (partial.port, partial.timezone, partial.log_level) == (8080, "Europe/Madrid", "INFO")
+
+
+def test_cross_field_checks_report_every_problem() -> None:
+    from runtime.errors import settings_problems
+
+    env = {"DB_POOL_MIN": "5", "DB_POOL_MAX": "2", "RESTART_BACKOFF_BASE": "40",
+           "RESTART_BACKOFF_CAP": "10"}  # fmt: skip
+    with pytest.raises(SettingsError) as info:
+        load_settings(env, dotenv=None)
+    assert [p.name for p in settings_problems(info.value)] == [
+        "DB_POOL_MIN",
+        "RESTART_BACKOFF_BASE",
+    ]
+
+
+def test_cli_prints_every_problem_one_line_each(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ENGRAM_", "TELEGRAM_"))}
+    env.update(ENGRAM_PORT="not-a-port", TIMEZONE="Nowhere/Else", DB_POOL_MAX="0")
+    proc = subprocess.run(
+        [sys.executable, "-m", "actors.cli", "migrate"],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        "engram: configuration error: ENGRAM_PORT: expected an integer, got 'not-a-port'",
+        "engram: configuration error: TIMEZONE: unknown IANA time zone 'Nowhere/Else'",
+        "engram: configuration error: DB_POOL_MAX: must be between 1 and 200, got 0",
+    ]
+    assert proc.stdout == ""

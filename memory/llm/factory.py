@@ -19,30 +19,43 @@ from memory.llm.cost import configured_rates
 from memory.llm.protocol import LLM
 from memory.llm.settings import LLMRole, LLMSettings
 from runtime.db import Queries
-from runtime.errors import SettingsError
+from runtime.errors import SettingsError, settings_error
 
 if TYPE_CHECKING:
     from memory.llm.anthropic_provider import AnthropicLLM
     from memory.llm.openai_provider import OpenAICompatibleLLM
 
 
-def check_llm_settings(settings: LLMSettings) -> None:
-    """Raise :class:`SettingsError` naming what the configured provider lacks."""
+def llm_settings_problems(settings: LLMSettings) -> list[SettingsError]:
+    """Every variable the configured provider lacks or cannot read, each named (may be empty)."""
+    problems: list[SettingsError] = []
     if settings.llm_provider == "anthropic" and not settings.anthropic_api_key:
-        raise SettingsError(
+        problems.append(SettingsError(
             "ANTHROPIC_API_KEY",
             "is required for LLM_PROVIDER=anthropic (or set LLM_PROVIDER=openai and "
             "OPENAI_BASE_URL for an OpenAI-compatible server)",
-        )
+        ))  # fmt: skip
     if settings.llm_provider == "openai" and not (
         settings.openai_api_key or settings.openai_base_url
     ):
-        raise SettingsError(
+        problems.append(SettingsError(
             "OPENAI_BASE_URL",
             "is required for LLM_PROVIDER=openai (an OpenAI-compatible server; or set "
             "OPENAI_API_KEY for OpenAI itself)",
-        )
-    configured_rates(settings.model_rates)  # a bad MODEL_RATES stops here, naming the entry
+        ))  # fmt: skip
+    try:
+        configured_rates(settings.model_rates)  # a bad MODEL_RATES entry is named
+    except SettingsError as exc:
+        problems.append(exc)
+    return problems
+
+
+def check_llm_settings(settings: LLMSettings) -> None:
+    """Raise :class:`SettingsError` (several: ``SettingsErrors``) naming what the configured
+    provider lacks."""
+    error = settings_error(llm_settings_problems(settings))
+    if error is not None:
+        raise error
 
 
 @asynccontextmanager
