@@ -3,7 +3,7 @@
     agent turn -> over budget -> compactor.request(chat_id)   (non-blocking, coalesced)
     CompactorActor (singleton): one chat at a time -> compact_chat(...) round after round
         while each round compacts something (at most ``max_rounds``), under the chat's
-        advisory lock; the budget is re-checked inside the lock every round
+        advisory lock; the compaction rule is re-checked inside the lock every round
 
 The mailbox is a bounded queue of chat ids: a chat already waiting is not queued twice (a
 request for the chat being compacted right now is queued once more, so messages that arrived
@@ -12,10 +12,13 @@ budget asks again). A failing compaction is logged and the actor carries on with
 On shutdown (:meth:`CompactorActor.aclose`) it refuses new requests, finishes the compaction in
 hand and drops the queued ones: they are re-requested by the next turn over budget.
 
-:class:`WindowEstimate` is the budget re-check: the agent's own rule
-(:func:`actors.agent.context.context_tokens` over the system prompt, the recent window and the tool
-definitions) plus an allowance for the retrieved patterns (the retriever's 2,000-token budget),
-so the compactor never thinks a chat is under budget while the agent thinks it is over.
+:class:`WindowEstimate` feeds the re-check of the compaction rule
+(:class:`memory.conversation.window.CompactionRule`, the agent's own): the uncompacted rows
+(counted up to the window), the seconds since the newest one, and the tokens by the agent's own
+estimate (:func:`actors.agent.context.context_tokens` over the system prompt, the recent window
+and the tool definitions) plus allowances for the retrieved patterns (the retriever's
+2,000-token budget) and the episode summaries (``EPISODE_BUDGET_TOKENS``), so the compactor
+never thinks a chat is under budget while the agent thinks it is over.
 """
 
 from __future__ import annotations
@@ -32,12 +35,14 @@ from actors.agent.context import PERSONA, build_context
 from actors.agent.handler import wall_clock
 from actors.agent.tool_loop import tool_specs
 from actors.settings import Settings
-from memory.conversation.messages import DEFAULT_WINDOW_LIMIT, recent_window
+from memory.conversation.messages import DEFAULT_WINDOW_LIMIT, recent_rows, repair_rows
+from memory.conversation.window import CompactionRule, WindowState
 from memory.embeddings.providers import Embedder
 from memory.embeddings.thresholds import thresholds_for
 from memory.llm.protocol import LLM
 from memory.patterns.compaction import CompactionOptions, CompactionOutcome, compact_chat
 from memory.patterns.dedup import Adjudicator
+from memory.patterns.episodes import EPISODE_BUDGET_TOKENS
 from memory.patterns.ranking import PATTERN_BUDGET_TOKENS
 from memory.patterns.retrieval import RetrievedMemory
 from memory.tools.registry import ToolRegistry
@@ -54,23 +59,29 @@ CompactOnce = Callable[[int], Awaitable[CompactionOutcome]]
 
 @attrs.frozen
 class WindowEstimate:
-    """The estimated context of the chat's next turn, in tokens (see the module docstring)."""
+    """The chat's window as the compaction rule sees it: rows (up to ``window_limit``: one
+    more than a turn shows), the estimated tokens of its next turn and the seconds since its
+    newest row (see the module docstring)."""
 
     db: Queries
     timezone: str
     tools: ToolRegistry
     window_limit: int = DEFAULT_WINDOW_LIMIT
     patterns_allowance: int = PATTERNS_ALLOWANCE
+    episodes_allowance: int = EPISODE_BUDGET_TOKENS
     persona: str = PERSONA
     clock: Callable[[], datetime] = wall_clock
 
-    async def __call__(self, chat_id: int) -> int:
-        window = await recent_window(self.db, chat_id, self.window_limit)
+    async def __call__(self, chat_id: int) -> WindowState:
+        rows = await recent_rows(self.db, chat_id, self.window_limit)
+        now = self.clock()
         context = build_context(
-            now=self.clock(), timezone=self.timezone, memory=RetrievedMemory(), window=window,
+            now=now, timezone=self.timezone, memory=RetrievedMemory(), window=repair_rows(rows),
             tools=tool_specs(self.tools), persona=self.persona,
         )  # fmt: skip
-        return context.estimated_tokens + self.patterns_allowance
+        tokens = context.estimated_tokens + self.patterns_allowance + self.episodes_allowance
+        idle = (now - rows[-1].created_at).total_seconds() if rows else 0.0
+        return WindowState(rows=len(rows), tokens=tokens, idle_seconds=idle)
 
 
 @attrs.define(eq=False)
@@ -181,19 +192,23 @@ def sql_compactor(
     capacity: int = 64,
 ) -> CompactorActor:
     """The production compactor: :func:`memory.patterns.compaction.compact_chat` with the settings'
-    keep-recent, chunk size, thresholds and budget, the budget re-checked by
-    :class:`WindowEstimate` over ``tools`` (the agent's registry)."""
+    keep-recent, chunk size, thresholds and compaction rule, the rule re-checked on
+    :class:`WindowEstimate` over ``tools`` (the agent's registry); a request takes as many
+    rounds as the rule may need (:attr:`CompactionRule.max_rounds`)."""
+    rule = CompactionRule.from_settings(settings)
     options = CompactionOptions(
         timezone=settings.timezone,
         keep_recent=settings.compaction_keep_recent,
         max_messages=settings.compaction_chunk_messages,
-        budget=settings.context_token_budget,
+        rule=rule,
         thresholds=thresholds_for(embedder.model, settings),
     )
-    estimate = WindowEstimate(db, settings.timezone, tools)
+    estimate = WindowEstimate(
+        db, settings.timezone, tools, episodes_allowance=settings.episode_budget_tokens
+    )
 
     async def once(chat_id: int) -> CompactionOutcome:
         return await compact_chat(db, llm, embedder, chat_id, options=options, estimate=estimate,
                                   adjudicator=adjudicator)  # fmt: skip
 
-    return CompactorActor(once, capacity=capacity)
+    return CompactorActor(once, capacity=capacity, max_rounds=rule.max_rounds)

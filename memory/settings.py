@@ -22,11 +22,20 @@ class MemorySettings(SettingsSection):
         Field("CONTEXT_TOKEN_BUDGET", "context_token_budget", "24000",
               int_range(1000, 1_000_000),
               "Estimated context tokens (~4 chars each) above which a chat is compacted."),
-        Field("COMPACTION_KEEP_RECENT", "compaction_keep_recent", "20", int_range(0, 10_000),
-              "Most recent messages a compaction always leaves verbatim."),
+        # below the 199 rows a turn's window shows, or no compaction could keep every row in
+        # view (memory/conversation/window.py)
+        Field("COMPACTION_KEEP_RECENT", "compaction_keep_recent", "20", int_range(0, 198),
+              "Most recent messages a compaction always leaves verbatim (at most 198)."),
         Field("COMPACTION_CHUNK_MESSAGES", "compaction_chunk_messages", "40",
               int_range(2, 10_000),
               "At most this many of the oldest messages are compacted per LLM call."),
+        Field("COMPACTION_IDLE_AFTER", "compaction_idle_after", "21600",
+              float_range(60, 31_536_000),
+              "Seconds without a message after which a chat is compacted down to "
+              "COMPACTION_KEEP_RECENT."),
+        Field("EPISODE_BUDGET_TOKENS", "episode_budget_tokens", "800", int_range(0, 100_000),
+              "Estimated tokens of the \"Earlier in this conversation\" summaries in each turn "
+              "(0: none)."),
         Field("MESSAGE_RETENTION_DAYS", "message_retention_days", "7", int_range(0, 36_500),
               "Compacted messages are hard-deleted after this many days (0 keeps them forever)."),
         Field("MAINTENANCE_INTERVAL", "maintenance_interval", "3600", float_range(1, 604_800),
@@ -48,6 +57,8 @@ class MemorySettings(SettingsSection):
     context_token_budget: int
     compaction_keep_recent: int
     compaction_chunk_messages: int
+    compaction_idle_after: float
+    episode_budget_tokens: int
     message_retention_days: int
     maintenance_interval: float
     pattern_min_similarity: float | None

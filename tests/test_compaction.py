@@ -16,6 +16,7 @@ import trio
 from fakes.anthropic_api import FakeAnthropic
 
 from memory.conversation.messages import ChatMessage, ToolCall, insert_rows
+from memory.conversation.window import CompactionRule, WindowState
 from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.thresholds import default_thresholds
 from memory.errors import EmbeddingError
@@ -507,10 +508,11 @@ async def test_under_budget_or_nothing_to_compact_is_not_needed(
 ) -> None:
     await store(db, conversation())
 
-    async def small(chat_id: int) -> int:
-        return 100
+    async def small(chat_id: int) -> WindowState:
+        return WindowState(rows=len(conversation()), tokens=100, idle_seconds=60)
 
-    opts = CompactionOptions(keep_recent=2, max_messages=6, budget=1000)
+    rule = CompactionRule(token_budget=1000, keep_recent=2, chunk_messages=6)
+    opts = CompactionOptions(keep_recent=2, max_messages=6, rule=rule)
     out = await compact_chat(db, claude, local, CHAT, options=opts, estimate=small)
     assert out.status == "not_needed"
     out = await compact(db, claude, local, CompactionOptions(keep_recent=50))

@@ -212,10 +212,12 @@ async def test_two_compactors_on_two_pools_one_runs_one_skips(
 async def test_window_estimate_grows_with_the_window(db: Database) -> None:
     estimate = WindowEstimate(db, "Europe/Madrid", journal_registry(), clock=lambda: T0)
     empty = await estimate(CHAT)
-    assert empty > 2000  # system prompt + tool definitions + the pattern allowance
+    assert empty.tokens > 2000  # system prompt + tool definitions + the pattern allowance
+    assert (empty.rows, empty.idle_seconds) == (0, 0)
     await insert_rows(db, CHAT, rows(10))
     grown = await estimate(CHAT)
-    assert grown - empty >= sum(len(r.content) for r in rows(10)) // 4
+    assert grown.tokens - empty.tokens >= sum(len(r.content) for r in rows(10)) // 4
+    assert grown.rows == 10 and grown.idle_seconds == -9 * 60  # the clock is T0, the rows after
 
 
 async def bot_turn(
@@ -303,7 +305,7 @@ async def test_the_turns_own_rows_crossing_the_budget_compact(
     inside its lock, counts the committed reply) and compacts."""
     await insert_rows(db, CHAT, rows(30, size=20))
     estimate = WindowEstimate(db, "Europe/Madrid", journal_registry())
-    budget = await estimate(CHAT) + 200  # "Good morning" fits; the reply's 3,000 tokens do not
+    budget = (await estimate(CHAT)).tokens + 200  # "Good morning" fits; 3,000 tokens do not
     codes, sent, compactor = await bot_turn(
         db, fake_claude, "sunny " * 2000, CONTEXT_TOKEN_BUDGET=str(budget)
     )

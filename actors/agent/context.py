@@ -1,4 +1,5 @@
-"""Context assembly for a turn: system prompt, retrieved patterns, the recent window, tools.
+"""Context assembly for a turn: system prompt, retrieved patterns, the summaries of earlier
+conversation (episodes), the recent window, tools.
 
 The recent window is rendered as seed 004 does it: a day separator line when the local date
 changes, and every message stamped with its local time and how long ago it was sent::
@@ -9,7 +10,9 @@ changes, and every message stamped with its local time and how long ago it was s
 
 Tool activity is shown as ``called <tool> {...}`` lines and results inside ``<untrusted>``
 tags. Everything here is pure: the caller passes ``now`` and the time zone. The retrieved
-patterns arrive as a :class:`memory.patterns.retrieval.RetrievedMemory`.
+patterns arrive as a :class:`memory.patterns.retrieval.RetrievedMemory`, the episodes as
+:class:`memory.patterns.episodes.Episode` rows (:func:`episodes_section`: newest last, local
+dates, within a token budget).
 
 :func:`context_tokens` estimates the full context (system prompt + patterns + window + tool
 definitions, ~4 characters per token); the compactor uses it to decide when to compact.
@@ -28,12 +31,15 @@ import attrs
 
 from memory.conversation.messages import ChatMessage, render_tool_call, render_tool_result
 from memory.llm.protocol import Block, Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
+from memory.patterns.episodes import EPISODE_BUDGET_TOKENS, Episode
 from memory.patterns.retrieval import DEGRADED_MARK, RetrievedMemory
+from runtime.clock import local_date
 
 CHARS_PER_TOKEN = 4
 SEPARATOR = "───"
 PATTERNS_HEADER = "═══ WHAT YOU KNOW ABOUT THE PERSON ═══"
 HISTORY_HEADER = "═══ CONVERSATION HISTORY ═══"
+EPISODES_HEADER = "═══ EARLIER IN THIS CONVERSATION ═══"
 NO_PATTERNS = "(nothing yet)"
 NO_HISTORY = "(no earlier messages)"
 DEGRADED_NOTE = (
@@ -168,6 +174,32 @@ def patterns_section(memory: RetrievedMemory) -> str:
     return f"{PATTERNS_HEADER}\n{body}"
 
 
+def episode_dates(episode: Episode, tz: ZoneInfo) -> str:
+    """The local dates an episode spans: "2026-03-03", or "2026-03-03 – 2026-03-05" when it
+    crosses midnight."""
+    first, last = local_date(episode.started_at, tz), local_date(episode.ended_at, tz)
+    return first if first == last else f"{first} – {last}"
+
+
+def episodes_section(episodes: Sequence[Episode], timezone: str, budget_tokens: int) -> str:
+    """The "Earlier in this conversation" part of the system prompt: the most recent episode
+    summaries, each with its local dates, newest last, as many as fit ``budget_tokens`` (the
+    header included; an older one never displaces a newer one). Empty when none fits."""
+    tz = ZoneInfo(timezone)
+    used = estimate_tokens(EPISODES_HEADER + "\n")
+    lines: list[str] = []
+    for episode in sorted(episodes, key=lambda e: (e.ended_at, e.id), reverse=True):
+        line = f"[{episode_dates(episode, tz)}] {' '.join(episode.summary.split())}"
+        cost = estimate_tokens(line + "\n")
+        if used + cost > budget_tokens:
+            break
+        lines.append(line)
+        used += cost
+    if not lines:
+        return ""
+    return "\n".join([EPISODES_HEADER, *reversed(lines)])
+
+
 def history_section(window: str) -> str:
     """The recent-window part of the system prompt."""
     return f"{HISTORY_HEADER}\n{window.strip() or NO_HISTORY}"
@@ -190,9 +222,12 @@ def tools_text(tools: Sequence[ToolSpec]) -> str:
     )  # fmt: skip
 
 
-def context_tokens(*, system: str, patterns: str, window: str, tools: Sequence[ToolSpec]) -> int:
-    """Estimated tokens of a full context: system prompt + patterns + window + tools."""
-    return estimate_tokens(system + patterns + window + tools_text(tools))
+def context_tokens(
+    *, system: str, patterns: str, window: str, tools: Sequence[ToolSpec], episodes: str = ""
+) -> int:
+    """Estimated tokens of a full context: system prompt + patterns + episodes + window +
+    tools."""
+    return estimate_tokens(system + patterns + episodes + window + tools_text(tools))
 
 
 @attrs.frozen
@@ -203,17 +238,20 @@ class TurnContext:
     patterns: str  # the patterns section
     window: str  # the history section
     tools: tuple[ToolSpec, ...]
+    episodes: str = ""  # the episodes section ("" when there is none)
 
     @property
     def system(self) -> str:
-        """The system prompt sent: base, patterns, history."""
-        return f"{self.base}\n\n{self.patterns}\n\n{self.window}"
+        """The system prompt sent: base, patterns, episodes (when any), history."""
+        parts = (self.base, self.patterns, self.episodes, self.window)
+        return "\n\n".join(p for p in parts if p)
 
     @property
     def estimated_tokens(self) -> int:
         return context_tokens(
-            system=self.base, patterns=self.patterns, window=self.window, tools=self.tools
-        )
+            system=self.base, patterns=self.patterns, window=self.window, tools=self.tools,
+            episodes=self.episodes,
+        )  # fmt: skip
 
 
 def build_context(
@@ -224,6 +262,8 @@ def build_context(
     window: Sequence[ChatMessage],
     tools: Sequence[ToolSpec],
     persona: str = PERSONA,
+    episodes: Sequence[Episode] = (),
+    episode_budget: int = EPISODE_BUDGET_TOKENS,
 ) -> TurnContext:
     """The context of a turn from its parts (the window already repaired)."""
     return TurnContext(
@@ -231,6 +271,7 @@ def build_context(
         patterns=patterns_section(memory),
         window=history_section(format_window(window, timezone, now)),
         tools=tuple(tools),
+        episodes=episodes_section(episodes, timezone, episode_budget),
     )
 
 

@@ -5,7 +5,9 @@ One turn:
 1. store the user row at once, in its own transaction (a re-run after a crash finds the same
    row by its ``external_message_id``);
 2. build the context: system prompt (persona, date and time in the configured time zone,
-   memory instructions) + retrieved patterns + the recent window (:mod:`actors.agent.context`);
+   memory instructions) + retrieved patterns + the summaries of earlier conversation (the
+   chat's newest episodes within ``episode_budget``) + the recent window
+   (:mod:`actors.agent.context`); the window, the retrieval and the episodes are read at once;
 3. run the tool loop (:mod:`actors.agent.tool_loop`) under the guardrails (seed 000, "Agent safety
    guardrails"): at most 15 tool calls, 120 s wall clock, stop when the same tool is called
    with identical arguments twice in a row, tool_use/tool_result pairs repaired before every
@@ -15,8 +17,10 @@ One turn:
 
 An LLM failure (rate limit, overload, timeout, anything else) gives a short "sorry, try
 again" reply; the user row stays. When a guardrail trips, the text the model already wrote is
-sent, with a note saying why it stopped. When the estimated context exceeds
-``context_token_budget``, the reply's ``after_commit`` hook calls ``on_over_budget(chat_id)``
+sent, with a note saying why it stopped. When the compaction rule
+(:class:`memory.conversation.window.CompactionRule`) says the chat must be compacted — the
+next turn's window could not show every uncompacted row, or its estimated context exceeds
+``context_token_budget`` — the reply's ``after_commit`` hook calls ``on_over_budget(chat_id)``
 (the compactor's trigger) once the chat actor has committed the turn's rows.
 """
 
@@ -55,8 +59,17 @@ from memory.conversation.messages import (
     ConversationStore,
     SqlConversationStore,
 )
+from memory.conversation.window import CompactionRule, WindowState
 from memory.journal.tools import JOURNAL_TOOLS
 from memory.llm.protocol import LLM, Message
+from memory.patterns.episodes import (
+    EPISODE_BUDGET_TOKENS,
+    Episode,
+    EpisodeSource,
+    NoEpisodes,
+    SqlEpisodes,
+    episodes_to_load,
+)
 from memory.patterns.retrieval import NoPatterns, PatternRetriever, RetrievedMemory
 from memory.tools.registry import QueryEmbedder, Tool, ToolContext, ToolRegistry
 from runtime.concurrency import both
@@ -92,6 +105,8 @@ class Agent:
     timezone: str = attrs.field(validator=_valid_timezone)
     embedder: QueryEmbedder | None = None
     retriever: PatternRetriever = attrs.field(factory=NoPatterns)
+    episodes: EpisodeSource = attrs.field(factory=NoEpisodes)
+    episode_budget: int = EPISODE_BUDGET_TOKENS
     clock: Clock = wall_clock
     guardrails: Guardrails = attrs.field(factory=Guardrails)
     max_tokens: int = 2048
@@ -107,11 +122,11 @@ class Agent:
         deadline = trio.current_time() + self.guardrails.turn_seconds
         now = self.clock()
         external_id = turn.external_ids[0] if turn.external_ids else None
-        user_id, window, memory = await self._store_and_recall(turn, external_id, now)
+        user_id, window, memory, episodes = await self._store_and_recall(turn, external_id, now)
         specs = tool_specs(self.tools)
         context = build_context(
             now=now, timezone=self.timezone, memory=memory, window=window, tools=specs,
-            persona=self.persona,
+            persona=self.persona, episodes=episodes, episode_budget=self.episode_budget,
         )  # fmt: skip
         tool_ctx = ToolContext(
             db=self.tool_db, embedder=self.embedder, chat_id=chat_id, timezone=self.timezone,
@@ -130,7 +145,7 @@ class Agent:
         text = reply_text(state)
         await link_cited_entries(self.tool_db, chat_id, memory.pattern_ids, state.messages, text)
         user_row = ChatMessage(role="user", content=turn.text, created_at=now, id=user_id)
-        over = self._over_budget(chat_id, context, [user_row, *rows])
+        over = self._over_budget(chat_id, context, len(window), [user_row, *rows])
 
         async def persist(conn: Connection) -> None:
             await self.conversation.add_rows(conn, chat_id, rows)
@@ -140,17 +155,28 @@ class Agent:
 
     async def _store_and_recall(
         self, turn: TurnInput, external_id: str | None, now: datetime
-    ) -> tuple[int, list[ChatMessage], RetrievedMemory]:
-        """The user row and recent window, and the retrieved patterns, fetched concurrently
-        (on two pool connections: neither waits for the other's round trips; the retrieval
-        never raises, a failing one degrades)."""
-        (user_id, window), memory = await both(
+    ) -> tuple[int, list[ChatMessage], RetrievedMemory, Sequence[Episode]]:
+        """The user row and recent window, the retrieved patterns and the newest episodes,
+        fetched concurrently (on three pool connections: none waits for another's round trips;
+        the retrieval and the episodes never raise, failing ones degrade)."""
+        (user_id, window), (memory, episodes) = await both(
             lambda: self.conversation.add_user_and_recent(
                 turn.chat_id, turn.text, external_id, now, self.window_limit
             ),
-            lambda: self._retrieve(turn.chat_id, turn.text),
+            lambda: both(
+                lambda: self._retrieve(turn.chat_id, turn.text),
+                lambda: self._episodes(turn.chat_id),
+            ),
         )
-        return user_id, list(window), memory
+        return user_id, list(window), memory, episodes
+
+    async def _episodes(self, chat_id: int) -> Sequence[Episode]:
+        """The chat's newest episodes for the section; a failing read shows none."""
+        try:
+            return await self.episodes.recent(chat_id, episodes_to_load(self.episode_budget))
+        except Exception as exc:
+            log.warning("agent.episodes_failed", chat_id=chat_id, error=repr(exc))
+            return ()
 
     async def _retrieve(self, chat_id: int, query: str) -> RetrievedMemory:
         """Patterns for the turn; a failing or slow retriever degrades instead of failing."""
@@ -184,21 +210,27 @@ class Agent:
             log.info("agent.turn", **fields)
 
     def _over_budget(
-        self, chat_id: int, context: TurnContext, new_rows: Sequence[ChatMessage]
+        self, chat_id: int, context: TurnContext, shown: int, new_rows: Sequence[ChatMessage]
     ) -> bool:
-        """Whether the next turn's context would exceed the budget (and a compaction is due):
-        this turn's history section (already formatted) with the turn's own rows after it."""
+        """Whether the compaction rule says the chat must be compacted after this turn: its
+        ``shown`` window rows and the turn's own rows against the next window, and this
+        turn's context (already formatted) with the turn's own rows after it against the
+        budget."""
         if self.on_over_budget is None:
             return False
         added = format_window(new_rows, self.timezone, self.clock())
         window = f"{context.window}\n{added}"
         tokens = context_tokens(
-            system=context.base, patterns=context.patterns, window=window, tools=context.tools
-        )
-        if tokens <= self.context_token_budget:
+            system=context.base, patterns=context.patterns, window=window, tools=context.tools,
+            episodes=context.episodes,
+        )  # fmt: skip
+        rule = CompactionRule(token_budget=self.context_token_budget, keep_recent=0,
+                              window_limit=self.window_limit)  # fmt: skip
+        reason = rule.reason(WindowState(rows=shown + len(new_rows), tokens=tokens))
+        if reason is None:
             return False
-        log.info("agent.over_budget", chat_id=chat_id, tokens=tokens,
-                 budget=self.context_token_budget)  # fmt: skip
+        log.info("agent.over_budget", chat_id=chat_id, reason=reason, tokens=tokens,
+                 rows=shown + len(new_rows), budget=self.context_token_budget)  # fmt: skip
         return True
 
     async def _request_compaction(self, chat_id: int) -> None:
@@ -232,6 +264,7 @@ def sql_agent(
 ) -> Agent:
     """The production agent: ``chat_messages`` on ``db``, ``tools`` (by default
     :func:`agent_tools` of ``extra_tools``) on ``db``."""
+    options.setdefault("episodes", SqlEpisodes(db))
     return Agent(
         llm=llm,
         conversation=SqlConversationStore(db),

@@ -22,12 +22,14 @@ from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
 from actors.telegram.types import Voice
 from memory.conversation.purge import PurgeJob
+from memory.conversation.window import CompactionRule
 from memory.embeddings.providers import open_embedder
 from memory.embeddings.store import EmbeddingBackfill
 from memory.embeddings.thresholds import thresholds_for
 from memory.llm.cost import configured_rates
 from memory.llm.factory import check_llm_settings, open_llm
 from memory.llm.usage_writer import open_usage_writer
+from memory.patterns.backlog import CompactionSweep, SqlBacklog
 from memory.patterns.dedup import LLMAdjudicator
 from memory.patterns.maintenance import ChatIndexJob
 from memory.patterns.retrieval import LexiconCache, SqlPatternRetriever
@@ -117,6 +119,7 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             timezone=settings.timezone,
             embedder=embedder,
             context_token_budget=settings.context_token_budget,
+            episode_budget=settings.episode_budget_tokens,
             retriever=SqlPatternRetriever(database, embedder, thresholds, lexicons=lexicons),
             tools=tools,
             on_over_budget=compactor.request,
@@ -141,6 +144,12 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
                         db,
                         model=embedder.model,
                         dims=embedder.dims,
+                        interval=s.maintenance_interval,
+                    ).run,
+                    CompactionSweep(
+                        SqlBacklog(db),
+                        compactor.compact,
+                        CompactionRule.from_settings(s),
                         interval=s.maintenance_interval,
                     ).run,
                 ],

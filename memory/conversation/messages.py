@@ -235,9 +235,15 @@ async def insert_rows(conn: Queries, chat_id: int, rows: Sequence[ChatMessage]) 
     )
 
 
+async def recent_rows(db: Queries, chat_id: int, limit: int) -> list[ChatMessage]:
+    """The last ``limit`` uncompacted rows of the chat, oldest first, as stored (not repaired:
+    their count and times are what the compaction rule looks at)."""
+    return [from_record(r) for r in await db.fetch(_RECENT, chat_id, limit)]
+
+
 async def recent_window(db: Queries, chat_id: int, limit: int) -> list[ChatMessage]:
     """The last ``limit`` uncompacted rows of the chat, oldest first, pairs repaired."""
-    return repair_rows(from_record(r) for r in await db.fetch(_RECENT, chat_id, limit))
+    return repair_rows(await recent_rows(db, chat_id, limit))
 
 
 @attrs.frozen

@@ -5,9 +5,11 @@
 1. ``pg_try_advisory_lock(compaction_lock_key(chat_id))`` on one held connection (a session
    lock: it spans the LLM call, and it is released in ``finally`` even when cancelled). Another
    holder, in this process or another -> ``skipped`` at once (a ``compaction_runs`` row says so).
-2. Inside the lock the budget is re-checked with the caller's ``estimate`` (the agent's own
-   context rule): a compaction that finished meanwhile may have made this one unnecessary ->
-   ``not_needed``. So is a chat with nothing beyond its ``keep_recent`` newest rows.
+2. Inside the lock the compaction rule (:class:`memory.conversation.window.CompactionRule`:
+   rows beyond the next window, tokens over the budget, or idle with rows beyond
+   ``keep_recent``) is re-checked on the caller's ``estimate`` of the chat's window: a
+   compaction that finished meanwhile may have made this one unnecessary -> ``not_needed``. So
+   is a chat with nothing beyond its ``keep_recent`` newest rows.
 3. :func:`select_chunk` picks the rows; the chat's top patterns (by strength x confidence) and
    their linked entry uuids are loaded; :func:`memory.patterns.extraction.extract` is called.
    ``None``
@@ -36,6 +38,7 @@ import attrs
 import trio
 
 from memory.conversation.messages import ChatMessage, from_record
+from memory.conversation.window import CompactionRule, WindowState
 from memory.embeddings.providers import Embedder
 from memory.embeddings.thresholds import Thresholds, thresholds_for
 from memory.llm.protocol import LLM
@@ -51,7 +54,8 @@ from runtime.logs import get_logger
 log = get_logger(__name__)
 
 KNOWN_PATTERNS = 50  # the "current top patterns" shown to the extractor
-Estimate = Callable[[int], Awaitable[int]]
+#: the chat's window as the compaction rule sees it (rows, tokens, idle time)
+Estimate = Callable[[int], Awaitable[WindowState]]
 
 
 # --- the chunk (pure) ---------------------------------------------------------------------------
@@ -108,7 +112,7 @@ class CompactionOptions:
     timezone: str = "UTC"
     keep_recent: int = 20
     max_messages: int = 40
-    budget: int | None = None  # re-checked inside the lock when ``estimate`` is given
+    rule: CompactionRule | None = None  # re-checked inside the lock when ``estimate`` is given
     thresholds: Thresholds | None = None  # default: the embedder model's calibrated ones
     known_patterns: int = KNOWN_PATTERNS
 
@@ -130,6 +134,7 @@ class CompactionOutcome:
     compacted_ids: tuple[int, ...] = ()
     rejections: tuple[Rejection, ...] = ()
     error: str | None = None
+    reason: str | None = None  # the rule's reason (rows, tokens, idle) when it was checked
 
 
 def compaction_lock_key(chat_id: int) -> int:
@@ -240,10 +245,13 @@ async def _locked(
     estimate: Estimate | None,
     adjudicator: Adjudicator | None,
 ) -> CompactionOutcome:
-    if estimate is not None and opts.budget is not None:
-        tokens = await estimate(chat_id)
-        if tokens <= opts.budget:
-            log.info("compaction.not_needed", chat_id=chat_id, tokens=tokens, budget=opts.budget)
+    reason = None
+    if estimate is not None and opts.rule is not None:
+        state = await estimate(chat_id)
+        reason = opts.rule.reason(state)
+        if reason is None:
+            log.info("compaction.not_needed", chat_id=chat_id, rows=state.rows,
+                     tokens=state.tokens, budget=opts.rule.token_budget)  # fmt: skip
             return CompactionOutcome("not_needed", chat_id)
     chunk = await oldest_uncompacted(conn, chat_id, opts.keep_recent, opts.max_messages)
     if not chunk:
@@ -284,7 +292,7 @@ async def _locked(
     except BaseException:
         await _fail_run(conn, run_id, "cancelled")
         raise
-    log.info("compaction.ok", chat_id=chat_id, run_id=run_id, messages=len(chunk),
+    log.info("compaction.ok", chat_id=chat_id, run_id=run_id, messages=len(chunk), reason=reason,
              seconds=round(trio.current_time() - started, 3), rejected=len(rejections),
              **attrs.asdict(counts))  # fmt: skip
     return CompactionOutcome(
@@ -293,7 +301,7 @@ async def _locked(
         patterns_contradicted=counts.contradicted, patterns_superseded=counts.superseded,
         meta_patterns=counts.meta, episode_id=counts.episode_id,
         compacted_ids=tuple(r.id for r in chunk if r.id is not None),
-        rejections=tuple(rejections),
+        rejections=tuple(rejections), reason=reason,
     )  # fmt: skip
 
 

@@ -34,7 +34,8 @@ is a write (``cache_creation_input_tokens``, split by TTL in ``cache_creation``)
 breakpoint's prefix is then stored, and a read entry refreshed, for its TTL on ``fake.clock``
 (``time.monotonic`` unless a test sets another). ``input_tokens`` is what remains uncached.
 
-Scripted answers play in order (then ``default_text``); a scripted ``tool_use`` of a tool the
+Scripted answers play in order (then ``responder(body)`` when set and it answers, then
+``default_text``); a scripted ``tool_use`` of a tool the
 request did not offer is answered 500 (a bug in the test script, made loud). Scripted failures
 (429 with ``retry-after``, 529, 500, a slow answer) apply to the next valid, authorized
 requests. Every request is recorded in ``fake.requests`` (headers without the key).
@@ -643,6 +644,8 @@ class FakeAnthropic:
         self.base_url = ""  # http://127.0.0.1:<port> once serving (the SDK adds /v1/messages)
         self.requests: list[RecordedRequest] = []
         self.default_text = "Hello from the fake Claude."
+        #: answers a request when nothing is queued (None: fall through to ``default_text``)
+        self.responder: Callable[[Mapping[str, Any]], Reply | None] | None = None
         self._replies: deque[Reply] = deque()
         self._failures: deque[Failure] = deque()
         self._request_ids = itertools.count(1)
@@ -815,6 +818,8 @@ class FakeAnthropic:
                 failure.status, failure.message, type=failure.type, headers=headers
             )
         reply = self._replies.popleft() if self._replies else None
+        if reply is None and self.responder is not None:
+            reply = self.responder(call.body)
         if reply is None:
             reply = Reply(({"type": "text", "text": self.default_text},))
         for block in reply.content:
