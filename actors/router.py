@@ -10,9 +10,11 @@ Ingress (webhook or poller) stores an update in the inbox, then calls :meth:`Rou
 * wakes the chat's actor through the registry, coalesced: at most one undelivered wake per
   chat (the actor reads every open row when it takes it).
 
-On start it wakes every chat with open inbox rows (crash recovery), and a sweep repeats that
-every ``sweep_interval`` seconds, so a row whose wake was lost (mailbox full, actor crash) is
-picked up without a new message.
+On start it first returns the rows a dead process left ``processing`` to ``pending``, counting
+a crash for each (``inbox.recover_crashed``; never an attempt: a crash is charged to no one),
+then wakes every chat with open inbox rows (crash recovery); a sweep repeats the wake-up every
+``sweep_interval`` seconds, so a row whose wake was lost (mailbox full, actor crash) is picked
+up without a new message.
 """
 
 from __future__ import annotations
@@ -90,6 +92,9 @@ class Router:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             with self.mailbox.inbox as box:
+                crashed = await inbox.recover_crashed(self.db)
+                if crashed:
+                    log.warning("router.crashed_rows", inbox_ids=crashed)
                 await self._recover()
                 nursery.start_soon(self._sweep)
                 task_status.started(self)

@@ -27,7 +27,8 @@ import attrs
 import trio
 
 from actors.agent.turn import NoAgent, TurnHandler
-from actors.chat.actor import ChatDeps, RunningTurns, SqlChatStore, Transcriber, chat_factory
+from actors.chat.actor import ChatDeps, RunningTurns, Transcriber, chat_factory
+from actors.chat.store import SqlChatStore
 from actors.compactor import CompactorActor
 from actors.queues.dedupe import DedupeCache
 from actors.queues.inbox_writer import InboxWriter

@@ -39,7 +39,7 @@ class MemoryStore:
     commits: list[tuple[str, tuple[int, ...], str | None, float]] = attrs.field(factory=list)
     next_id: int = 1
 
-    def add(self, payload: dict[str, Any], attempts: int = 0) -> int:
+    def add(self, payload: dict[str, Any], attempts: int = 0, crashes: int = 0) -> int:
         row_id = self.next_id
         self.next_id += 1
         self.rows[row_id] = InboxRow(
@@ -54,6 +54,7 @@ class MemoryStore:
             last_error=None,
             received_at=datetime.now(UTC),
             processed_at=None,
+            crashes=crashes,
         )
         return row_id
 
@@ -62,7 +63,7 @@ class MemoryStore:
             self.rows[i] = attrs.evolve(self.rows[i], **changes)
 
     async def take_open(
-        self, chat_id: int, after: int, max_attempts: int
+        self, chat_id: int, after: int, max_attempts: int, max_crashes: int
     ) -> tuple[list[InboxRow], int | None]:
         rows = [
             r
@@ -70,14 +71,17 @@ class MemoryStore:
             if r.status in ("pending", "processing", "failed") and r.id > after
         ]
         claimed = None
-        if rows and rows[0].attempts < max_attempts:
+        if rows and rows[0].attempts < max_attempts and rows[0].crashes < max_crashes:
             claimed = rows[0].id
             await self.mark_processing([claimed])
         return rows, claimed
 
     async def mark_processing(self, ids: Sequence[int]) -> None:
+        self._set(ids, status="processing")
+
+    async def mark_failed(self, ids: Sequence[int], error: str) -> None:
         for i in ids:
-            self._set([i], status="processing", attempts=self.rows[i].attempts + 1)
+            self._set([i], status="failed", attempts=self.rows[i].attempts + 1, last_error=error)
 
     async def mark_skipped(self, ids: Sequence[int], reason: str) -> None:
         self._set(ids, status="skipped", last_error=reason)
@@ -147,8 +151,8 @@ class Harness:
     registry: Registry[int, Wake]
     notified: list[int]
 
-    async def deliver(self, payload: dict[str, Any], attempts: int = 0) -> int:
-        row_id = self.store.add(payload, attempts)
+    async def deliver(self, payload: dict[str, Any], attempts: int = 0, crashes: int = 0) -> int:
+        row_id = self.store.add(payload, attempts, crashes)
         await self.registry.send(CHAT, Wake())
         return row_id
 
@@ -165,6 +169,8 @@ async def harness(nursery: trio.Nursery) -> Harness:
     deps = ChatDeps(store=store, turns=agent, bot=bot, outbox_ready=outbox_ready)
 
     async def transcribe(chat_id: int, voice: Voice) -> str:
+        if voice.file_id == "bug":
+            raise RuntimeError("transcriber bug")
         if voice.file_size and voice.file_size > 20 * 1024 * 1024:
             raise VoiceTooLarge(voice.file_size, 20 * 1024 * 1024)
         return "transcribed words"
@@ -293,6 +299,38 @@ async def test_poison_row_is_skipped_after_max_attempts(
     assert harness.agent.turns == []
     assert harness.store.rows[row].status == "skipped"
     assert harness.store.commits[0][0] == GAVE_UP
+
+
+async def test_a_row_in_its_turn_at_the_crash_cap_is_skipped_and_later_rows_go_on(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    spared = await harness.deliver(msg(1, 10, "at 4 crashes"), crashes=4)
+    await trio.sleep(1)
+    poison = await harness.deliver(msg(2, 11, "kills the process"), crashes=5)
+    later = await harness.deliver(msg(3, 12, "later"))
+    await trio.sleep(1)
+    assert [t.text for t, _ in harness.agent.turns] == ["at 4 crashes", "later"]
+    assert [c[0] for c in harness.store.commits] == ["echo:at 4 crashes", GAVE_UP, "echo:later"]
+    assert harness.store.commits[1][2] == "in its turn at 5 crashes"
+    statuses = [harness.store.rows[i].status for i in (spared, poison, later)]
+    assert statuses == ["done", "skipped", "done"]
+
+
+async def test_an_exception_in_a_rows_processing_is_charged_to_it_alone(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    bug = {"file_id": "bug", "file_unique_id": "u", "duration": 3}
+    row = harness.store.add(msg(1, 10, None, voice=bug))
+    later = await harness.deliver(msg(2, 11, "after the bug"))
+    for attempts in (1, 2, 3):
+        await trio.sleep(60)  # the actor crashed, and is restarted after its backoff
+        assert harness.store.rows[row].attempts == attempts
+        assert harness.store.rows[later].attempts == 0  # never charged for another's failure
+        await harness.registry.send(CHAT, Wake())  # what the router's sweep does
+    await trio.sleep(1)
+    assert harness.store.rows[row].status == "skipped"
+    assert [c[0] for c in harness.store.commits] == [GAVE_UP, "echo:after the bug"]
+    assert harness.store.rows[later].status == "done"
 
 
 async def test_typing_refreshed_every_5_s_during_turn(

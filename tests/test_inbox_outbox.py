@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.agent.turn import TurnReply
-from actors.chat.actor import SqlChatStore
+from actors.chat.store import SqlChatStore
 from actors.queues import inbox, outbox
 from runtime import db as dbmod
 from runtime import errors
@@ -164,13 +164,13 @@ async def test_status_transitions_and_attempts(db: dbmod.Database) -> None:
     row_id = await _insert(db, 20, 1)
     assert await inbox.mark_processing(db, [row_id, row_id]) == 1
     assert await inbox.mark_failed(db, row_id, "first") == 1
-    # a restart re-claims a row left in 'processing': every start counts
+    # claiming charges nothing: only the row's own failures count
     assert await inbox.mark_processing(db, [row_id]) == 1
     assert await inbox.mark_processing(db, [row_id]) == 1
-    assert await inbox.mark_failed(db, row_id, "x" * 5000) == 3
+    assert await inbox.mark_failed(db, row_id, "x" * 5000) == 2
     row = await inbox.get(db, row_id)
     assert row is not None
-    assert (row.status, row.attempts) == ("failed", 3)
+    assert (row.status, row.attempts, row.crashes) == ("failed", 2, 0)
     assert row.last_error is not None and len(row.last_error) == inbox.MAX_ERROR_CHARS
 
     assert await inbox.mark_done(db, [row_id]) == 1
@@ -343,9 +343,9 @@ async def test_take_open_claims_the_first_row_only(db: dbmod.Database) -> None:
     other = await _insert(db, 80, 10)
     rows, claimed = await inbox.take_open(db, 9, 0, 3)
     assert [r.id for r in rows] == [a, b, c] and claimed == a
-    assert [r.attempts for r in rows] == [0, 0, 0]  # as read, before the claim
+    assert [r.status for r in rows] == ["pending"] * 3  # as read, before the claim
     stored = {r.id: r for r in await inbox.pending_for_chat(db, 9)}
-    assert (stored[a].status, stored[a].attempts) == ("processing", 1)
+    assert (stored[a].status, stored[a].attempts) == ("processing", 0)  # a claim is no charge
     assert (stored[b].status, stored[b].attempts) == ("pending", 0)  # claimed when taken
     rows, claimed = await inbox.take_open(db, 9, a, 3)
     assert [r.id for r in rows] == [b, c] and claimed == b
@@ -356,6 +356,28 @@ async def test_take_open_claims_the_first_row_only(db: dbmod.Database) -> None:
     rows, claimed = await inbox.take_open(db, 10, 0, 3)
     assert [(r.id, r.attempts) for r in rows] == [(other, 3)] and claimed is None
     assert (await inbox.get(db, other)).attempts == 3  # type: ignore[union-attr]
+    # and so is a row in its turn at MAX_CRASHES crashes
+    crashed = await _insert(db, 81, 12)
+    await db.execute("UPDATE inbox SET crashes = $2 WHERE id = $1", crashed, inbox.MAX_CRASHES)
+    rows, claimed = await inbox.take_open(db, 12, 0, 3)
+    assert [(r.id, r.crashes) for r in rows] == [(crashed, inbox.MAX_CRASHES)] and claimed is None
+
+
+async def test_recover_crashed_counts_a_crash_not_an_attempt(db: dbmod.Database) -> None:
+    a, b = await _insert(db, 83, 13), await _insert(db, 84, 13)
+    failed = await _insert(db, 85, 14)
+    _, claimed = await inbox.take_open(db, 13, 0, 3)  # then the process dies
+    assert claimed == a
+    await inbox.mark_processing(db, [failed])
+    await inbox.mark_failed(db, failed, "its own exception")
+    assert await inbox.recover_crashed(db) == [a]  # only the row in hand at the crash
+    rows = {r.id: r for r in await inbox.pending_for_chat(db, 13)}
+    assert (rows[a].status, rows[a].attempts, rows[a].crashes) == ("pending", 0, 1)
+    assert (rows[b].status, rows[b].crashes) == ("pending", 0)
+    stored = await inbox.get(db, failed)
+    assert stored is not None and (stored.status, stored.attempts, stored.crashes) == (
+        "failed", 1, 0)  # fmt: skip
+    assert await inbox.recover_crashed(db) == []  # a second look finds nothing
 
 
 async def test_commit_turn_in_a_caller_transaction_rolls_back(db: dbmod.Database) -> None:

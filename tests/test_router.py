@@ -93,3 +93,24 @@ async def test_recovery_wakes_chats_with_open_rows(db: Database) -> None:
         await trio.testing.wait_all_tasks_blocked()
         nursery.cancel_scope.cancel()
     assert registry.sent == [77]
+
+
+async def test_start_returns_rows_left_processing_counting_a_crash_once(db: Database) -> None:
+    a = await inbox.insert_update(db, "update:1", 1, 77, "message", message(1, 77, "x"))
+    b = await inbox.insert_update(db, "update:2", 2, 77, "message", message(2, 77, "y"))
+    assert a is not None and b is not None
+    _, claimed = await inbox.take_open(db, 77, 0, 3)  # in hand when the process died
+    assert claimed == a
+    registry = Registry()
+    router = Router(db, registry, Bot(), RunningTurns(), sweep_interval=0.05)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(router.run)
+        rows = {r.id: r for r in await inbox.pending_for_chat(db, 77)}
+        assert (rows[a].status, rows[a].crashes, rows[a].attempts) == ("pending", 1, 0)
+        assert (rows[b].status, rows[b].crashes) == ("pending", 0)
+        await inbox.take_open(db, 77, 0, 3)  # this process's actor claims it again
+        await trio.sleep(0.3)  # several sweeps: they wake, they do not count crashes
+        nursery.cancel_scope.cancel()
+    row = await inbox.get(db, a)
+    assert row is not None and (row.status, row.crashes) == ("processing", 1)
+    assert registry.sent[0] == 77

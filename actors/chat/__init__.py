@@ -1,8 +1,9 @@
 """The per-chat actor: one per chat, its inbox rows in order, fragment and media-group timers,
 voice, commands, and the turn loop (:mod:`~actors.chat.actor`), with the timers in
-:mod:`~actors.chat.fragments` and the typing indicator in :mod:`~actors.chat.typing_indicator`.
+:mod:`~actors.chat.fragments`, the typing indicator in :mod:`~actors.chat.typing_indicator` and
+its view of the inbox and outbox in :mod:`~actors.chat.store`.
 
 Imports the turn's interface (:mod:`actors.agent.turn`), the queues and the Telegram types; not
 the sender, the system or the CLI. Public: ``actor.chat_factory``, ``actor.ChatDeps``,
-``actor.SqlChatStore``, ``actor.Wake``, ``fragments.FragmentBuffer``.
+``store.SqlChatStore``, ``actor.Wake``, ``fragments.FragmentBuffer``.
 """

@@ -13,26 +13,30 @@ there; it loads the open rows it has not taken yet (by id) and, for each:
 * edited messages and button presses: handled as text; anything else is skipped with a reason.
 
 A turn runs the :class:`~actors.agent.turn.TurnHandler` with ``typing`` shown, then commits in one
-transaction: the reply's ``persist`` hook, the outbox row, and the inbox rows marked done. A row
-that keeps failing is skipped after ``max_attempts`` so a poison update cannot crash-loop.
+transaction: the reply's ``persist`` hook, the outbox row, and the inbox rows marked done.
+
+A crash is charged to no one (see :mod:`actors.queues.inbox`): an exception while rows are in
+hand (other than the database's) is charged to those rows as a failed attempt, then the actor
+crashes and is restarted; a row with ``max_attempts`` failures, or in its turn at
+``max_crashes`` process crashes, is skipped and the person told (``GAVE_UP``), so a poison
+update can neither crash-loop nor hold up the chat's later messages.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import attrs
 import trio
 
 from actors.agent.turn import TurnHandler, TurnInput, TurnReply
 from actors.chat import fragments
+from actors.chat.store import ChatStore
 from actors.chat.typing_indicator import typing_while
-from actors.errors import NotCollectable
 from actors.queues import inbox, outbox
 from actors.telegram.errors import MalformedUpdate, VoiceError
 from actors.telegram.types import Message, Voice, parse_update
-from runtime.db import Connection, Database
 from runtime.errors import DatabaseError
 from runtime.logs import get_logger
 
@@ -111,83 +115,6 @@ class RunningTurns:
         return False
 
 
-class ChatStore(Protocol):
-    """The chat actor's view of the inbox and outbox (SQL in production, memory in timer tests)."""
-
-    async def take_open(
-        self, chat_id: int, after: int, max_attempts: int
-    ) -> tuple[list[inbox.InboxRow], int | None]:
-        """Open rows above ``after`` and the id of the first, claimed (see
-        :func:`actors.queues.inbox.take_open`)."""
-        ...
-
-    async def mark_processing(self, ids: Sequence[int]) -> None: ...
-
-    async def mark_skipped(self, ids: Sequence[int], reason: str) -> None: ...
-
-    async def commit(
-        self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
-    ) -> outbox.OutboxRow | None:
-        """Persist the reply; the new outbox row when its first send attempt is already
-        started (the sender gets it as it is), else None."""
-        ...
-
-
-@attrs.frozen
-class SqlChatStore:
-    """:class:`ChatStore` on PostgreSQL: one transaction per committed turn."""
-
-    db: Database
-
-    async def take_open(
-        self, chat_id: int, after: int, max_attempts: int
-    ) -> tuple[list[inbox.InboxRow], int | None]:
-        return await inbox.take_open(self.db, chat_id, after, max_attempts)
-
-    async def mark_processing(self, ids: Sequence[int]) -> None:
-        await inbox.mark_processing(self.db, ids)
-
-    async def mark_skipped(self, ids: Sequence[int], reason: str) -> None:
-        await inbox.mark_skipped(self.db, ids, reason)
-
-    async def commit(
-        self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
-    ) -> outbox.OutboxRow | None:
-        """Persist hook + outbox row + inbox rows final, atomically.
-
-        Usually one statement, no transaction: the outbox row (claimed for its first send
-        when it is the chat's only open one: returned, for the sender), the inbox rows done
-        and the hook's writes, collected (:class:`actors.queues.outbox.StatementCollector`). A hook
-        that needs more runs in a transaction with the rest, as do skipped rows."""
-        if skipped is None:
-            collector = outbox.StatementCollector()
-            try:
-                if reply.persist is not None:
-                    await reply.persist(cast(Connection, collector))
-            except NotCollectable:
-                pass
-            else:
-                row = await outbox.commit_turn(
-                    self.db, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
-                    parse_mode=reply.parse_mode, before=collector.statements, claim=True,
-                )  # fmt: skip
-                return row if row.status == "sending" else None
-        async with self.db.transaction() as conn:
-            if reply.persist is not None:
-                await reply.persist(conn)
-            if skipped is None:
-                await outbox.commit_turn(
-                    conn, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
-                    parse_mode=reply.parse_mode,
-                )  # fmt: skip
-                return None
-            await outbox.enqueue_reply(
-                conn, chat_id, reply.text, reply.parse_mode, None, list(inbox_ids)
-            )
-            await inbox.mark_skipped(conn, list(inbox_ids), skipped)
-        return None
-
-
 @attrs.define
 class ChatDeps:
     """What every chat actor shares."""
@@ -201,6 +128,7 @@ class ChatDeps:
     transcribe: Transcriber | None = None
     typing_interval: float = 5.0
     max_attempts: int = 3
+    max_crashes: int = inbox.MAX_CRASHES
 
 
 @attrs.define
@@ -212,19 +140,13 @@ class ChatActor:
     state: fragments.Reassembler = attrs.field(factory=fragments.Reassembler)
     cursor: int = 0  # highest inbox id already taken into memory
     sources: dict[int, tuple[str, str]] = attrs.field(factory=dict)  # inbox id -> (ext id, kind)
+    in_hand: tuple[int, ...] = ()  # the rows being processed: charged if it raises
 
     # --- registry hooks ------------------------------------------------------------------------
 
     async def handle(self, msg: Wake) -> None:
         self.deps.wakes.release(self.chat_id)  # before reading: a later insert wakes us again
-        rows, claimed = await self.deps.store.take_open(
-            self.chat_id, self.cursor, self.deps.max_attempts
-        )
-        for row in rows:
-            if row.id <= self.cursor:
-                continue
-            self.cursor = row.id
-            await self._take(row, claimed=row.id == claimed)
+        await self._charging(self._take_new)
 
     def deadline(self) -> float | None:
         return fragments.deadline(self.state)
@@ -233,15 +155,43 @@ class ChatActor:
         flushed = fragments.expire(self.state, trio.current_time())
         if not flushed:  # called early: the mailbox is closing, flush what is buffered
             flushed = fragments.flush_all(self.state)
-        await self._run_flushed(flushed)
+        await self._charging(lambda: self._run_flushed(flushed))
+
+    async def _charging(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work``; an exception other than the database's is charged to the rows in hand
+        as a failed attempt (their own failure), then re-raised: the actor restarts."""
+        try:
+            await work()
+        except DatabaseError:
+            raise  # an outage, not the rows' fault: they stay open, uncharged
+        except Exception as exc:
+            if self.in_hand:
+                log.error("chat.rows_failed", inbox_ids=list(self.in_hand), exc_info=exc)
+                await self.deps.store.mark_failed(self.in_hand, f"{type(exc).__name__}: {exc}")
+            raise
+
+    async def _take_new(self) -> None:
+        rows, claimed = await self.deps.store.take_open(
+            self.chat_id, self.cursor, self.deps.max_attempts, self.deps.max_crashes
+        )
+        for row in rows:
+            if row.id <= self.cursor:
+                continue
+            self.cursor = row.id
+            await self._take(row, claimed=row.id == claimed)
 
     # --- per row -------------------------------------------------------------------------------
 
     async def _take(self, row: inbox.InboxRow, *, claimed: bool = False) -> None:
         store = self.deps.store
-        if row.attempts >= self.deps.max_attempts:
-            log.warning("chat.giving_up", inbox_id=row.id, attempts=row.attempts)
-            await self._commit(TurnReply(GAVE_UP), [row.id], skipped="too many failed attempts")
+        self.in_hand = (row.id,)
+        failed = row.attempts >= self.deps.max_attempts
+        if failed or row.crashes >= self.deps.max_crashes:
+            log.warning("chat.giving_up", inbox_id=row.id, attempts=row.attempts,
+                        crashes=row.crashes)  # fmt: skip
+            why = "too many failed attempts" if failed else f"in its turn at {row.crashes} crashes"
+            await self._run_flushed(fragments.flush_all(self.state))
+            await self._commit(TurnReply(GAVE_UP), [row.id], skipped=why)
             return
         if not claimed:
             await store.mark_processing([row.id])
@@ -357,6 +307,7 @@ class ChatActor:
             await self._run_turn(turn)
 
     async def _run_turn(self, turn: TurnInput) -> None:
+        self.in_hand = turn.inbox_ids
         reply: TurnReply | None = None
         with trio.CancelScope() as scope:
             self.deps.running.register(self.chat_id, scope)
@@ -386,6 +337,7 @@ class ChatActor:
         self, reply: TurnReply, inbox_ids: Sequence[int], *, skipped: str | None = None
     ) -> None:
         """Commit the reply and finish the rows (see :class:`ChatStore`); then notify."""
+        self.in_hand = tuple(inbox_ids)
         claimed = await self.deps.store.commit(self.chat_id, reply, inbox_ids, skipped)
         self.deps.outbox_ready(self.chat_id, claimed)
 

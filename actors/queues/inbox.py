@@ -1,13 +1,22 @@
 """The durable inbox: every accepted update is stored here before Telegram gets its 200.
 
-Life of a row: ``pending`` -> ``processing`` (``attempts`` + 1) -> ``done`` | ``skipped`` |
-``failed`` (retried later; still open). ``done`` and ``skipped`` are final. Open rows
-(``pending``, ``processing``, ``failed``) are what a chat actor works through, in id order,
+Life of a row: ``pending`` -> ``processing`` (claimed by its chat actor) -> ``done`` |
+``skipped`` | ``failed`` (retried later; still open). ``done`` and ``skipped`` are final. Open
+rows (``pending``, ``processing``, ``failed``) are what a chat actor works through, in id order,
 and what crash recovery re-dispatches (``open_chats``).
 
-``attempts`` counts processing starts (``mark_processing``), so an update that crashes the
-process every time still shows a growing count and the chat actor can give up on it
-(``mark_skipped``) instead of looping. ``mark_failed`` records the error and returns the count.
+A crash is charged to no one. Two counters, two caps:
+
+* ``attempts`` counts the row's own failures: an exception while the chat actor processed it
+  (``mark_failed``). Claiming a row charges nothing.
+* ``crashes`` counts process starts that found the row still ``processing``: its process died
+  during its turn (``recover_crashed``, run once by the router as the process starts; the rows
+  go back to ``pending``). Rows merely claimed when some other update killed the process are
+  retried, so this cap is generous (:data:`MAX_CRASHES`); it exists so that an update that
+  kills the process itself cannot loop forever.
+
+A row at either cap is not claimed by ``take_open``; the chat actor then skips it
+(``mark_skipped``) and tells the person.
 
 Inbox rows are marked done only after their turn's reply is in the outbox, in the same
 transaction (see ``actors.queues.outbox.commit_turn``); hence ``mark_done`` takes a connection.
@@ -35,7 +44,8 @@ INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 MAX_ERROR_CHARS = 2000
 MAX_PAYLOAD_DEPTH = 100
-
+#: a row in its turn at this many process crashes (never finished in between) is skipped
+MAX_CRASHES = 5
 
 
 @attrs.frozen
@@ -53,6 +63,8 @@ class InboxRow:
     last_error: str | None
     received_at: datetime
     processed_at: datetime | None
+    #: process starts that found this row still ``processing`` (see the module docstring)
+    crashes: int = 0
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> InboxRow:
@@ -71,12 +83,13 @@ class InboxRow:
             last_error=rec["last_error"],
             received_at=rec["received_at"],
             processed_at=rec["processed_at"],
+            crashes=rec["crashes"],
         )
 
 
 _COLUMNS = (
     "id, update_key, update_id, chat_id, kind, payload, status, attempts, last_error, "
-    "received_at, processed_at"
+    "received_at, processed_at, crashes"
 )
 # NUL and lone surrogates: valid in JSON text and Python str, rejected by PostgreSQL jsonb.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -269,8 +282,9 @@ WITH open AS (
     SELECT {_COLUMNS} FROM inbox
     WHERE chat_id = $1 AND status = ANY($2::text[]) AND id > $3
 ), claimed AS (
-    UPDATE inbox SET status = 'processing', attempts = attempts + 1
-    WHERE id = (SELECT min(id) FROM open) AND attempts < $4 AND status = ANY($2::text[])
+    UPDATE inbox SET status = 'processing'
+    WHERE id = (SELECT min(id) FROM open) AND attempts < $4 AND crashes < $5
+      AND status = ANY($2::text[])
     RETURNING id, {{commit}}
 )
 SELECT open.*, open.id IN (SELECT id FROM claimed) AS claimed FROM open ORDER BY id
@@ -278,17 +292,18 @@ SELECT open.*, open.id IN (SELECT id FROM claimed) AS claimed FROM open ORDER BY
 
 
 async def take_open(
-    db: Queries, chat_id: int, after: int, max_attempts: int
+    db: Queries, chat_id: int, after: int, max_attempts: int, max_crashes: int = MAX_CRASHES
 ) -> tuple[list[InboxRow], int | None]:
     """Open rows of one chat with ids above ``after``, oldest first, and the first of them
-    claimed (as :func:`mark_processing` would) unless it has ``max_attempts`` already: the
-    rows (as they were before the claim) and the claimed id. One round trip for the usual
-    wake (one new row): read and claim. The later rows are claimed when their turn comes, so
-    a row that crashes the process cannot use up its successors' attempts. The claim commits
-    asynchronously (:data:`ASYNC_COMMIT`): lost only with a database crash before the turn's
-    commit, when the row is simply open again, as after any crash."""
+    claimed (as :func:`mark_processing` would) unless it has ``max_attempts`` failures or
+    ``max_crashes`` crashes already: the rows (as they were before the claim) and the claimed
+    id. One round trip for the usual wake (one new row): read and claim. The later rows are
+    claimed when their turn comes, so a crash finds only the rows actually in hand
+    ``processing``. The claim commits asynchronously (:data:`ASYNC_COMMIT`): lost only with a
+    database crash before the turn's commit, when the row is simply open again (and the crash
+    is not counted)."""
     query = _TAKE_OPEN.format(commit=async_commit(db))
-    recs = await db.fetch(query, chat_id, list(OPEN_STATUSES), after, max_attempts)
+    recs = await db.fetch(query, chat_id, list(OPEN_STATUSES), after, max_attempts, max_crashes)
     claimed = next((r["id"] for r in recs if r["claimed"]), None)
     return [InboxRow.from_record(r) for r in recs], claimed
 
@@ -303,10 +318,21 @@ async def open_chats(db: Queries) -> list[int]:
     return [r["chat_id"] for r in recs]
 
 
-async def mark_processing(db: Queries, ids: Sequence[int]) -> int:
-    """Claim open rows (``attempts`` + 1); final rows are left alone. Returns rows claimed."""
+async def recover_crashed(db: Queries) -> list[int]:
+    """At a process start: rows still ``processing`` were in hand when a process died; they
+    go back to ``pending`` with ``crashes`` + 1 (``attempts`` untouched). Their ids, in order.
+    Run it once per process, before any chat actor claims a row."""
     recs = await db.fetch(
-        "UPDATE inbox SET status = 'processing', attempts = attempts + 1 "
+        "UPDATE inbox SET status = 'pending', crashes = crashes + 1 "
+        "WHERE status = 'processing' RETURNING id"
+    )
+    return sorted(r["id"] for r in recs)
+
+
+async def mark_processing(db: Queries, ids: Sequence[int]) -> int:
+    """Claim open rows (no charge); final rows are left alone. Returns rows claimed."""
+    recs = await db.fetch(
+        "UPDATE inbox SET status = 'processing' "
         "WHERE id = ANY($1::bigint[]) AND status = ANY($2::text[]) RETURNING id",
         _ids(ids),
         list(OPEN_STATUSES),
@@ -338,12 +364,11 @@ async def mark_skipped(db: Queries, ids: Sequence[int], reason: str) -> int:
 
 
 async def mark_failed(db: Queries, row_id: int, error: str) -> int | None:
-    """Record a failed attempt (row stays open for a retry); returns ``attempts``.
-
-    None when the row does not exist or is already final.
+    """Charge the row a failed attempt (``attempts`` + 1; it stays open for a retry); returns
+    ``attempts``. None when the row does not exist or is already final.
     """
     attempts: int | None = await db.fetchval(
-        "UPDATE inbox SET status = 'failed', last_error = $2 "
+        "UPDATE inbox SET status = 'failed', attempts = attempts + 1, last_error = $2 "
         "WHERE id = $1 AND status = ANY($3::text[]) RETURNING attempts",
         row_id,
         truncate_error(error),

@@ -1,0 +1,102 @@
+"""The chat actor's view of the inbox and outbox: the :class:`ChatStore` protocol (SQL in
+production, memory in the timer tests) and :class:`SqlChatStore`, its PostgreSQL
+implementation over :mod:`actors.queues.inbox` and :mod:`actors.queues.outbox`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, cast
+
+import attrs
+
+from actors.agent.turn import TurnReply
+from actors.errors import NotCollectable
+from actors.queues import inbox, outbox
+from runtime.db import Connection, Database
+
+__all__ = ["ChatStore", "SqlChatStore"]
+
+
+class ChatStore(Protocol):
+    """The chat actor's view of the inbox and outbox."""
+
+    async def take_open(
+        self, chat_id: int, after: int, max_attempts: int, max_crashes: int
+    ) -> tuple[list[inbox.InboxRow], int | None]:
+        """Open rows above ``after`` and the id of the first, claimed (see
+        :func:`actors.queues.inbox.take_open`)."""
+        ...
+
+    async def mark_processing(self, ids: Sequence[int]) -> None: ...
+
+    async def mark_skipped(self, ids: Sequence[int], reason: str) -> None: ...
+
+    async def mark_failed(self, ids: Sequence[int], error: str) -> None:
+        """Charge each row a failed attempt (an exception while it was processed)."""
+        ...
+
+    async def commit(
+        self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
+    ) -> outbox.OutboxRow | None:
+        """Persist the reply; the new outbox row when its first send attempt is already
+        started (the sender gets it as it is), else None."""
+        ...
+
+
+@attrs.frozen
+class SqlChatStore:
+    """:class:`ChatStore` on PostgreSQL: one transaction per committed turn."""
+
+    db: Database
+
+    async def take_open(
+        self, chat_id: int, after: int, max_attempts: int, max_crashes: int
+    ) -> tuple[list[inbox.InboxRow], int | None]:
+        return await inbox.take_open(self.db, chat_id, after, max_attempts, max_crashes)
+
+    async def mark_processing(self, ids: Sequence[int]) -> None:
+        await inbox.mark_processing(self.db, ids)
+
+    async def mark_skipped(self, ids: Sequence[int], reason: str) -> None:
+        await inbox.mark_skipped(self.db, ids, reason)
+
+    async def mark_failed(self, ids: Sequence[int], error: str) -> None:
+        for row_id in dict.fromkeys(ids):
+            await inbox.mark_failed(self.db, row_id, error)
+
+    async def commit(
+        self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
+    ) -> outbox.OutboxRow | None:
+        """Persist hook + outbox row + inbox rows final, atomically.
+
+        Usually one statement, no transaction: the outbox row (claimed for its first send
+        when it is the chat's only open one: returned, for the sender), the inbox rows done
+        and the hook's writes, collected (:class:`actors.queues.outbox.StatementCollector`). A hook
+        that needs more runs in a transaction with the rest, as do skipped rows."""
+        if skipped is None:
+            collector = outbox.StatementCollector()
+            try:
+                if reply.persist is not None:
+                    await reply.persist(cast(Connection, collector))
+            except NotCollectable:
+                pass
+            else:
+                row = await outbox.commit_turn(
+                    self.db, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
+                    parse_mode=reply.parse_mode, before=collector.statements, claim=True,
+                )  # fmt: skip
+                return row if row.status == "sending" else None
+        async with self.db.transaction() as conn:
+            if reply.persist is not None:
+                await reply.persist(conn)
+            if skipped is None:
+                await outbox.commit_turn(
+                    conn, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
+                    parse_mode=reply.parse_mode,
+                )  # fmt: skip
+                return None
+            await outbox.enqueue_reply(
+                conn, chat_id, reply.text, reply.parse_mode, None, list(inbox_ids)
+            )
+            await inbox.mark_skipped(conn, list(inbox_ids), skipped)
+        return None
