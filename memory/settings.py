@@ -51,6 +51,9 @@ class MemorySettings(SettingsSection):
         Field("PATTERN_MERGE_THRESHOLD", "pattern_merge_threshold", "", optional_unit,
               "Similarity from which `engram patterns merge` considers a pair (empty = per "
               "model)."),
+        Field("PROFILE_BUDGET_TOKENS", "profile_budget_tokens", "600", int_range(0, 100_000),
+              "Estimated tokens of the \"About the person\" profile in every turn (core tenets, "
+              "facts, preferences, goals, the next 14 days' events; 0: none)."),
     )
 
     embedding_provider: str
@@ -65,3 +68,4 @@ class MemorySettings(SettingsSection):
     pattern_dedup_threshold: float | None
     pattern_adjudicate_threshold: float | None
     pattern_merge_threshold: float | None
+    profile_budget_tokens: int

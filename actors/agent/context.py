@@ -32,12 +32,14 @@ import attrs
 from memory.conversation.messages import ChatMessage, render_tool_call, render_tool_result
 from memory.llm.protocol import Block, Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
 from memory.patterns.episodes import EPISODE_BUDGET_TOKENS, Episode
+from memory.patterns.profile import Profile
 from memory.patterns.retrieval import DEGRADED_MARK, RetrievedMemory
 from runtime.clock import local_date
 
 CHARS_PER_TOKEN = 4
 SEPARATOR = "───"
 PATTERNS_HEADER = "═══ WHAT YOU KNOW ABOUT THE PERSON ═══"
+PROFILE_HEADER = "═══ ABOUT THE PERSON ═══"
 HISTORY_HEADER = "═══ CONVERSATION HISTORY ═══"
 EPISODES_HEADER = "═══ EARLIER IN THIS CONVERSATION ═══"
 NO_PATTERNS = "(nothing yet)"
@@ -54,6 +56,9 @@ PERSONA = (
 )
 MEMORY_INSTRUCTIONS = """\
 How your memory works:
+- "About the person" is what you know of them for sure, shown every time: who they are, facts,
+  their preferences (apply how they want to be answered in every reply), active goals and what
+  is coming up in the next two weeks (with dates).
 - "What you know about the person" holds patterns distilled from earlier conversations. Use
   them naturally, do not recite them, and remember they can be outdated: what the person says
   now wins.
@@ -200,6 +205,19 @@ def episodes_section(episodes: Sequence[Episode], timezone: str, budget_tokens: 
     return "\n".join([EPISODES_HEADER, *reversed(lines)])
 
 
+def profile_section(profile: Profile) -> str:
+    """The "About the person" part of the system prompt (:mod:`memory.patterns.profile`):
+    empty when nothing is known yet."""
+    body = profile.text
+    return f"{PROFILE_HEADER}\n{body}" if body else ""
+
+
+def with_profile(base: str, profile: Profile | None) -> str:
+    """``base`` followed by the profile section (when there is one)."""
+    section = profile_section(profile or Profile())
+    return f"{base}\n\n{section}" if section else base
+
+
 def history_section(window: str) -> str:
     """The recent-window part of the system prompt."""
     return f"{HISTORY_HEADER}\n{window.strip() or NO_HISTORY}"
@@ -234,7 +252,7 @@ def context_tokens(
 class TurnContext:
     """Everything sent with a turn's first request (apart from the new message)."""
 
-    base: str  # persona, date, instructions
+    base: str  # persona, date, instructions, the profile
     patterns: str  # the patterns section
     window: str  # the history section
     tools: tuple[ToolSpec, ...]
@@ -262,12 +280,13 @@ def build_context(
     window: Sequence[ChatMessage],
     tools: Sequence[ToolSpec],
     persona: str = PERSONA,
+    profile: Profile | None = None,
     episodes: Sequence[Episode] = (),
     episode_budget: int = EPISODE_BUDGET_TOKENS,
 ) -> TurnContext:
     """The context of a turn from its parts (the window already repaired)."""
     return TurnContext(
-        base=system_prompt(now, timezone, persona),
+        base=with_profile(system_prompt(now, timezone, persona), profile),
         patterns=patterns_section(memory),
         window=history_section(format_window(window, timezone, now)),
         tools=tuple(tools),

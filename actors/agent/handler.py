@@ -70,6 +70,7 @@ from memory.patterns.episodes import (
     SqlEpisodes,
     episodes_to_load,
 )
+from memory.patterns.profile import NoProfile, Profile, ProfileSource, SqlProfile
 from memory.patterns.retrieval import NoPatterns, PatternRetriever, RetrievedMemory
 from memory.tools.registry import QueryEmbedder, Tool, ToolContext, ToolRegistry
 from runtime.concurrency import both
@@ -105,6 +106,7 @@ class Agent:
     timezone: str = attrs.field(validator=_valid_timezone)
     embedder: QueryEmbedder | None = None
     retriever: PatternRetriever = attrs.field(factory=NoPatterns)
+    profile: ProfileSource = attrs.field(factory=NoProfile)
     episodes: EpisodeSource = attrs.field(factory=NoEpisodes)
     episode_budget: int = EPISODE_BUDGET_TOKENS
     clock: Clock = wall_clock
@@ -122,11 +124,15 @@ class Agent:
         deadline = trio.current_time() + self.guardrails.turn_seconds
         now = self.clock()
         external_id = turn.external_ids[0] if turn.external_ids else None
-        user_id, window, memory, episodes = await self._store_and_recall(turn, external_id, now)
+        (user_id, window, memory, episodes), profile = await both(
+            lambda: self._store_and_recall(turn, external_id, now),
+            lambda: self._profile(chat_id, now),
+        )
         specs = tool_specs(self.tools)
         context = build_context(
             now=now, timezone=self.timezone, memory=memory, window=window, tools=specs,
             persona=self.persona, episodes=episodes, episode_budget=self.episode_budget,
+            profile=profile,
         )  # fmt: skip
         tool_ctx = ToolContext(
             db=self.tool_db, embedder=self.embedder, chat_id=chat_id, timezone=self.timezone,
@@ -177,6 +183,15 @@ class Agent:
         except Exception as exc:
             log.warning("agent.episodes_failed", chat_id=chat_id, error=repr(exc))
             return ()
+
+    async def _profile(self, chat_id: int, now: datetime) -> Profile:
+        """The person's profile (read alongside the window and the retrieval); a failing read
+        shows none."""
+        try:
+            return await self.profile.load(chat_id, now)
+        except Exception as exc:
+            log.warning("agent.profile_failed", chat_id=chat_id, error=repr(exc))
+            return Profile()
 
     async def _retrieve(self, chat_id: int, query: str) -> RetrievedMemory:
         """Patterns for the turn; a failing or slow retriever degrades instead of failing."""
@@ -265,6 +280,7 @@ def sql_agent(
     """The production agent: ``chat_messages`` on ``db``, ``tools`` (by default
     :func:`agent_tools` of ``extra_tools``) on ``db``."""
     options.setdefault("episodes", SqlEpisodes(db))
+    options.setdefault("profile", SqlProfile(db, timezone))
     return Agent(
         llm=llm,
         conversation=SqlConversationStore(db),

@@ -32,6 +32,7 @@ from memory.llm.usage_writer import open_usage_writer
 from memory.patterns.backlog import CompactionSweep, SqlBacklog
 from memory.patterns.dedup import LLMAdjudicator
 from memory.patterns.maintenance import ChatIndexJob
+from memory.patterns.profile import SqlProfile
 from memory.patterns.retrieval import LexiconCache, SqlPatternRetriever
 from memory.tools.memory_tools import memory_tools
 from runtime.cli import base_parser, open_settings_database, run_cli
@@ -120,7 +121,10 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             embedder=embedder,
             context_token_budget=settings.context_token_budget,
             episode_budget=settings.episode_budget_tokens,
-            retriever=SqlPatternRetriever(database, embedder, thresholds, lexicons=lexicons),
+            retriever=SqlPatternRetriever(
+                database, embedder, thresholds, lexicons=lexicons, timezone=settings.timezone
+            ),
+            profile=SqlProfile(database, settings.timezone, settings.profile_budget_tokens),
             tools=tools,
             on_over_budget=compactor.request,
         )

@@ -3,10 +3,12 @@
 compaction (:mod:`~memory.patterns.compaction`, one transaction in ``compaction_tx``), dedup and
 adjudication, reinforcement and decay math, writes, merge, explicit patterns (``remember``),
 entry links, and retrieval: the score is written once in :mod:`~memory.patterns.ranking` (the SQL
-generated from its constants), the statement in ``retrieval_sql``, the ranking in ``retrieval``.
+generated from its constants), the statement in ``retrieval_sql``, the ranking in ``retrieval``;
+the time-aware hints in ``temporal``; the profile every turn carries in ``profile``.
 
 Imports conversation, embeddings, llm and ``runtime``; not tools, journal or actors.
 Public: ``compaction.compact_chat``, ``retrieval.rank_patterns``, ``retrieval.SqlPatternRetriever``,
 ``retrieval.RetrievedMemory``, ``explicit.store_explicit_pattern``, ``dedup.find_duplicate``,
-``merge.merge_patterns``, ``ranking`` (the formula).
+``merge.merge_patterns``, ``ranking`` (the formula), ``profile.SqlProfile``,
+``writes.set_core_tenet``.
 """
