@@ -39,7 +39,8 @@ class MemorySettings(SettingsSection):
         Field("MESSAGE_RETENTION_DAYS", "message_retention_days", "7", int_range(0, 36_500),
               "Compacted messages are hard-deleted after this many days (0 keeps them forever)."),
         Field("MAINTENANCE_INTERVAL", "maintenance_interval", "3600", float_range(1, 604_800),
-              "Seconds between runs of the maintenance jobs (message purge, per-chat indexes)."),
+              "Seconds between runs of the maintenance jobs (message purge, per-chat indexes, "
+              "the compaction sweep)."),
         Field("PATTERN_MIN_SIMILARITY", "pattern_min_similarity", "", optional_unit,
               "Retrieval similarity floor; empty = the embedding model's calibrated default."),
         Field("PATTERN_DEDUP_THRESHOLD", "pattern_dedup_threshold", "", optional_unit,

@@ -75,7 +75,8 @@ async def call(registry: ToolRegistry, name: str, raw: dict[str, Any], c: ToolCo
 
 async def test_tool_specs() -> None:
     registry = memory_registry()
-    assert registry.names() == ["recall_memory", "remember", "forget_memory"]
+    assert registry.names() == ["recall_memory", "remember", "forget_memory",
+                                "recall_conversation"]  # fmt: skip
     specs = {s["name"]: s["input_schema"] for s in registry.specs()}
     assert specs["remember"]["required"] == ["fact"]  # remember(fact): the kind is optional
     assert "preference" in specs["remember"]["properties"]["kind"]["enum"]

@@ -1,7 +1,9 @@
 """The conversation's messages: ``chat_messages`` rows, the window a turn shows
-(:mod:`~memory.conversation.messages`), and the purge of compacted messages
-(:mod:`~memory.conversation.purge`).
+(:mod:`~memory.conversation.messages`), the rule saying when a chat must be compacted so that
+nothing leaves that window uncompacted (:mod:`~memory.conversation.window`), and the purge of
+compacted messages (:mod:`~memory.conversation.purge`).
 
-Imports ``runtime`` and :mod:`memory.untrusted` only. Public: ``messages.ChatMessage``,
-``messages.SqlConversationStore``, ``messages.recent_window``, ``purge.PurgeJob``.
+Imports ``runtime``, :mod:`memory.untrusted` and :mod:`memory.settings` only. Public:
+``messages.ChatMessage``, ``messages.SqlConversationStore``, ``messages.recent_window``,
+``window.CompactionRule``, ``purge.PurgeJob``.
 """

@@ -4,11 +4,15 @@ compaction (:mod:`~memory.patterns.compaction`, one transaction in ``compaction_
 adjudication, reinforcement and decay math, writes, merge, explicit patterns (``remember``),
 entry links, and retrieval: the score is written once in :mod:`~memory.patterns.ranking` (the SQL
 generated from its constants), the statement in ``retrieval_sql``, the ranking in ``retrieval``;
-the time-aware hints in ``temporal``; the profile every turn carries in ``profile``.
+the time-aware hints in ``temporal``; the profile every turn carries in ``profile``; the
+episodes (summaries of compacted spans) a turn shows in ``episodes``, the search of this
+chat's past behind ``recall_conversation`` in ``recall``, and the compaction sweep (idle chats,
+old backlogs) in ``backlog``.
 
 Imports conversation, embeddings, llm and ``runtime``; not tools, journal or actors.
 Public: ``compaction.compact_chat``, ``retrieval.rank_patterns``, ``retrieval.SqlPatternRetriever``,
 ``retrieval.RetrievedMemory``, ``explicit.store_explicit_pattern``, ``dedup.find_duplicate``,
 ``merge.merge_patterns``, ``ranking`` (the formula), ``profile.SqlProfile``,
-``writes.set_core_tenet``.
+``writes.set_core_tenet``, ``episodes.SqlEpisodes``, ``recall.recall``,
+``backlog.CompactionSweep``.
 """

@@ -35,6 +35,7 @@ from memory.patterns.claims import EVENT
 from memory.patterns.dedup import Adjudicator
 from memory.patterns.explicit import store_explicit_pattern
 from memory.patterns.retrieval import LexiconCache, rank_patterns
+from memory.tools.conversation_tools import conversation_tools
 from memory.tools.registry import (
     Tool,
     ToolContext,
@@ -286,7 +287,8 @@ def memory_tools(
     thresholds: Thresholds | None = None,
     lexicons: LexiconCache | None = None,
 ) -> tuple[Tool[Any], ...]:
-    """``recall_memory``, ``remember`` and ``forget_memory``, in that order.
+    """``recall_memory``, ``remember``, ``forget_memory`` and ``recall_conversation``
+    (:mod:`memory.tools.conversation_tools`), in that order.
 
     ``thresholds`` default to the embedding model's calibrated ones; ``recall_memory`` scores
     its lexical half by BM25 over ``lexicons`` (a cache of its own unless one is shared with
@@ -316,6 +318,7 @@ def memory_tools(
         to, or when it is wrong. It is no longer used afterwards."""
         return await _forget(ctx, inp)
 
+    tools += conversation_tools(thresholds=thresholds)
     return tuple(tools)
 
 
@@ -324,5 +327,5 @@ def memory_registry(
     *,
     thresholds: Thresholds | None = None,
 ) -> ToolRegistry:
-    """A registry with the three memory tools (see :func:`memory_tools`)."""
+    """A registry with the memory tools (see :func:`memory_tools`)."""
     return ToolRegistry(memory_tools(adjudicator, thresholds=thresholds))
