@@ -7,3 +7,12 @@ from runtime.errors import EngramError
 
 class NotCollectable(EngramError):
     """A persist hook did more than ``execute`` single INSERT/UPDATE/DELETE statements."""
+
+
+class ModelUnavailable(EngramError):
+    """The model stayed unreachable (connection, timeout, 429, 5xx, 529) through a turn's
+    retries: the turn is postponed, not answered. ``cause``: the last model error."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(f"model unavailable: {type(cause).__name__}: {cause}")
+        self.cause = cause

@@ -24,7 +24,7 @@ from typing import Protocol
 import attrs
 import trio
 
-from actors.chat.actor import PendingWakes, RunningTurns, Wake
+from actors.chat.wakes import PendingWakes, RunningTurns, Wake
 from actors.queues import inbox
 from actors.telegram.types import Update
 from runtime.actor import Mailbox, serve

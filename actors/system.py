@@ -27,8 +27,9 @@ import attrs
 import trio
 
 from actors.agent.turn import NoAgent, TurnHandler
-from actors.chat.actor import ChatDeps, RunningTurns, Transcriber, chat_factory
+from actors.chat.actor import ChatDeps, Transcriber, chat_factory
 from actors.chat.store import SqlChatStore
+from actors.chat.wakes import RunningTurns
 from actors.compactor import CompactorActor
 from actors.queues.dedupe import DedupeCache
 from actors.queues.inbox_writer import InboxWriter
@@ -125,6 +126,8 @@ class BotSystem:
                 outbox_ready=outbox_ready,
                 running=running,
                 transcribe=self.transcribe,
+                model_retry_cap=settings.send_retry_cap,
+                model_deadline=settings.send_deadline,
             )
             registry: Registry[int, Any] = await nursery.start(
                 Registry(

@@ -11,6 +11,7 @@ from typing import Any, cast
 
 import attrs
 import pytest
+import structlog
 import trio
 from fakes.anthropic_api import check_messages
 
@@ -19,7 +20,6 @@ from actors.agent.handler import Agent
 from actors.agent.tool_loop import (
     CAP_NOTE,
     NOTHING_DONE,
-    SORRY_BUSY,
     SORRY_FAILED,
     STOP_REASONS,
     Guardrails,
@@ -28,8 +28,16 @@ from actors.agent.tool_loop import (
     tool_specs,
 )
 from actors.agent.turn import TurnInput, TurnReply
+from actors.errors import ModelUnavailable
 from memory.conversation.messages import ChatMessage, SqlConversationStore, repair_rows
-from memory.errors import LLMError, LLMInvalidResponse, LLMOverloaded
+from memory.errors import (
+    LLMError,
+    LLMInvalidResponse,
+    LLMOverloaded,
+    LLMRateLimited,
+    LLMRequestError,
+    LLMUnavailable,
+)
 from memory.llm.anthropic_provider import message_params
 from memory.llm.protocol import (
     Completion,
@@ -114,6 +122,8 @@ class ScriptedLLM:
     default: Callable[[int], Completion] | None = None
     delay: float = 1.0
     requests: list[Request] = attrs.field(factory=list)
+    #: while set, every call fails with it (the model is down)
+    failing: LLMError | None = None
 
     async def complete(
         self,
@@ -130,6 +140,8 @@ class ScriptedLLM:
         self.requests.append(Request(system, list(messages), [t.name for t in tools],
                                      trio.current_time()))  # fmt: skip
         await trio.sleep(self.delay)
+        if self.failing is not None:
+            raise self.failing
         step = self.script.pop(0) if self.script else self.default
         if step is None:
             return text("(default)")
@@ -316,26 +328,84 @@ async def test_wall_clock_cap_cuts_a_slow_tool(autojump_clock: Any) -> None:
     assert result.tool_name == "lookup"
 
 
-async def test_llm_failure_says_sorry_and_keeps_the_user_row(autojump_clock: Any) -> None:
-    busy = LLMOverloaded("overloaded", provider="fake", model="fake", status=529)
-    llm = ScriptedLLM([calls(("lookup", {"query": "a"}), say="Looking."), busy])
+BUSY = LLMOverloaded("overloaded", provider="fake", model="fake", status=529)
+
+
+async def test_a_transient_model_error_is_retried_within_the_turn(autojump_clock: Any) -> None:
+    down = LLMUnavailable("connection refused", provider="fake", model="fake")
+    script: list[Step] = [calls(("lookup", {"query": "a"}), say="Looking."), BUSY, down]
+    llm = ScriptedLLM([*script, text("Found it.")])
+    agent, store, _ = make_agent(llm, guardrails=Guardrails(model_retry_base=10.0))
+    t0 = trio.current_time()
+    with structlog.testing.capture_logs() as logs:
+        reply = await agent.run_turn(turn("hi"))
+    assert reply.text == "Found it."
+    at = [round(r.at - t0, 3) for r in llm.requests]
+    assert at[1] == 1 and 8 <= at[2] - 2 <= 10 and 16 <= at[3] - at[2] - 1 <= 20  # jittered
+    await persist(reply)  # the tool call made before the outage is kept, not repeated
+    assert store.roles() == ["user", "assistant", "tool_result", "assistant"]
+    retries = [(e["cause"], e["attempt"]) for e in logs if e["event"] == "agent.model_retrying"]
+    assert retries == [("LLMOverloaded", 1), ("LLMUnavailable", 2)]
+
+
+async def test_a_429_waits_its_retry_after(autojump_clock: Any) -> None:
+    limited = LLMRateLimited("slow down", provider="fake", model="fake", status=429,
+                             retry_after=7.0)  # fmt: skip
+    llm = ScriptedLLM([limited, text("Now.")])
+    agent, _, _ = make_agent(llm)
+    t0 = trio.current_time()
+    assert (await agent.run_turn(turn("hi"))).text == "Now."
+    assert [round(r.at - t0, 3) for r in llm.requests] == [0, 8]
+
+
+async def test_a_model_down_through_the_turn_raises_model_unavailable(autojump_clock: Any) -> None:
+    llm = ScriptedLLM(failing=BUSY)
     agent, store, _ = make_agent(llm)
-    reply = await agent.run_turn(turn("hi"))
-    assert reply.text == SORRY_BUSY
-    await persist(reply)  # the completed pair is kept, the half answer is not sent
-    assert store.roles() == ["user", "assistant", "tool_result"]
+    t0 = trio.current_time()
+    with pytest.raises(ModelUnavailable) as info:
+        await agent.run_turn(turn("hi"))
+    assert info.value.cause is BUSY
+    assert trio.current_time() - t0 <= 120  # within the turn's limit
+    assert len(llm.requests) >= 5  # retried meanwhile
+    assert store.roles() == ["user"]  # the user row stays; nothing else is stored
+
+
+async def test_an_unusable_answer_says_sorry(autojump_clock: Any) -> None:
     broken = LLMInvalidResponse("bad", provider="fake", model="fake")
-    agent2, store2, _ = make_agent(ScriptedLLM([broken]))
-    reply2 = await agent2.run_turn(turn("hi"))
-    assert reply2.text == SORRY_FAILED and reply2.persist is None
-    assert store2.roles() == ["user"]
+    agent, store, _ = make_agent(ScriptedLLM([broken]))
+    reply = await agent.run_turn(turn("hi"))
+    assert reply.text == SORRY_FAILED and reply.persist is None
+    assert store.roles() == ["user"]
+
+
+@pytest.mark.parametrize(
+    ("provider", "status", "fix"),
+    [
+        ("anthropic", 401, "check ANTHROPIC_API_KEY"),
+        ("anthropic", 403, "check ANTHROPIC_API_KEY"),
+        ("anthropic", 404, "check ANTHROPIC_MODEL or ANTHROPIC_BASE_URL"),
+        ("openai", 400, "check OPENAI_MODEL"),
+    ],
+)
+async def test_a_permanent_model_error_says_sorry_at_once_and_names_the_setting(
+    autojump_clock: Any, provider: str, status: int, fix: str
+) -> None:
+    refused = LLMRequestError("refused", provider=provider, model="m", status=status)
+    llm = ScriptedLLM([refused])
+    agent, _, _ = make_agent(llm)
+    with structlog.testing.capture_logs() as logs:
+        reply = await agent.run_turn(turn("hi"))
+    assert reply.text == SORRY_FAILED and len(llm.requests) == 1
+    [event] = [e for e in logs if e["event"] == "agent.model_rejected"]
+    assert (event["fix"], event["status"], event["log_level"]) == (fix, status, "error")
 
 
 async def test_rerun_of_a_turn_keeps_one_user_row(autojump_clock: Any) -> None:
-    busy = LLMOverloaded("overloaded", provider="fake", model="fake", status=529)
-    llm = ScriptedLLM([busy, text("Here now.")])
+    llm = ScriptedLLM([text("Here now.")], failing=BUSY)
     agent, store, _ = make_agent(llm)
-    await agent.run_turn(turn("hi"))
+    with pytest.raises(ModelUnavailable):
+        await agent.run_turn(turn("hi"))
+    llm.failing = None  # the model is back
     reply = await agent.run_turn(turn("hi"))  # the same update, processed again
     assert reply.text == "Here now."
     assert store.roles() == ["user"]

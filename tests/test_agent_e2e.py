@@ -23,8 +23,9 @@ from fakes.openai_api import Failure as OpenAIFailure
 from structlog.testing import capture_logs
 
 from actors.agent.handler import Agent, sql_agent
-from actors.agent.tool_loop import SORRY_BUSY, SORRY_SLOW
+from actors.agent.tool_loop import SORRY_FAILED, Guardrails
 from actors.agent.turn import TurnInput, TurnReply
+from actors.errors import ModelUnavailable
 from actors.settings import load_settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
@@ -78,12 +79,16 @@ async def usage(db: Database) -> list[dict[str, Any]]:
 
 @asynccontextmanager
 async def claude_agent(
-    db: Database, fake: FakeAnthropic, request_timeout: float = 5.0
+    db: Database,
+    fake: FakeAnthropic,
+    request_timeout: float = 5.0,
+    guardrails: Guardrails | None = None,
 ) -> AsyncIterator[Agent]:
     async with AnthropicLLM(
         api_key=fake.api_key, base_url=fake.base_url, db=db, timeout=request_timeout
     ) as llm:
-        yield sql_agent(db, llm, timezone=TZ, clock=lambda: NOW)
+        options: dict[str, Any] = {} if guardrails is None else {"guardrails": guardrails}
+        yield sql_agent(db, llm, timezone=TZ, clock=lambda: NOW, **options)
 
 
 # --- Anthropic -------------------------------------------------------------------------------
@@ -131,39 +136,16 @@ async def test_claude_tool_chain_round_trip(db: Database, fake_claude: FakeAnthr
 
 
 @pytest.mark.parametrize(
-    ("failure", "expected"),
-    [
-        (AnthropicFailure.rate_limited(retry_after=3), SORRY_BUSY),
-        (AnthropicFailure.overloaded(), SORRY_BUSY),
-        (AnthropicFailure.slow(3.0), SORRY_SLOW),
-    ],
-    ids=["429", "529", "timeout"],
-)
-async def test_claude_failure_says_sorry_and_keeps_the_user_row(
-    db: Database, fake_claude: FakeAnthropic, failure: AnthropicFailure, expected: str
-) -> None:
-    fake_claude.fail_next(failure)
-    async with claude_agent(db, fake_claude, request_timeout=0.5) as agent:
-        reply = await agent.run_turn(turn("Are you there?"))
-    assert reply.text == expected and "try again" in reply.text and reply.persist is None
-    await commit(db, reply)
-    [row] = await chat_rows(db)
-    assert (row["role"], row["content"], row["external_message_id"]) == (
-        "user", "Are you there?", "update:100")  # fmt: skip
-    [call] = await usage(db)
-    assert (call["purpose"], call["ok"], call["cost_usd"]) == ("agent", False, 0.0)
-
-
-@pytest.mark.parametrize(
     ("failure", "cause", "status"),
     [
-        (AnthropicFailure.rate_limited(retry_after=3), "LLMRateLimited", 429),
+        (AnthropicFailure.rate_limited(retry_after=None), "LLMRateLimited", 429),
         (AnthropicFailure.overloaded(), "LLMOverloaded", 529),
+        (AnthropicFailure.server_error(500), "LLMUnavailable", 500),
         (AnthropicFailure.slow(3.0), "LLMTimeout", None),
     ],
-    ids=["429", "529", "timeout"],
+    ids=["429", "529", "500", "timeout"],
 )
-async def test_claude_failure_is_logged_with_its_cause(
+async def test_claude_transient_failure_is_retried_within_the_turn(
     db: Database,
     fake_claude: FakeAnthropic,
     restore_logging: None,
@@ -175,13 +157,77 @@ async def test_claude_failure_is_logged_with_its_cause(
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
                         cache_logger_on_first_use=False)  # fmt: skip
     fake_claude.fail_next(failure)
-    async with claude_agent(db, fake_claude, request_timeout=0.5) as agent:
+    fake_claude.queue_text("Here.")
+    quick = Guardrails(model_retry_base=0.05)
+    async with claude_agent(db, fake_claude, request_timeout=0.5, guardrails=quick) as agent:
         with capture_logs() as logs:
-            await agent.run_turn(turn("Are you there?"))
-    [event] = [e for e in logs if e["event"] == "agent.turn_failed"]
+            reply = await agent.run_turn(turn("Are you there?"))
+    assert reply.text == "Here."
+    [event] = [e for e in logs if e["event"] == "agent.model_retrying"]
     assert (event["cause"], event["chat_id"], event["status"]) == (cause, CHAT, status)
-    assert event["log_level"] == "warning" and event["llm_calls"] == 0
-    assert not [e for e in logs if e["event"] == "agent.turn"]
+    assert event["log_level"] == "warning" and event["attempt"] == 1
+    assert [e["llm_calls"] for e in logs if e["event"] == "agent.turn"] == [1]
+    calls = await usage(db)
+    assert [(r["purpose"], r["ok"]) for r in calls] == [("agent", False), ("agent", True)]
+
+
+@pytest.mark.parametrize(
+    ("failure", "cause"),
+    [
+        (AnthropicFailure.rate_limited(retry_after=30), "LLMRateLimited"),
+        (AnthropicFailure.overloaded(), "LLMOverloaded"),
+        (AnthropicFailure.slow(3.0), "LLMTimeout"),
+    ],
+    ids=["429", "529", "timeout"],
+)
+async def test_claude_down_through_the_turn_postpones_it_and_keeps_the_user_row(
+    db: Database, fake_claude: FakeAnthropic, failure: AnthropicFailure, cause: str
+) -> None:
+    fake_claude.fail_next(failure)
+    short = Guardrails(turn_seconds=5, model_retry_base=10)  # the first wait would pass the limit
+    async with claude_agent(db, fake_claude, request_timeout=0.5, guardrails=short) as agent:
+        with pytest.raises(ModelUnavailable) as info:
+            await agent.run_turn(turn("Are you there?"))
+    assert type(info.value.cause).__name__ == cause
+    [row] = await chat_rows(db)
+    assert (row["role"], row["content"], row["external_message_id"]) == (
+        "user", "Are you there?", "update:100")  # fmt: skip
+    [call] = await usage(db)
+    assert (call["purpose"], call["ok"], call["cost_usd"]) == ("agent", False, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("failure", "status", "fix"),
+    [
+        (None, 401, "check ANTHROPIC_API_KEY"),
+        (AnthropicFailure.error(403, "permission_error", "no access"), 403,
+         "check ANTHROPIC_API_KEY"),
+        (AnthropicFailure.error(404, "not_found_error", "model: claude-nope"), 404,
+         "check ANTHROPIC_MODEL or ANTHROPIC_BASE_URL"),
+    ],
+    ids=["401-wrong-key", "403", "404"],
+)  # fmt: skip
+async def test_claude_refusing_our_requests_says_sorry_at_once_and_names_the_setting(
+    db: Database,
+    fake_claude: FakeAnthropic,
+    restore_logging: None,
+    failure: AnthropicFailure | None,
+    status: int,
+    fix: str,
+) -> None:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+                        cache_logger_on_first_use=False)  # fmt: skip
+    if failure is not None:
+        fake_claude.fail_next(failure)
+    key = "sk-ant-wrong" if failure is None else fake_claude.api_key
+    async with AnthropicLLM(api_key=key, base_url=fake_claude.base_url, db=db, timeout=5.0) as llm:
+        agent = sql_agent(db, llm, timezone=TZ, clock=lambda: NOW)
+        with capture_logs() as logs:
+            reply = await agent.run_turn(turn("Are you there?"))
+    assert reply.text == SORRY_FAILED and len(fake_claude.requests) == 1  # at once, no retry
+    [event] = [e for e in logs if e["event"] == "agent.model_rejected"]
+    assert (event["status"], event["fix"], event["log_level"]) == (status, fix, "error")
+    assert "sk-ant-wrong" not in str(event)
 
 
 async def test_rerun_after_failure_keeps_one_user_row_and_history(
@@ -190,8 +236,13 @@ async def test_rerun_after_failure_keeps_one_user_row_and_history(
     fake_claude.fail_next(AnthropicFailure.overloaded())
     fake_claude.queue_text("Yes, here.")
     fake_claude.queue_text("You asked whether I was there.")
-    async with claude_agent(db, fake_claude) as agent:
-        assert (await agent.run_turn(turn("Are you there?"))).text == SORRY_BUSY
+    short = Guardrails(turn_seconds=5, model_retry_base=10)
+    async with (
+        claude_agent(db, fake_claude, guardrails=short) as down,
+        claude_agent(db, fake_claude) as agent,
+    ):
+        with pytest.raises(ModelUnavailable):
+            await down.run_turn(turn("Are you there?"))
         reply = await agent.run_turn(turn("Are you there?"))  # the update is processed again
         await commit(db, reply)
         await commit(db, await agent.run_turn(turn("What did I ask?", update=101)))
@@ -244,7 +295,8 @@ async def test_bad_tool_input_is_an_error_result_and_the_turn_goes_on(
 async def openai_agent(db: Database, fake: FakeOpenAI) -> AsyncIterator[Agent]:
     async with OpenAICompatibleLLM(api_key=fake.api_key, model=OAI_MODEL, base_url=fake.base_url,
                                    db=db, rates=OAI_RATES, timeout=5.0) as llm:  # fmt: skip
-        yield sql_agent(db, llm, timezone=TZ, clock=lambda: NOW)
+        yield sql_agent(db, llm, timezone=TZ, clock=lambda: NOW,
+                        guardrails=Guardrails(model_retry_base=0.05))  # fmt: skip
 
 
 async def test_openai_tool_chain_and_rate_limit(db: Database) -> None:
@@ -256,15 +308,17 @@ async def test_openai_tool_chain_and_rate_limit(db: Database) -> None:
         reply = await agent.run_turn(turn("When did my knee hurt?"))
         assert reply.text == "Your knee hurt on 26 May."
         await commit(db, reply)
-        fake.fail_next(CHAT_COMPLETIONS, OpenAIFailure.rate_limited())
-        busy = await agent.run_turn(turn("And again?", update=101))
-        assert busy.text == SORRY_BUSY
-        await commit(db, busy)
+        fake.fail_next(CHAT_COMPLETIONS, OpenAIFailure.rate_limited(retry_after=None))
+        fake.queue_chat_text("Again: 26 May.", prompt_tokens=1100, completion_tokens=8)
+        again = await agent.run_turn(turn("And again?", update=101))
+        assert again.text == "Again: 26 May."  # the 429 was waited out within the turn
+        await commit(db, again)
         second = fake.calls_to(CHAT_COMPLETIONS)[1].params
     tool_message = second["messages"][-1]
     assert tool_message["role"] == "tool" and tool_message["tool_call_id"] == call_id
     rows = await chat_rows(db)
-    assert [r["role"] for r in rows] == ["user", "assistant", "tool_result", "assistant", "user"]
+    assert [r["role"] for r in rows] == [
+        "user", "assistant", "tool_result", "assistant", "user", "assistant"]  # fmt: skip
     assert json.loads(rows[1]["tool_calls"])[0]["id"] == call_id
     assert rows[2]["tool_call_id"] == call_id and len(rows[2]["content"]) <= STORAGE_CAP
     assert rows[2]["content"] == truncate_for_storage("search_entries", tool_message["content"])
@@ -272,7 +326,8 @@ async def test_openai_tool_chain_and_rate_limit(db: Database) -> None:
     assert [(r["provider"], r["purpose"], r["input_tokens"], r["output_tokens"], r["ok"])
             for r in calls] == [("openai", "agent", 800, 30, True),
                                 ("openai", "agent", 1000, 20, True),
-                                ("openai", "agent", 0, 0, False)]  # fmt: skip
+                                ("openai", "agent", 0, 0, False),
+                                ("openai", "agent", 1100, 8, True)]  # fmt: skip
     assert calls[0]["cost_usd"] == pytest.approx((800 * 0.15 + 30 * 0.60) / 1e6)
 
 

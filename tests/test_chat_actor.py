@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -15,17 +16,21 @@ import trio.testing
 from actors.agent.turn import TurnInput, TurnReply
 from actors.chat.actor import (
     GAVE_UP,
+    MODEL_AWAY,
+    MODEL_GAVE_UP,
     NOTHING_TO_STOP,
     SORRY,
     STOPPED,
     ChatActor,
     ChatDeps,
-    RunningTurns,
-    Wake,
 )
+from actors.chat.wakes import RunningTurns, Wake
+from actors.errors import ModelUnavailable
 from actors.queues.inbox import InboxRow
+from actors.queues.outbox import OutboxRow
 from actors.telegram.errors import VoiceTooLarge
 from actors.telegram.types import Voice
+from memory.errors import LLMUnavailable
 from runtime.registry import Registry
 
 CHAT = 42
@@ -37,7 +42,9 @@ class MemoryStore:
 
     rows: dict[int, InboxRow] = attrs.field(factory=dict)
     commits: list[tuple[str, tuple[int, ...], str | None, float]] = attrs.field(factory=list)
+    outbox: list[str] = attrs.field(factory=list)  # every reply and notice, in order
     next_id: int = 1
+    received_at: datetime = attrs.field(factory=lambda: datetime.now(UTC))
 
     def add(self, payload: dict[str, Any], attempts: int = 0, crashes: int = 0) -> int:
         row_id = self.next_id
@@ -52,7 +59,7 @@ class MemoryStore:
             status="pending",
             attempts=attempts,
             last_error=None,
-            received_at=datetime.now(UTC),
+            received_at=self.received_at,
             processed_at=None,
             crashes=crashes,
         )
@@ -86,11 +93,24 @@ class MemoryStore:
     async def mark_skipped(self, ids: Sequence[int], reason: str) -> None:
         self._set(ids, status="skipped", last_error=reason)
 
+    async def release(self, ids: Sequence[int], reason: str) -> None:
+        self._set(ids, status="pending", last_error=reason)
+
+    async def notify(self, chat_id: int, text: str) -> OutboxRow | None:
+        if self.outbox and self.outbox[-1] == text:
+            return None
+        self.outbox.append(text)
+        return OutboxRow(id=len(self.outbox), chat_id=chat_id, text=text, parse_mode=None,
+                         reply_to_message_id=None, inbox_ids=(), status="pending", attempts=0,
+                         last_error=None, chunks_sent=0, telegram_message_ids=(),
+                         created_at=datetime.now(UTC), sent_at=None)  # fmt: skip
+
     async def commit(
         self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
     ) -> None:
         self._set(inbox_ids, status="skipped" if skipped else "done")
         self.commits.append((reply.text, tuple(inbox_ids), skipped, trio.current_time()))
+        self.outbox.append(reply.text)
 
 
 @attrs.define
@@ -100,9 +120,14 @@ class Agent:
     turns: list[tuple[TurnInput, float]] = attrs.field(factory=list)
     store: MemoryStore | None = None
     after_commits: list[tuple[str, int]] = attrs.field(factory=list)
+    model_down_until: float = float("-inf")
 
     async def run_turn(self, turn: TurnInput) -> TurnReply:
         self.turns.append((turn, trio.current_time()))
+        if trio.current_time() < self.model_down_until:
+            await trio.sleep(110)  # the turn's own retries, then it gives up
+            down = LLMUnavailable("connection refused", provider="fake", model="fake")
+            raise ModelUnavailable(down)
         if turn.text == "slow":
             await trio.sleep(100)
         if turn.text == "boom":
@@ -331,6 +356,47 @@ async def test_an_exception_in_a_rows_processing_is_charged_to_it_alone(
     assert harness.store.rows[row].status == "skipped"
     assert [c[0] for c in harness.store.commits] == [GAVE_UP, "echo:after the bug"]
     assert harness.store.rows[later].status == "done"
+
+
+async def test_a_model_outage_is_told_once_and_waited_out_answering_in_order(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    t0 = trio.current_time()
+    harness.agent.model_down_until = t0 + 1800
+    first = await harness.deliver(msg(1, 10, "first"))
+    await trio.sleep(10)
+    second = await harness.deliver(msg(2, 11, "second"))
+    await trio.sleep(300)
+    third = await harness.deliver(msg(3, 12, "third"))
+    await trio.sleep(1)
+    assert harness.store.outbox == [MODEL_AWAY]  # told once, however many tries
+    assert harness.notified == [CHAT]  # and the sender was woken for it
+    assert "model unavailable" in (harness.store.rows[first].last_error or "")
+    await trio.sleep(3600)
+    assert harness.store.outbox == [MODEL_AWAY, "echo:first", "echo:second", "echo:third"]
+    tried = [(t.text, at - t0) for t, at in harness.agent.turns]
+    assert len(tried) >= 7 and {text for text, _ in tried[:-3]} == {"first"}  # later ones wait
+    assert [text for text, _ in tried[-3:]] == ["first", "second", "third"]
+    gaps = [b - a - 110 for (_, a), (_, b) in itertools.pairwise(tried[:-2])]
+    assert all(0 < gap <= 300 for gap in gaps) and max(gaps) > 100  # backoff, capped at 5 min
+    for row_id in (first, second, third):
+        row = harness.store.rows[row_id]
+        assert (row.status, row.attempts, row.crashes) == ("done", 0, 0)
+
+
+async def test_a_message_waiting_past_the_deadline_gets_an_apology(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    harness.store.received_at = base
+    harness.deps.wall_clock = lambda: base + timedelta(seconds=trio.current_time())
+    harness.deps.model_deadline = 1000
+    harness.agent.model_down_until = float("inf")
+    row = await harness.deliver(msg(1, 10, "hello?"))
+    await trio.sleep(3000)
+    assert harness.store.outbox == [MODEL_AWAY, MODEL_GAVE_UP]
+    assert harness.store.rows[row].status == "done"
+    assert 1000 <= harness.store.commits[0][3] <= 1000 + 300 + 110
 
 
 async def test_typing_refreshed_every_5_s_during_turn(

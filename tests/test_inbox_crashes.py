@@ -15,8 +15,9 @@ import trio
 from fakes.bot_api import FakeBotApi, run_fake_bot_api
 
 from actors.agent.turn import TurnInput, TurnReply
-from actors.chat.actor import GAVE_UP, ChatDeps, Wake, chat_factory
+from actors.chat.actor import GAVE_UP, ChatDeps, chat_factory
 from actors.chat.store import SqlChatStore
+from actors.chat.wakes import Wake
 from actors.queues import inbox, outbox
 from actors.queues.outbox import OutboxRow
 from actors.router import Router

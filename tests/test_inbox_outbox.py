@@ -474,3 +474,28 @@ async def test_claims_commit_asynchronously_only_on_their_own(db: dbmod.Database
     assert claimed == a
     await inbox.take_open(db, 22, a, 3)  # on the pool: its own transaction
     assert await db.fetchval("SHOW synchronous_commit") == "on"  # nothing leaks to a session
+
+
+async def test_release_hands_claimed_rows_back_uncharged(db: dbmod.Database) -> None:
+    a = await _insert(db, 120, 30)
+    _, claimed = await inbox.take_open(db, 30, 0, 3)
+    assert claimed == a
+    assert await inbox.release(db, [a], "model unavailable: LLMOverloaded") == 1
+    row = await inbox.get(db, a)
+    assert row is not None and (row.status, row.attempts, row.crashes) == ("pending", 0, 0)
+    assert row.last_error == "model unavailable: LLMOverloaded"
+    await inbox.mark_done(db, [a])
+    assert await inbox.release(db, [a], "late") == 0  # final rows stay final
+
+
+async def test_a_notice_is_not_repeated_while_it_is_the_chats_latest_reply(
+    db: dbmod.Database,
+) -> None:
+    first = await outbox.enqueue_notice(db, 31, "away")
+    assert first is not None and (first.status, first.chunk_in_flight) == ("sending", 0)
+    assert await outbox.enqueue_notice(db, 31, "away") is None
+    assert await outbox.enqueue_notice(db, 32, "away") is not None  # another chat's own
+    await outbox.commit_turn(db, chat_id=31, text="an answer", inbox_ids=[])
+    again = await outbox.enqueue_notice(db, 31, "away")
+    assert again is not None and again.status == "pending"  # behind the open rows, in order
+    assert [r.text for r in await outbox.next_pending(db, 31)] == ["away", "an answer", "away"]

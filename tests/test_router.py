@@ -6,7 +6,7 @@ import attrs
 import trio
 import trio.testing
 
-from actors.chat.actor import RunningTurns, Wake
+from actors.chat.wakes import RunningTurns, Wake
 from actors.queues import inbox
 from actors.router import Router, is_stop_command
 from actors.telegram.types import parse_update

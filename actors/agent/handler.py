@@ -15,8 +15,11 @@ One turn:
 4. return the reply; its ``persist`` hook stores the assistant and tool_result rows (results
    truncated for storage) in the chat actor's outbox transaction.
 
-An LLM failure (rate limit, overload, timeout, anything else) gives a short "sorry, try
-again" reply; the user row stays. When a guardrail trips, the text the model already wrote is
+A model that is down (unreachable, timeout, 429, 5xx, 529) is retried inside the turn (see
+:mod:`actors.agent.tool_loop`); still down at the turn's deadline, the turn raises
+:class:`~actors.errors.ModelUnavailable` (the chat actor tells the person and answers later).
+Any other model failure (400, 401, 403, an unusable answer) gives a short "sorry" reply; the
+user row stays. When a guardrail trips, the text the model already wrote is
 sent, with a note saying why it stopped. When the compaction rule
 (:class:`memory.conversation.window.CompactionRule`) says the chat must be compacted — the
 next turn's window could not show every uncompacted row, or its estimated context exceeds
@@ -47,12 +50,14 @@ from actors.agent.tool_loop import (
     Guardrails,
     LoopState,
     ToolLoop,
+    is_outage,
     reply_text,
     tool_specs,
     transcript_rows,
 )
 from actors.agent.turn import TurnInput, TurnReply
 from actors.agent.turn_links import link_cited_entries
+from actors.errors import ModelUnavailable
 from memory.conversation.messages import (
     DEFAULT_WINDOW_LIMIT,
     ChatMessage,
@@ -142,8 +147,11 @@ class Agent:
                         self.guardrails, self.max_tokens)  # fmt: skip
         state = LoopState([Message.user(turn.text)])
         with trio.move_on_at(deadline) as scope:
-            await loop.run(state)
+            await loop.run(state, deadline)
         state.flush()
+        if state.error is not None and is_outage(state.error):
+            self._log(turn, state, memory)
+            raise ModelUnavailable(state.error)
         if scope.cancelled_caught:
             state.tripped = "time_limit"
         rows = transcript_rows(state.messages, self.clock())

@@ -3,7 +3,11 @@
 :class:`ToolLoop` asks the model, runs the tools it calls and feeds their results back until
 a final answer, under :class:`Guardrails`: at most 15 tool calls, stop when the same tool is
 called with identical arguments twice in a row (the 120 s wall clock is the caller's cancel
-scope), tool_use/tool_result pairs repaired before every request. :func:`transcript_rows` turns
+scope), tool_use/tool_result pairs repaired before every request. A transient model error
+(:func:`is_outage`: unreachable, timeout, 429, 5xx, 529) is retried with backoff (the
+provider's ``retry_after`` when it gives one) while the turn's deadline allows; a permanent one
+(400, 401, 403, 404) ends the loop at once with an operator-facing log line naming the setting
+to fix (``agent.model_rejected``, :func:`settings_to_fix`). :func:`transcript_rows` turns
 the conversation into the rows to store (tool results truncated for storage) and
 :func:`reply_text` into what the person gets (the answer, a partial answer with a note, or an
 apology). Used by :class:`actors.agent.handler.Agent`.
@@ -12,16 +16,34 @@ apology). Used by :class:`actors.agent.handler.Agent`.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import attrs
+import trio
 
 from actors.agent.context import repair_messages
+from actors.sender_policy import backoff_delay
 from memory.conversation.messages import ChatMessage, ToolCall
-from memory.errors import LLMError, LLMOverloaded, LLMRateLimited, LLMTimeout
-from memory.llm.protocol import LLM, Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
+from memory.errors import (
+    LLMError,
+    LLMOverloaded,
+    LLMRateLimited,
+    LLMRequestError,
+    LLMTimeout,
+    LLMUnavailable,
+)
+from memory.llm.protocol import (
+    LLM,
+    Completion,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+)
 from memory.tools.registry import ToolContext, ToolRegistry
 from memory.tools.results import truncate_for_storage
 from runtime.logs import get_logger
@@ -42,12 +64,37 @@ NOTHING_DONE = "Sorry, I couldn't finish that: {reason}. Please try again or ask
 DONE = "Done."
 NO_ANSWER = "I'm not sure what to say to that."
 
+
 @attrs.frozen
 class Guardrails:
     """Hard limits of one turn's tool loop."""
 
     max_tool_calls: int = 15
     turn_seconds: float = 120.0
+    #: waits between tries of a model that is down: doubling from base, at most cap (seconds)
+    model_retry_base: float = 1.0
+    model_retry_cap: float = 20.0
+
+
+#: the model is down or busy, not refusing us: worth waiting for
+OUTAGES = (LLMUnavailable, LLMTimeout, LLMRateLimited, LLMOverloaded)
+
+
+def is_outage(exc: Exception) -> bool:
+    """A transient model error (unreachable, timeout, 429, 5xx, 529): retry it later."""
+    return isinstance(exc, OUTAGES)
+
+
+def settings_to_fix(exc: LLMError) -> str:
+    """The settings an operator should check when the model refuses our requests."""
+    prefix = "ANTHROPIC" if exc.provider == "anthropic" else "OPENAI"
+    if exc.status in (401, 403):
+        return f"{prefix}_API_KEY"
+    if exc.status == 404:
+        return f"{prefix}_MODEL or {prefix}_BASE_URL"
+    if exc.status is None:
+        return f"{prefix}_BASE_URL or {prefix}_API_KEY"
+    return f"{prefix}_MODEL"
 
 
 def tool_specs(registry: ToolRegistry) -> tuple[ToolSpec, ...]:
@@ -107,8 +154,9 @@ class ToolLoop:
     guardrails: Guardrails = attrs.field(factory=Guardrails)
     max_tokens: int = 2048
 
-    async def run(self, state: LoopState) -> None:
-        """Run until a final answer, a guardrail or an LLM error (recorded in ``state``)."""
+    async def run(self, state: LoopState, deadline: float | None = None) -> None:
+        """Run until a final answer, a guardrail or an LLM error (recorded in ``state``; a
+        transient one only once retrying would pass ``deadline``, a trio time)."""
         cap = self.guardrails.max_tool_calls
         previous: tuple[str, str] | None = None
         while True:
@@ -116,17 +164,8 @@ class ToolLoop:
             if repaired != state.messages:
                 log.warning("agent.pairing_repaired", chat_id=self.ctx.chat_id)
             state.messages = repaired
-            try:
-                completion = await self.llm.complete(
-                    system=self.system,
-                    messages=state.messages,
-                    tools=self.specs,
-                    max_tokens=self.max_tokens,
-                    purpose=PURPOSE,
-                    chat_id=self.ctx.chat_id,
-                )
-            except LLMError as exc:
-                state.error = exc
+            completion = await self._complete(state, deadline)
+            if completion is None:
                 return
             state.llm_calls += 1
             state.input_tokens += completion.input_tokens
@@ -153,6 +192,43 @@ class ToolLoop:
             state.flush(CAP_NOTE if state.tool_calls >= cap else None)
             if state.tripped:
                 return
+
+    async def _complete(self, state: LoopState, deadline: float | None) -> Completion | None:
+        """One model call, retried through transient errors while ``deadline`` allows; None
+        when it failed (``state.error`` says why; it stays set while a retry is pending, so a
+        turn cut by its deadline during an outage is known as one)."""
+        g, failures = self.guardrails, 0
+        while True:
+            try:
+                completion = await self.llm.complete(
+                    system=self.system,
+                    messages=state.messages,
+                    tools=self.specs,
+                    max_tokens=self.max_tokens,
+                    purpose=PURPOSE,
+                    chat_id=self.ctx.chat_id,
+                )
+            except LLMError as exc:
+                state.error = exc
+                if isinstance(exc, LLMRequestError):
+                    log.error("agent.model_rejected", chat_id=self.ctx.chat_id,
+                              provider=exc.provider, model=exc.model, status=exc.status,
+                              error=exc.message, fix=f"check {settings_to_fix(exc)}")  # fmt: skip
+                if not is_outage(exc):
+                    return None
+                delay = backoff_delay(failures, base=g.model_retry_base, cap=g.model_retry_cap,
+                                      jitter=0.2, draw=random.random())  # fmt: skip
+                if exc.retry_after is not None and exc.retry_after > 0:
+                    delay = exc.retry_after
+                failures += 1
+                if deadline is not None and trio.current_time() + delay >= deadline:
+                    return None
+                log.warning("agent.model_retrying", chat_id=self.ctx.chat_id, attempt=failures,
+                            cause=type(exc).__name__, status=exc.status, delay=delay)  # fmt: skip
+                await trio.sleep(delay)
+                continue
+            state.error = None
+            return completion
 
 
 def transcript_rows(messages: Sequence[Message], at: datetime) -> list[ChatMessage]:

@@ -20,11 +20,20 @@ hand (other than the database's) is charged to those rows as a failed attempt, t
 crashes and is restarted; a row with ``max_attempts`` failures, or in its turn at
 ``max_crashes`` process crashes, is skipped and the person told (``GAVE_UP``), so a poison
 update can neither crash-loop nor hold up the chat's later messages.
+
+A model outage is waited out: a turn raising :class:`~actors.errors.ModelUnavailable` (the
+model still down after the turn's own retries) hands its rows back uncharged, tells the person
+once (``MODEL_AWAY``: not repeated while it is the chat's latest reply), and the actor retries
+the chat's oldest open row on a timer (``model_retry_base`` doubling up to ``model_retry_cap``,
+jittered), the chat's later messages waiting behind it, until the row is ``model_deadline``
+seconds old; then it is answered ``MODEL_GAVE_UP``.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import attrs
@@ -34,7 +43,10 @@ from actors.agent.turn import TurnHandler, TurnInput, TurnReply
 from actors.chat import fragments
 from actors.chat.store import ChatStore
 from actors.chat.typing_indicator import typing_while
+from actors.chat.wakes import PendingWakes, RunningTurns, Wake
+from actors.errors import ModelUnavailable
 from actors.queues import inbox, outbox
+from actors.sender_policy import backoff_delay
 from actors.telegram.errors import MalformedUpdate, VoiceError
 from actors.telegram.types import Message, Voice, parse_update
 from runtime.errors import DatabaseError
@@ -52,11 +64,11 @@ HELP = (
     "I'm engram, a companion with a long memory. Talk to me by text or voice.\n"
     "/stop cancels the reply I'm working on."
 )
-
-
-@attrs.frozen
-class Wake:
-    """New inbox rows may exist for this chat."""
+MODEL_AWAY = "I can't reach my model right now; I'll answer as soon as it's back."
+MODEL_GAVE_UP = (
+    "Sorry, my model stayed unreachable for too long, so I could not answer one of your "
+    "messages. Please send it again."
+)
 
 
 Transcriber = Callable[[int, Voice], Awaitable[str]]
@@ -64,55 +76,6 @@ Transcriber = Callable[[int, Voice], Awaitable[str]]
 
 class ChatActionClient(Protocol):
     async def send_chat_action(self, chat_id: int | str, action: str = "typing") -> None: ...
-
-
-@attrs.define
-class PendingWakes:
-    """At most one undelivered :class:`Wake` per chat (the router claims, the actor takes)."""
-
-    _chats: set[int] = attrs.field(factory=set)
-
-    def claim(self, chat_id: int) -> bool:
-        """True when no wake is pending for the chat (the caller must then deliver one)."""
-        if chat_id in self._chats:
-            return False
-        self._chats.add(chat_id)
-        return True
-
-    def release(self, chat_id: int) -> None:
-        """The wake was taken by the actor (or could not be delivered)."""
-        self._chats.discard(chat_id)
-
-
-@attrs.define
-class RunningTurns:
-    """Cancel scopes of running turns by chat, so ``/stop`` can cancel without queueing."""
-
-    _scopes: dict[int, trio.CancelScope] = attrs.field(factory=dict)
-    _stopped: set[int] = attrs.field(factory=set)
-
-    def register(self, chat_id: int, scope: trio.CancelScope) -> None:
-        self._scopes[chat_id] = scope
-
-    def unregister(self, chat_id: int, scope: trio.CancelScope) -> None:
-        if self._scopes.get(chat_id) is scope:
-            del self._scopes[chat_id]
-
-    def cancel(self, chat_id: int) -> bool:
-        """Cancel the chat's running turn; True when there was one."""
-        scope = self._scopes.pop(chat_id, None)
-        if scope is None:
-            return False
-        scope.cancel()
-        self._stopped.add(chat_id)
-        return True
-
-    def consume_stopped(self, chat_id: int) -> bool:
-        """True once after :meth:`cancel` stopped a turn of this chat."""
-        if chat_id in self._stopped:
-            self._stopped.discard(chat_id)
-            return True
-        return False
 
 
 @attrs.define
@@ -129,6 +92,12 @@ class ChatDeps:
     typing_interval: float = 5.0
     max_attempts: int = 3
     max_crashes: int = inbox.MAX_CRASHES
+    #: waits before retrying a chat's oldest row while the model is down (seconds)
+    model_retry_base: float = 5.0
+    model_retry_cap: float = 300.0
+    #: a row waiting for the model is answered MODEL_GAVE_UP once this old (SEND_DEADLINE)
+    model_deadline: float = 86_400.0
+    wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
 
 @attrs.define
@@ -141,17 +110,30 @@ class ChatActor:
     cursor: int = 0  # highest inbox id already taken into memory
     sources: dict[int, tuple[str, str]] = attrs.field(factory=dict)  # inbox id -> (ext id, kind)
     in_hand: tuple[int, ...] = ()  # the rows being processed: charged if it raises
+    received: dict[int, datetime] = attrs.field(factory=dict)  # inbox id -> received_at
+    retry_at: float | None = None  # the model is down: when to retry the chat's oldest row
+    model_failures: int = 0  # postponements in a row (the retry backoff's exponent)
 
     # --- registry hooks ------------------------------------------------------------------------
 
     async def handle(self, msg: Wake) -> None:
         self.deps.wakes.release(self.chat_id)  # before reading: a later insert wakes us again
-        await self._charging(self._take_new)
+        if self.retry_at is None:  # else the model is down: new rows wait behind the oldest
+            await self._charging(self._take_new)
 
     def deadline(self) -> float | None:
-        return fragments.deadline(self.state)
+        due = fragments.deadline(self.state)
+        if self.retry_at is not None:
+            due = self.retry_at if due is None else min(due, self.retry_at)
+        return due
 
     async def on_deadline(self) -> None:
+        if self.retry_at is not None:
+            if trio.current_time() < self.retry_at:
+                return  # the mailbox closes early: the rows wait in the inbox for the next start
+            self.retry_at = None
+            await self._charging(self._take_new)  # the oldest open row again, then the rest
+            return
         flushed = fragments.expire(self.state, trio.current_time())
         if not flushed:  # called early: the mailbox is closing, flush what is buffered
             flushed = fragments.flush_all(self.state)
@@ -162,6 +144,8 @@ class ChatActor:
         as a failed attempt (their own failure), then re-raised: the actor restarts."""
         try:
             await work()
+        except ModelUnavailable:
+            return  # postponed (see _postpone): not the rows' failure
         except DatabaseError:
             raise  # an outage, not the rows' fault: they stay open, uncharged
         except Exception as exc:
@@ -185,6 +169,7 @@ class ChatActor:
     async def _take(self, row: inbox.InboxRow, *, claimed: bool = False) -> None:
         store = self.deps.store
         self.in_hand = (row.id,)
+        self.received[row.id] = row.received_at
         failed = row.attempts >= self.deps.max_attempts
         if failed or row.crashes >= self.deps.max_crashes:
             log.warning("chat.giving_up", inbox_id=row.id, attempts=row.attempts,
@@ -309,11 +294,14 @@ class ChatActor:
     async def _run_turn(self, turn: TurnInput) -> None:
         self.in_hand = turn.inbox_ids
         reply: TurnReply | None = None
+        outage: ModelUnavailable | None = None
         with trio.CancelScope() as scope:
             self.deps.running.register(self.chat_id, scope)
             try:
                 async with typing_while(self.deps.bot, self.chat_id, self.deps.typing_interval):
                     reply = await self.deps.turns.run_turn(turn)
+            except ModelUnavailable as exc:
+                outage = exc
             except DatabaseError:
                 raise  # the actor restarts; the rows stay open and are retried
             except Exception as exc:
@@ -321,6 +309,11 @@ class ChatActor:
                 reply = TurnReply(SORRY)
             finally:
                 self.deps.running.unregister(self.chat_id, scope)
+        if outage is not None:
+            if await self._postpone(turn, outage):
+                raise outage  # leaves the actor's loops: the chat's later rows wait behind it
+            reply = TurnReply(MODEL_GAVE_UP)
+        self.model_failures = 0  # the model answered, or the wait for it is over
         if scope.cancelled_caught or reply is None:
             log.info("chat.turn_stopped", inbox_ids=list(turn.inbox_ids))
             await self.deps.store.mark_skipped(turn.inbox_ids, "stopped by /stop")
@@ -333,12 +326,41 @@ class ChatActor:
                 log.error("chat.after_commit_failed", inbox_ids=list(turn.inbox_ids),
                           exc_info=exc)  # fmt: skip
 
+    async def _postpone(self, turn: TurnInput, outage: ModelUnavailable) -> bool:
+        """The model is down: hand the turn's rows back uncharged, tell the person (once), and
+        retry the chat's oldest open row later, forgetting what is in memory (it is all in the
+        inbox). False when the turn's oldest row is past ``model_deadline``: answer it."""
+        deps, ids = self.deps, turn.inbox_ids
+        arrived = [self.received[i] for i in ids if i in self.received]
+        age = (deps.wall_clock() - min(arrived)).total_seconds() if arrived else 0.0
+        cause = type(outage.cause).__name__
+        if age >= deps.model_deadline:
+            log.error("chat.model_gave_up", inbox_ids=list(ids), age=round(age), cause=cause)
+            return False
+        await deps.store.release(ids, str(outage))
+        notice = await deps.store.notify(self.chat_id, MODEL_AWAY)
+        if notice is not None:
+            deps.outbox_ready(self.chat_id, notice if notice.status == "sending" else None)
+        base, cap = deps.model_retry_base, deps.model_retry_cap
+        delay = backoff_delay(self.model_failures, base=base, cap=cap, jitter=0.2,
+                              draw=random.random())  # fmt: skip
+        self.model_failures += 1
+        self.retry_at = trio.current_time() + delay
+        self.state, self.cursor, self.in_hand = fragments.Reassembler(), 0, ()
+        self.sources.clear()
+        self.received.clear()
+        log.warning("chat.model_unavailable", inbox_ids=list(ids), cause=cause,
+                    retry_in=round(delay, 3), told=notice is not None)  # fmt: skip
+        return True
+
     async def _commit(
         self, reply: TurnReply, inbox_ids: Sequence[int], *, skipped: str | None = None
     ) -> None:
         """Commit the reply and finish the rows (see :class:`ChatStore`); then notify."""
         self.in_hand = tuple(inbox_ids)
         claimed = await self.deps.store.commit(self.chat_id, reply, inbox_ids, skipped)
+        for row_id in inbox_ids:
+            self.received.pop(row_id, None)
         self.deps.outbox_ready(self.chat_id, claimed)
 
 

@@ -35,6 +35,15 @@ class ChatStore(Protocol):
         """Charge each row a failed attempt (an exception while it was processed)."""
         ...
 
+    async def release(self, ids: Sequence[int], reason: str) -> None:
+        """Hand the rows back uncharged, to be tried again (the model is down)."""
+        ...
+
+    async def notify(self, chat_id: int, text: str) -> outbox.OutboxRow | None:
+        """Queue a notice answering no update, unless it is already the chat's latest reply
+        (see :func:`actors.queues.outbox.enqueue_notice`); the new row, or None."""
+        ...
+
     async def commit(
         self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
     ) -> outbox.OutboxRow | None:
@@ -63,6 +72,12 @@ class SqlChatStore:
     async def mark_failed(self, ids: Sequence[int], error: str) -> None:
         for row_id in dict.fromkeys(ids):
             await inbox.mark_failed(self.db, row_id, error)
+
+    async def release(self, ids: Sequence[int], reason: str) -> None:
+        await inbox.release(self.db, ids, reason)
+
+    async def notify(self, chat_id: int, text: str) -> outbox.OutboxRow | None:
+        return await outbox.enqueue_notice(self.db, chat_id, text)
 
     async def commit(
         self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None

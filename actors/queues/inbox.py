@@ -329,6 +329,20 @@ async def recover_crashed(db: Queries) -> list[int]:
     return sorted(r["id"] for r in recs)
 
 
+async def release(db: Queries, ids: Sequence[int], reason: str) -> int:
+    """Hand claimed rows back, uncharged (``pending``, ``reason`` kept): their turn could not
+    run for a cause outside them (the model is down) and is to be tried again. Final rows are
+    left alone; returns the rows released."""
+    recs = await db.fetch(
+        "UPDATE inbox SET status = 'pending', last_error = $2 "
+        "WHERE id = ANY($1::bigint[]) AND status = ANY($3::text[]) RETURNING id",
+        _ids(ids),
+        truncate_error(reason),
+        list(OPEN_STATUSES),
+    )
+    return len(recs)
+
+
 async def mark_processing(db: Queries, ids: Sequence[int]) -> int:
     """Claim open rows (no charge); final rows are left alone. Returns rows claimed."""
     recs = await db.fetch(

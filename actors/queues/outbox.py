@@ -186,6 +186,34 @@ async def commit_turn(
     return OutboxRow.from_record(row)
 
 
+_NOTICE = """
+WITH older AS (
+    SELECT NOT EXISTS (
+        SELECT 1 FROM outbox WHERE chat_id = $1 AND status = ANY($3::text[])
+    ) AS claim
+)
+INSERT INTO outbox (chat_id, text, status, attempts, chunk_in_flight)
+SELECT $1, $2, CASE WHEN claim THEN 'sending' ELSE 'pending' END, CASE WHEN claim THEN 1 ELSE 0 END,
+       CASE WHEN claim THEN 0 END
+FROM older
+WHERE NOT EXISTS (
+    SELECT 1 FROM outbox WHERE chat_id = $1 AND text = $2
+      AND id = (SELECT max(id) FROM outbox WHERE chat_id = $1)
+)
+RETURNING {columns}
+""".replace("{columns}", _COLUMNS)
+
+
+async def enqueue_notice(db: Queries, chat_id: int, text: str) -> OutboxRow | None:
+    """Tell the chat something that answers no update (e.g. that the model is down), once: not
+    when the chat's latest reply already says exactly this (so a notice is not repeated until
+    something else was said, across restarts too). Claimed like :func:`commit_turn` with
+    ``claim`` (the chat's only open row: ``sending``, first chunk in flight). The new row, or
+    None when it was not repeated."""
+    rec = await db.fetchrow(_NOTICE, chat_id, text, list(OPEN_STATUSES))
+    return None if rec is None else OutboxRow.from_record(rec)
+
+
 async def get(db: Queries, row_id: int) -> OutboxRow | None:
     """One row by id."""
     rec = await db.fetchrow(f"SELECT {_COLUMNS} FROM outbox WHERE id = $1", row_id)

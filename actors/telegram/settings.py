@@ -35,10 +35,10 @@ class TelegramSettings(SettingsSection):
               http_url, "Bot API server (a local Bot API server or a test server)."),
         Field("SEND_RETRY_CAP", "send_retry_cap", "300", float_range(1, 86_400),
               "Longest wait (seconds) between retries of a reply Telegram did not take (5xx, "
-              "unreachable)."),
+              "unreachable), and between tries of a message while the model is down."),
         Field("SEND_DEADLINE", "send_deadline", "86400", float_range(60, 30 * 86_400),
-              "Seconds after it was written that a reply is retried through outages before it "
-              "is given up."),
+              "Seconds after it was written that a reply (or after it arrived, that a message "
+              "waiting for the model) is retried through outages before it is given up."),
     )
 
     telegram_bot_token: Secret
