@@ -97,6 +97,10 @@ def map_error(exc: BaseException) -> errors.DatabaseError:
     if isinstance(exc, asyncpg.InterfaceError | asyncpg.exceptions.InternalClientError):
         if "connection" in str(exc).lower() and "closed" in str(exc).lower():
             return errors.DatabaseUnavailable(f"connection lost: {exc}")
+        if "cannot switch to state" in str(exc):
+            # the protocol was left mid-operation (its connection lost under it): a fresh
+            # connection is the cure, as for a lost one
+            return errors.DatabaseUnavailable(f"connection broken: {exc}")
         return errors.QueryError(f"{type(exc).__name__}: {exc}")
     if isinstance(exc, OSError | ConnectionError | TimeoutError | EOFError):
         return errors.DatabaseUnavailable(f"{type(exc).__name__}: {exc}")
@@ -220,10 +224,15 @@ class Database(_Queries):
             result = await _bridge(getattr(raw, method), *args, **kwargs)
             clean = True
             return result
-        except errors.DatabaseError:
+        except errors.DatabaseError as exc:
             # the server refused the statement: the connection is idle again (a one-shot
-            # statement opens no transaction); a lost one is seen as closed by the pool
-            clean = not raw.is_in_transaction()
+            # statement opens no transaction); one lost or broken under the statement is not
+            # reused, even before asyncpg has noticed that it is closed
+            clean = (
+                isinstance(exc.__cause__, asyncpg.PostgresError)
+                and not isinstance(exc, errors.DatabaseUnavailable)
+                and not raw.is_in_transaction()
+            )
             raise
         finally:
             # interrupted (cancelled): the reset waits for asyncpg's cancel request to end

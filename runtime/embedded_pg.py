@@ -15,15 +15,26 @@ a stopped cluster's ``postgresql.auto.conf`` first, so a restart is needed only 
 the server cannot start with stops start-up with an error naming the setting, and lowering
 the setting is enough to recover. Measured on the 2-core VM (``bench/turn.py``, 100k entries):
 the journal search statement 12.1 -> 8.3 ms; ``bench/retrieval.py`` 100k p95 10.2 -> 8.5 ms.
+
+If the server dies under engram (killed, crashed, stopped by hand), :func:`keep_running`
+notices within ``watch_interval`` seconds, logs why it stopped — the last lines of the server's
+log file (``db.embedded.died``) — and starts it again, with backoff until it comes up
+(meanwhile the pool's connects fail and the process waits the outage out, see
+:mod:`runtime.db_health`). The postmaster pg_ctl starts is orphaned at once; engram makes
+itself the *child subreaper* (Linux) so that orphan, and its backends, become engram's
+children when they die and can be reaped: a dead postmaster left as a zombie by an init that
+does not reap would block the restart ("another postmaster is running").
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import re
 import subprocess
+import sys
 import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -40,6 +51,9 @@ log = get_logger(__name__)
 DATABASE_NAME = "engram"
 DEFAULT_SHARED_BUFFERS = "1GB"
 HOLDERS_FILE = ".handle_pids.json"  # pgserver's list of the processes holding the server
+LOG_FILE = "log"  # pgserver's server log, in the data directory
+RESTART_BACKOFF = (0.5, 10.0)  # first and largest delay between attempts to restart the server
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def _psql_value(server: Any, query: str) -> str:
@@ -192,16 +206,136 @@ def _start(pgdata: Path, database: str, shared_buffers: str) -> tuple[Any, str]:
     return server, server.get_uri(database)
 
 
+def become_subreaper() -> bool:
+    """Make orphaned descendants (the postmaster pg_ctl leaves behind, its backends) children of
+    this process, so their exit can be reaped (Linux; False elsewhere or if refused)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def last_log_lines(pgdata: Path, count: int = 8) -> list[str]:
+    """The server log's last ``count`` non-empty lines (why it stopped, if it could say)."""
+    try:
+        with (pgdata / LOG_FILE).open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            tail = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    return [line for line in tail.splitlines() if line.strip()][-count:]
+
+
+def _postmaster_alive(server: Any) -> bool:
+    import psutil
+
+    info = server._postmaster_info
+    if info is None:
+        return False
+    try:
+        return bool(info.process.is_running() and info.process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.Error:
+        return False
+
+
+def _reap_dead_servers() -> list[int]:
+    """Reap this process's zombie children named ``postgres`` (a dead postmaster and its
+    backends, ours as the subreaper); the pids reaped."""
+    import psutil
+
+    reaped = []
+    for child in psutil.Process().children():
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE and child.name().startswith("postgres"):
+                os.waitpid(child.pid, os.WNOHANG)
+                reaped.append(child.pid)
+        except (psutil.Error, ChildProcessError):
+            continue
+    return reaped
+
+
+def _restart(server: Any) -> None:
+    """Start the dead server again (blocking), unless another process already did."""
+    from pgserver.utils import PostmasterInfo
+
+    _reap_dead_servers()
+    with server._lock:  # pgserver's inter-process lock around starting the server
+        info = PostmasterInfo.read_from_pgdata(server.pgdata)
+        if info is not None and info.is_running() and info.status == "ready":
+            server._postmaster_info = info  # restarted by another engram process
+            return
+        server._postmaster_info = None
+        server.ensure_postgres_running()
+
+
+async def keep_running(server: Any, pgdata: Path, watch_interval: float = 1.0) -> None:
+    """Watch the embedded server's postmaster; when it has died, log why and start it again
+    with backoff (see the module docstring). Runs until cancelled; never raises otherwise."""
+    while True:
+        await trio.sleep(watch_interval)
+        if _postmaster_alive(server):
+            continue
+        log.error(
+            "db.embedded.died",
+            pgdata=str(pgdata),
+            pid=getattr(server._postmaster_info, "pid", None),
+            last_log=last_log_lines(pgdata),
+        )
+        delay, attempts = RESTART_BACKOFF[0], 0
+        while True:
+            attempts += 1
+            try:
+                await trio.to_thread.run_sync(_restart, server)
+            except (subprocess.SubprocessError, OSError, AssertionError, RuntimeError) as exc:
+                log.warning(
+                    "db.embedded.restart_failed",
+                    attempt=attempts,
+                    retry_in=delay,
+                    error=_reason(exc),
+                    last_log=last_log_lines(pgdata, 3),
+                )
+                await trio.sleep(delay)
+                delay = min(RESTART_BACKOFF[1], delay * 2)
+                continue
+            log.warning("db.embedded.restarted", attempts=attempts,
+                        pid=getattr(server._postmaster_info, "pid", None))  # fmt: skip
+            break
+
+
 @asynccontextmanager
 async def embedded_postgres(
-    home: Path, database: str = DATABASE_NAME, *, shared_buffers: str = DEFAULT_SHARED_BUFFERS
+    home: Path,
+    database: str = DATABASE_NAME,
+    *,
+    shared_buffers: str = DEFAULT_SHARED_BUFFERS,
+    watch_interval: float = 1.0,
 ) -> AsyncIterator[str]:
-    """Start (or join) the embedded server under ``home`` and yield its URL."""
+    """Start (or join) the embedded server under ``home`` and yield its URL; while the block
+    runs, the server is restarted if it dies (:func:`keep_running`)."""
     pgdata = home / "postgres"
+    become_subreaper()
     server, url = await trio.to_thread.run_sync(_start, pgdata, database, shared_buffers)
     log.info("db.embedded", pgdata=str(pgdata))
     try:
-        yield url
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(keep_running, server, pgdata, watch_interval)
+            try:
+                yield url
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:  # the block's own error, alone: not a group of ours
+        if len(group.exceptions) != 1:
+            raise
+        exc = group.exceptions[0]
+        saved = exc.__context__, exc.__cause__, exc.__suppress_context__
+        try:
+            raise exc  # the original error; its context is restored below
+        finally:
+            exc.__context__, exc.__cause__, exc.__suppress_context__ = saved
     finally:
         # Release our handle; the server stops when no other process holds it.
         with trio.move_on_after(15, shield=True):

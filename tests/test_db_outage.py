@@ -44,6 +44,9 @@ CHAT = 31337
         asyncpg.exceptions.CrashShutdownError("terminating connection due to crash"),
         asyncpg.exceptions.TooManyConnectionsError("sorry, too many clients already"),
         asyncpg.exceptions.InterfaceError("cannot call Connection.fetch(): connection is closed"),
+        asyncpg.exceptions.InternalClientError(
+            "cannot switch to state 11; another operation (2) is in progress"
+        ),
         ConnectionRefusedError(111, "Connection refused"),
         FileNotFoundError(2, "No such file or directory"),  # the Unix socket is gone
         ConnectionResetError(104, "Connection reset by peer"),

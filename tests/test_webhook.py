@@ -355,13 +355,50 @@ async def test_slow_body_is_408(db: dbmod.Database) -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [b"{bad json", b"", b"\xff\xfe\x00", b"NaN", b'{"update_id": 1e999}', b"[" * 5000],
-)
+    [b"{bad json", b"", b"\xff\xfe\x00", b"NaN", b'{"update_id": 1e999}', b"[" * 5000,
+     # a key twice: which one counts is up to the parser, so it is refused
+     b'{"update_id": 1, "update_id": 2, "message": {}}',
+     json.dumps(update(1)).replace('"text"', '"text": "a", "text"').encode(),
+     # invalid UTF-8 (a lone continuation byte, an overlong form) and UTF-16 JSON
+     json.dumps(update(1)).replace("hello", "he\\u00ffllo").encode().replace(b"\\u00ff", b"\x80"),
+     json.dumps(update(1)).encode().replace(b"hello", b"he\xc0\xafllo"),
+     json.dumps(update(1)).encode("utf-16")],
+)  # fmt: skip
 async def test_malformed_json_is_400(db: dbmod.Database, body: bytes) -> None:
     async with serve(db) as h:
         resp = await post(h, body)
         assert resp.status_code == 400
         assert resp.json() == {"ok": False, "error": "malformed JSON"}
+        assert await inbox_count(db) == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "limit"), [("text", 4096), ("caption", 1024)]
+)  # fmt: skip
+async def test_a_text_longer_than_telegram_allows_is_400(
+    db: dbmod.Database, field: str, limit: int
+) -> None:
+    def with_field(update_id: int, value: str) -> dict[str, Any]:
+        body = update(update_id)
+        del body["message"]["text"]
+        body["message"][field] = value
+        return body
+
+    async with serve(db) as h:
+        at_limit = await post(h, with_field(1, "x" * limit))
+        over = await post(h, with_field(2, "x" * (limit + 1)))
+        # Telegram counts UTF-16 units: an emoji is two, so half the limit in emoji is the limit
+        emoji_over = await post(h, with_field(3, "😀" * (limit // 2) + "x"))
+        edited = update(4)
+        edited["edited_message"] = edited.pop("message")
+        edited["edited_message"]["text"] = "x" * (limit + 1)
+        edited_over = await post(h, edited)
+        assert at_limit.status_code == 200
+        assert over.status_code == 400
+        assert over.json() == {"ok": False, "error": "text longer than Telegram allows"}
+        assert emoji_over.status_code == 400
+        assert edited_over.status_code == (400 if field == "text" else 200)
+        assert await inbox_count(db) == (1 if field == "text" else 2)
 
 
 @pytest.mark.parametrize(

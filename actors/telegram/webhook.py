@@ -12,7 +12,10 @@ Order of checks, each before any work the next one needs:
 3. the body, read from ASGI ``receive()`` with our own byte count and deadline: more than the
    limit -> 413 as soon as the excess arrives (chunked bodies too; the rest is never read);
    not complete within ``body_timeout`` -> 408.
-4. JSON that is not a Telegram update -> 400 (bad input is never a 5xx).
+4. a body that is not strict JSON in UTF-8 (invalid UTF-8, a key twice in one object, NaN)
+   or not a Telegram update -> 400 (bad input is never a 5xx); a message text longer than
+   Telegram's own limit (4096 UTF-16 units) or a caption over 1024 -> 400, so it never
+   reaches the model (Telegram itself cannot send one).
 5. the rest is ``actors.telegram.ingest.ingest``, shared with the long-polling loop: unknown update
    kinds -> 200, *not stored* (engram subscribes only to the kinds it handles, they carry no
    chat to check against the allowlist, nothing would process the row); chats outside the
@@ -41,9 +44,10 @@ import structlog
 import trio
 
 from actors.queues.dedupe import DedupeCache
+from actors.telegram.chunking import utf16_len
 from actors.telegram.errors import MalformedUpdate
 from actors.telegram.ingest import InsertUpdate, Notify, ingest
-from actors.telegram.types import parse_update
+from actors.telegram.types import Update, parse_update
 from runtime.asgi import Receive, Scope, Send, remote_address, send_response
 from runtime.db import Queries
 from runtime.errors import DatabaseError
@@ -54,6 +58,9 @@ WEBHOOK_PATH = "/api/telegram"
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 MAX_BODY_BYTES = 1024 * 1024
 BODY_TIMEOUT = 30.0
+#: Telegram's own limits on what a person can send (UTF-16 code units, as Telegram counts)
+MAX_TEXT_UTF16 = 4096
+MAX_CAPTION_UTF16 = 1024
 
 
 @attrs.define
@@ -105,12 +112,41 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise ValueError("a key appears twice in one object")
+    return obj
+
+
 def decode_json(body: bytes) -> Any:
-    """Strict JSON: no NaN/Infinity, no overflowing floats; ValueError on anything wrong."""
+    """Strict JSON in UTF-8: no invalid UTF-8, no key twice in one object, no NaN/Infinity, no
+    overflowing floats; ValueError on anything wrong."""
     try:
-        return json.loads(body, parse_float=_finite_float, parse_constant=_reject_constant)
+        text = body.decode("utf-8")  # strict; json.loads(bytes) would also guess UTF-16/32
+        return json.loads(
+            text,
+            parse_float=_finite_float,
+            parse_constant=_reject_constant,
+            object_pairs_hook=_unique_keys,
+        )
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+
+
+def oversized_text(update: Update) -> str | None:
+    """What of ``update`` is longer than Telegram allows a person to send, or None."""
+    msg = update.message or update.edited_message
+    if msg is None:
+        return None
+    if msg.text is not None and utf16_len(msg.text) > MAX_TEXT_UTF16:
+        return f"text of {utf16_len(msg.text)} UTF-16 units (Telegram's limit: {MAX_TEXT_UTF16})"
+    if msg.caption is not None and utf16_len(msg.caption) > MAX_CAPTION_UTF16:
+        return (
+            f"caption of {utf16_len(msg.caption)} UTF-16 units "
+            f"(Telegram's limit: {MAX_CAPTION_UTF16})"
+        )
+    return None
 
 
 def _body(error: str | None) -> bytes:
@@ -126,6 +162,7 @@ TOO_LARGE = _body("payload too large")
 BODY_TIMEOUT_BODY = _body("request body timeout")
 BAD_JSON = _body("malformed JSON")
 NOT_AN_UPDATE = _body("not a Telegram update")
+TOO_LONG = _body("text longer than Telegram allows")
 UNSTORABLE = _body("unstorable update")
 UNAVAILABLE = _body("storage unavailable")
 NOT_ALLOWED = _body("method not allowed")
@@ -207,6 +244,9 @@ class TelegramWebhook:
         except MalformedUpdate as exc:
             log.warning("webhook.malformed_update", update_id=exc.update_id, reason=exc.reason)
             return 400, NOT_AN_UPDATE
+        if (too_long := oversized_text(update)) is not None:
+            log.warning("webhook.text_too_long", update_id=update.update_id, reason=too_long)
+            return 400, TOO_LONG
 
         try:
             await ingest(
