@@ -79,13 +79,15 @@ class ProfileItem:
         """``strength × confidence``: the order within the ranked pool and within a group."""
         return self.strength * self.confidence
 
-    def line(self, today: date) -> str:
-        """``- content (id N)``; an event's led by its day and how far it is."""
+    def line(self, today: date | None) -> str:
+        """``- content (id N)``; an event's led by its day and (knowing today) how far it is."""
         content = " ".join(self.content.split())
         if self.occurs_on is None:
             return f"- {content} (id {self.id})"
         day = event_day(self.occurs_on, self.occurs_at)
-        return f"- {day} ({days_away(self.occurs_on, today)}): {content} (id {self.id})"
+        if today is not None:
+            day = f"{day} ({days_away(self.occurs_on, today)})"
+        return f"- {day}: {content} (id {self.id})"
 
 
 def days_away(day: date, today: date) -> str:
@@ -101,7 +103,7 @@ class Profile:
     """The profile of a turn: its items (already within the budget) and the local date."""
 
     items: tuple[ProfileItem, ...] = ()
-    today: date | None = None
+    today: date | None = None  # the local date it was read on (events say how far they are)
 
     @property
     def ids(self) -> tuple[int, ...]:
@@ -110,12 +112,11 @@ class Profile:
     @property
     def text(self) -> str:
         """The items by group (:data:`GROUPS` order), each group by rank (events by day)."""
-        today = self.today or date.today()
         lines: list[str] = []
         for group, header in GROUPS.items():
             members = sorted((i for i in self.items if i.group == group), key=_order)
             if members:
-                lines += [header, *(m.line(today) for m in members)]
+                lines += [header, *(m.line(self.today) for m in members)]
         return "\n".join(lines)
 
 

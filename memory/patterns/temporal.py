@@ -39,7 +39,7 @@ OPPOSITE_SEASON: Mapping[str, str] = MappingProxyType(
     {"winter": "summer", "summer": "winter", "spring": "autumn", "autumn": "spring"}
 )
 #: time zones south of the equator (their seasons are the opposite ones)
-SOUTHERN_PREFIXES = ("Australia/", "Antarctica/", "America/Argentina/", "Indian/")
+SOUTHERN_PREFIXES = ("Australia/", "Antarctica/", "America/Argentina/")
 SOUTHERN_ZONES = frozenset({
     "Pacific/Auckland", "Pacific/Chatham", "Pacific/Fiji", "Pacific/Tongatapu", "Pacific/Apia",
     "Pacific/Noumea", "Pacific/Port_Moresby", "America/Santiago", "America/Sao_Paulo",
@@ -47,7 +47,8 @@ SOUTHERN_ZONES = frozenset({
     "America/Punta_Arenas", "Africa/Johannesburg", "Africa/Maputo", "Africa/Harare",
     "Africa/Lusaka", "Africa/Windhoek", "Africa/Gaborone", "Africa/Maseru", "Africa/Mbabane",
     "Africa/Luanda", "Africa/Lubumbashi", "Africa/Dar_es_Salaam", "Africa/Blantyre",
-    "Atlantic/Stanley", "NZ", "Chile/Continental", "Brazil/East",
+    "Atlantic/Stanley", "NZ", "Chile/Continental", "Brazil/East", "America/Buenos_Aires",
+    "Indian/Mauritius", "Indian/Reunion", "Indian/Antananarivo", "Indian/Mayotte",
 })  # fmt: skip
 TEMPORAL_KEYS = ("time_of_day", "day_of_week", "season", "month")
 
