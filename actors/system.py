@@ -13,8 +13,8 @@ It hands back a :class:`~runtime.serve.SystemHandle`: the webhook route (webhook
 and the drains run at shutdown in order: stop the poller and router (no new work), close the
 chat mailboxes (each actor finishes the message in hand and drains its buffer), stop the
 compactor after the compaction in hand (queued chats are asked again by their next turn), then
-stop the sender after the row in hand. Whatever is left waits in the inbox/outbox for the next
-start.
+stop the sender after the request in hand (a reply waiting out an outage stops waiting). Whatever
+is left waits in the inbox/outbox for the next start.
 The inbox writer has no drain: like the HTTP server it serves until the final cancel.
 """
 

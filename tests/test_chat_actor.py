@@ -31,6 +31,7 @@ from actors.queues.outbox import OutboxRow
 from actors.telegram.errors import VoiceTooLarge
 from actors.telegram.types import Voice
 from memory.errors import LLMUnavailable
+from runtime.errors import DatabaseUnavailable, UniqueViolation
 from runtime.registry import Registry
 
 CHAT = 42
@@ -45,6 +46,7 @@ class MemoryStore:
     outbox: list[str] = attrs.field(factory=list)  # every reply and notice, in order
     next_id: int = 1
     received_at: datetime = attrs.field(factory=lambda: datetime.now(UTC))
+    blipped: bool = False
 
     def add(self, payload: dict[str, Any], attempts: int = 0, crashes: int = 0) -> int:
         row_id = self.next_id
@@ -108,6 +110,11 @@ class MemoryStore:
     async def commit(
         self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
     ) -> None:
+        if reply.text == "echo:breaks a constraint":
+            raise UniqueViolation("duplicate key value violates unique constraint")
+        if reply.text == "echo:db blip" and not self.blipped:
+            self.blipped = True
+            raise DatabaseUnavailable("connection lost")
         self._set(inbox_ids, status="skipped" if skipped else "done")
         self.commits.append((reply.text, tuple(inbox_ids), skipped, trio.current_time()))
         self.outbox.append(reply.text)
@@ -397,6 +404,25 @@ async def test_a_message_waiting_past_the_deadline_gets_an_apology(
     assert harness.store.outbox == [MODEL_AWAY, MODEL_GAVE_UP]
     assert harness.store.rows[row].status == "done"
     assert 1000 <= harness.store.commits[0][3] <= 1000 + 300 + 110
+
+
+async def test_a_database_error_is_charged_only_when_it_is_the_rows_own(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    blip = await harness.deliver(msg(1, 10, "db blip"))
+    await trio.sleep(60)  # crashed on the outage, restarted
+    assert harness.store.rows[blip].attempts == 0  # the database's trouble, not the row's
+    await harness.registry.send(CHAT, Wake())
+    await trio.sleep(1)
+    assert harness.store.rows[blip].status == "done"
+    bad = await harness.deliver(msg(2, 11, "breaks a constraint"))
+    for attempts in (1, 2, 3):
+        await trio.sleep(60)
+        assert harness.store.rows[bad].attempts == attempts  # deterministic: the row's own
+        await harness.registry.send(CHAT, Wake())
+    await trio.sleep(1)
+    assert harness.store.rows[bad].status == "skipped"
+    assert [c[0] for c in harness.store.commits] == ["echo:db blip", GAVE_UP]
 
 
 async def test_typing_refreshed_every_5_s_during_turn(

@@ -16,8 +16,8 @@ A turn runs the :class:`~actors.agent.turn.TurnHandler` with ``typing`` shown, t
 transaction: the reply's ``persist`` hook, the outbox row, and the inbox rows marked done.
 
 A crash is charged to no one (see :mod:`actors.queues.inbox`): an exception while rows are in
-hand (other than the database's) is charged to those rows as a failed attempt, then the actor
-crashes and is restarted; a row with ``max_attempts`` failures, or in its turn at
+hand (other than the database being unreachable or busy) is charged to those rows as a failed
+attempt, then the actor crashes and is restarted; a row with ``max_attempts`` failures, or in its turn at
 ``max_crashes`` process crashes, is skipped and the person told (``GAVE_UP``), so a poison
 update can neither crash-loop nor hold up the chat's later messages.
 
@@ -49,10 +49,19 @@ from actors.queues import inbox, outbox
 from actors.sender_policy import backoff_delay
 from actors.telegram.errors import MalformedUpdate, VoiceError
 from actors.telegram.types import Message, Voice, parse_update
-from runtime.errors import DatabaseError
+from runtime.errors import (
+    DatabaseError,
+    DatabaseOutage,
+    DatabaseUnavailable,
+    QueryCanceled,
+    SerializationFailure,
+)
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
+
+#: the database's troubles, not the rows': never charged to them (a constraint violation is)
+NOT_THE_ROWS = (DatabaseUnavailable, DatabaseOutage, QueryCanceled, SerializationFailure)
 
 SORRY = "Sorry, something went wrong on my side. Please try again in a moment."
 GAVE_UP = "Sorry, I could not process one of your messages, so I skipped it."
@@ -140,14 +149,15 @@ class ChatActor:
         await self._charging(lambda: self._run_flushed(flushed))
 
     async def _charging(self, work: Callable[[], Awaitable[None]]) -> None:
-        """Run ``work``; an exception other than the database's is charged to the rows in hand
-        as a failed attempt (their own failure), then re-raised: the actor restarts."""
+        """Run ``work``; an exception is charged to the rows in hand as a failed attempt (their
+        own failure), then re-raised: the actor restarts. Not the database being unreachable,
+        busy or slow (``NOT_THE_ROWS``): the rows stay open, uncharged."""
         try:
             await work()
         except ModelUnavailable:
             return  # postponed (see _postpone): not the rows' failure
-        except DatabaseError:
-            raise  # an outage, not the rows' fault: they stay open, uncharged
+        except NOT_THE_ROWS:
+            raise
         except Exception as exc:
             if self.in_hand:
                 log.error("chat.rows_failed", inbox_ids=list(self.in_hand), exc_info=exc)
