@@ -27,6 +27,12 @@ from actors.telegram.errors import (
     api_error_class,
     classify_exception,
 )
+from actors.telegram.keyboards import (
+    BotCommand,
+    InlineKeyboard,
+    commands_json,
+    parse_bot_commands,
+)
 from actors.telegram.types import (
     BotUser,
     FileInfo,
@@ -87,6 +93,16 @@ async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
 
 def _params(**values: object) -> dict[str, object]:
     return {k: v for k, v in values.items() if v is not None}
+
+
+Markup = InlineKeyboard | Mapping[str, object]
+
+
+def _markup(markup: Markup | None) -> dict[str, object] | None:
+    """``reply_markup`` as JSON: an :class:`InlineKeyboard` or an already built object."""
+    if markup is None:
+        return None
+    return markup.to_json() if isinstance(markup, InlineKeyboard) else dict(markup)
 
 
 class BotApiClient:
@@ -246,7 +262,7 @@ class BotApiClient:
         reply_to_message_id: int | None = None,
         disable_link_preview: bool = False,
         disable_notification: bool = False,
-        reply_markup: Mapping[str, object] | None = None,
+        reply_markup: Markup | None = None,
     ) -> int:
         """sendMessage; returns the new message's id. Replies survive a deleted target."""
         params = _params(
@@ -258,9 +274,50 @@ class BotApiClient:
             else {"message_id": reply_to_message_id, "allow_sending_without_reply": True},
             link_preview_options={"is_disabled": True} if disable_link_preview else None,
             disable_notification=True if disable_notification else None,
-            reply_markup=None if reply_markup is None else dict(reply_markup),
+            reply_markup=_markup(reply_markup),
         )
         return parse_sent_message_id(await self.call("sendMessage", params))
+
+    async def edit_message_text(
+        self,
+        chat_id: int | str,
+        message_id: int,
+        text: str,
+        parse_mode: str | None = None,
+        *,
+        reply_markup: Markup | None = None,
+        disable_link_preview: bool = False,
+    ) -> None:
+        """editMessageText of a message the bot sent; without ``reply_markup`` its inline
+        keyboard is removed. 400 "message is not modified" when nothing would change."""
+        params = _params(
+            chat_id=chat_id,
+            message_id=message_id,
+            text=text,
+            parse_mode=parse_mode,
+            link_preview_options={"is_disabled": True} if disable_link_preview else None,
+            reply_markup=_markup(reply_markup),
+        )
+        await self.call("editMessageText", params)
+
+    async def edit_message_reply_markup(
+        self, chat_id: int | str, message_id: int, reply_markup: Markup | None = None
+    ) -> None:
+        """editMessageReplyMarkup: replace the message's inline keyboard (None removes it)."""
+        params = _params(chat_id=chat_id, message_id=message_id, reply_markup=_markup(reply_markup))
+        await self.call("editMessageReplyMarkup", params)
+
+    async def set_my_commands(
+        self, commands: Sequence[BotCommand], *, language_code: str | None = None
+    ) -> None:
+        """setMyCommands (default scope): the menu Telegram shows for ``/``."""
+        params = _params(commands=commands_json(commands), language_code=language_code)
+        await self.call("setMyCommands", params)
+
+    async def get_my_commands(self, *, language_code: str | None = None) -> tuple[BotCommand, ...]:
+        """getMyCommands (default scope)."""
+        result = await self.call("getMyCommands", _params(language_code=language_code))
+        return parse_bot_commands(result)
 
     async def send_chat_action(self, chat_id: int | str, action: str = "typing") -> None:
         """sendChatAction (shown for 5 s or until the next message)."""

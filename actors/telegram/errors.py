@@ -59,6 +59,11 @@ class BadRequest(ApiError):
         """True for "can't parse entities": resend the text without ``parse_mode``."""
         return "can't parse entities" in self.description.lower()
 
+    @property
+    def is_not_modified(self) -> bool:
+        """True for "message is not modified": an edit found the message already so."""
+        return "message is not modified" in self.description.lower()
+
 
 class Unauthorized(ApiError):
     """401: the bot token is wrong or revoked."""
@@ -165,6 +170,16 @@ class MalformedUpdate(TelegramError):
         super().__init__(f"malformed update: {reason}")
         self.reason = reason
         self.update_id = update_id
+
+
+class InvalidKeyboard(TelegramError, ValueError):
+    """An inline keyboard Telegram would refuse (empty text, callback_data over 64 bytes, no
+    or two actions on a button, over 100 buttons); raised when it is built, not when sent."""
+
+
+class InvalidBotCommand(TelegramError, ValueError):
+    """A command-menu entry Telegram would refuse (name not 1-32 of a-z0-9_, description not
+    1-256 characters, over 100 entries)."""
 
 
 class MalformedHtml(TelegramError, ValueError):

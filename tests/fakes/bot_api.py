@@ -13,7 +13,8 @@ Strict like Telegram, and stricter where that catches our bugs: the token in the
 names (exact case), parameter presence and types, UNKNOWN PARAMETERS ARE REJECTED (Telegram
 ignores them), text <= 4096 UTF-16 units after entity parsing, HTML parsed the way Telegram
 does ("can't parse entities"), chat actions, secret_token, allowed_updates. MarkdownV2 is
-accepted but not entity-checked. Every call is recorded in ``fake.calls``.
+accepted but not entity-checked. Every call is recorded in ``fake.calls``. Inline keyboards,
+message edits, taps on buttons and the command menu: :mod:`fakes.bot_keyboards`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 import attrs
 import h11
 import trio
+
+from fakes.bot_keyboards import KEYBOARD_SPECS, KeyboardFailure, KeyboardMethods, check_markup
 
 DEFAULT_TOKEN = "123456789:AAHfakeTokenForTests_abcdefghijk-XYZ0"
 KNOWN_UPDATE_KINDS = frozenset(
@@ -254,6 +257,7 @@ _SPECS: dict[str, dict[str, str]] = {
                    "secret_token": "str"},
     "deleteWebhook": {"drop_pending_updates": "bool"},
     "getWebhookInfo": {},
+    **KEYBOARD_SPECS,  # editMessageText, editMessageReplyMarkup, set/get/deleteMyCommands
 }  # fmt: skip
 
 
@@ -302,21 +306,6 @@ def _check_kinds(kinds: list[object]) -> list[str]:
     return [str(k) for k in kinds]
 
 
-def _check_markup(markup: Mapping[str, Any]) -> None:
-    rows = markup.get("inline_keyboard")
-    if set(markup) != {"inline_keyboard"} or not isinstance(rows, list):
-        raise _bad("can't parse reply keyboard markup JSON object")
-    for row in rows:
-        for button in row if isinstance(row, list) else [None]:
-            if not isinstance(button, dict) or not isinstance(button.get("text"), str):
-                raise _bad("can't parse inline keyboard button: Text must be a String")
-            data = button.get("callback_data")
-            if data is not None and not (isinstance(data, str) and 1 <= len(data.encode()) <= 64):
-                raise _bad("BUTTON_DATA_INVALID")
-            if sum(k in button for k in ("callback_data", "url")) != 1:
-                raise _bad("can't parse inline keyboard button: exactly one action is needed")
-
-
 def message_object(chat_id: int | str, message_id: int, **fields: Any) -> dict[str, Any]:
     """A Message JSON object as Telegram sends it (plus an unknown field, as Telegram may)."""
     chat_type = "private" if isinstance(chat_id, int) and chat_id > 0 else "supergroup"
@@ -355,10 +344,12 @@ def _failure_reply(f: ApiFailure) -> _Reply:
     return _json_reply(f.status, body)
 
 
-class FakeBotApi:
-    """State and behaviour of the fake; see the module docstring. Build it with run_fake_bot_api."""
+class FakeBotApi(KeyboardMethods):
+    """State and behaviour of the fake; see the module docstring. Build it with run_fake_bot_api.
+    Keyboards, edits, taps and the command menu: :class:`fakes.bot_keyboards.KeyboardMethods`."""
 
     def __init__(self, token: str = DEFAULT_TOKEN, *, known_chats_only: bool = False) -> None:
+        KeyboardMethods.__init__(self)
         if not _TOKEN_RE.fullmatch(token):
             raise ValueError("fake bot token must look like <digits>:<secret>")
         self.token = token
@@ -457,7 +448,7 @@ class FakeBotApi:
         """Queue an inline-button press on (by default) the last message sent to ``chat_id``."""
         if message_id is None:
             message_id = max(self._messages.get(chat_id, {1}))
-        query = {"id": f"cb{next(self._ids)}", "chat_instance": "ci", "data": data,
+        query = {"id": self.new_query_id(), "chat_instance": "ci", "data": data,
                  "from": {"id": chat_id if chat_id > 0 else 1000, "is_bot": False,
                           "first_name": "Tester"},
                  "message": message_object(chat_id, message_id, text="(a button message)")
@@ -534,16 +525,30 @@ class FakeBotApi:
             if self._poll_generation != generation:
                 raise ApiFailure(409, Failure.conflict().description)
 
-    async def _send_message(self, p: dict[str, Any]) -> object:
-        chat = self._chat(p["chat_id"])
-        mode = p.get("parse_mode")
+    def check_text(self, text: str, mode: str | None) -> str:
+        """The visible text of a message's ``text`` (sendMessage, editMessageText), or 400."""
         if mode is not None and mode not in PARSE_MODES:
             raise _bad("unsupported parse_mode")
-        visible = telegram_html_text(p["text"]) if mode == "HTML" else p["text"]
+        visible = telegram_html_text(text) if mode == "HTML" else text
         if not visible.strip():
             raise _bad("message text is empty")
         if utf16_len(visible) > 4096:
             raise _bad("message is too long")
+        return visible
+
+    def chat(self, value: int | str) -> int | str:
+        return self._chat(value)
+
+    def new_query_id(self) -> str:
+        return f"cb{next(self._ids)}"
+
+    def is_user_message(self, chat_id: int | str, message_id: int) -> bool:
+        return message_id in self._messages.get(chat_id, set())
+
+    async def _send_message(self, p: dict[str, Any]) -> object:
+        chat = self._chat(p["chat_id"])
+        mode = p.get("parse_mode")
+        visible = self.check_text(p["text"], mode)
         reply = p.get("reply_parameters", {})
         if "reply_to_message_id" in p:
             reply = {
@@ -559,7 +564,7 @@ class FakeBotApi:
         ):
             raise _bad("message to be replied not found")
         if "reply_markup" in p:
-            _check_markup(p["reply_markup"])
+            check_markup(p["reply_markup"])
         message_id = self._new_message_id(chat)
         markup = p.get("reply_markup")
         sent = SentMessage(chat, message_id, p["text"], mode, visible, reply_to, markup)
@@ -696,6 +701,8 @@ class FakeBotApi:
             result = await handler(params)
         except ApiFailure as exc:
             return _failure_reply(exc)
+        except KeyboardFailure as exc:
+            return _failure_reply(ApiFailure(400, exc.description))
         except (ValueError, UnicodeDecodeError):
             return _failure_reply(_bad("can't parse JSON encoded request"))
         payload: dict[str, Any] = {"ok": True, "result": result}
