@@ -75,12 +75,15 @@ async def call(registry: ToolRegistry, name: str, raw: dict[str, Any], c: ToolCo
 
 async def test_tool_specs() -> None:
     registry = memory_registry()
-    assert registry.names() == ["recall_memory", "remember", "forget_memory",
+    assert registry.names() == ["recall_memory", "remember", "forget_memory", "link_memories",
                                 "recall_conversation"]  # fmt: skip
     specs = {s["name"]: s["input_schema"] for s in registry.specs()}
     assert specs["remember"]["required"] == ["fact"]  # remember(fact): the kind is optional
     assert "preference" in specs["remember"]["properties"]["kind"]["enum"]
     assert specs["forget_memory"]["required"] == ["id", "reason"]
+    assert specs["link_memories"]["required"] == ["from_id", "to_id", "relation"]
+    assert specs["link_memories"]["properties"]["relation"]["enum"] == [
+        "supports", "contradicts", "parent_of", "causes", "supersedes"]  # fmt: skip
     assert [t.name for t in memory_tools()] == registry.names()
 
 

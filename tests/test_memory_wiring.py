@@ -18,9 +18,9 @@ from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.thresholds import thresholds_for
 from memory.llm.anthropic_provider import AnthropicLLM
 from memory.patterns.dedup import LLMAdjudicator
-from memory.patterns.explicit import store_explicit_pattern
+from memory.patterns.explicit import keep_apart, store_explicit_pattern
 from memory.patterns.retrieval import SqlPatternRetriever
-from memory.tools.memory_tools import memory_tools, never_same
+from memory.tools.memory_tools import memory_tools
 from runtime.db import Database
 
 CHAT, OTHER = 7710001, 7710002
@@ -48,7 +48,7 @@ async def wired_agent(
 
 async def remember(db: Database, embedder: LocalEmbedder, chat_id: int, content: str) -> int:
     decision = await store_explicit_pattern(
-        db, embedder, never_same, chat_id=chat_id, content=content, kind="behavior", now=NOW
+        db, embedder, keep_apart, chat_id=chat_id, content=content, kind="behavior", now=NOW
     )
     assert decision.pattern_id is not None
     return decision.pattern_id

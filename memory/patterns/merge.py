@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from memory.embeddings.store import check_model, ensure_vector_index
 from memory.embeddings.thresholds import Thresholds
+from memory.patterns.audit import Actor, change_status
 from memory.patterns.dedup import Adjudicator
 from memory.patterns.reinforcement import STRENGTH_CAP
 from memory.patterns.writes import set_core_tenet
@@ -204,7 +205,8 @@ async def candidate_pairs(
 _LOCK = """
 SELECT id, chat_id, content, status, strength, times_seen, confidence, first_seen, last_seen,
        contradiction_count, is_core_tenet
-FROM patterns WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
+FROM patterns WHERE id = ANY($1::bigint[]) AND ($2::bigint IS NULL OR chat_id = $2)
+ORDER BY id FOR UPDATE
 """
 
 _MOVE_ENTRIES = """
@@ -263,12 +265,20 @@ def _stats(row: Any) -> PatternStats:
 
 
 async def merge_pair(
-    db: Database, a_id: int, b_id: int, *, differences: str = ""
+    db: Database,
+    a_id: int,
+    b_id: int,
+    *,
+    differences: str = "",
+    chat_id: int | None = None,
+    actor: Actor = "merge_job",
 ) -> tuple[int, int] | None:
     """Merge two active patterns of one chat; ``(survivor, loser)`` or None if either is no
-    longer active (or they belong to different chats)."""
+    longer active (or, with ``chat_id``, not that chat's). The loser's status change and a
+    survivor's new pin are audited as ``actor``'s (the merge job, or the person's
+    ``/memory merge``)."""
     async with db.transaction() as conn:
-        rows = await conn.fetch(_LOCK, [a_id, b_id])
+        rows = await conn.fetch(_LOCK, [a_id, b_id], chat_id)
         if len(rows) != 2 or any(r["status"] != "active" for r in rows):
             return None
         if rows[0]["chat_id"] != rows[1]["chat_id"]:
@@ -277,12 +287,9 @@ async def merge_pair(
         survivor, loser = choose_survivor(_stats(rows[0]), _stats(rows[1]))
         chat_id, loser_content = rows[0]["chat_id"], by_id[loser.id]["content"]
         s, lo = survivor.id, loser.id
-        await conn.execute(
-            "UPDATE patterns SET status = 'merged', status_reason = $2, updated_at = now() "
-            "WHERE id = $1",
-            lo,
-            merge_reason(s, differences),
-        )
+        await change_status(conn, chat_id, lo, "merged", action="merge", actor=actor,
+                            reason=merge_reason(s, differences), allowed_from=("active",),
+                            other_id=s)  # fmt: skip
         await conn.execute("UPDATE pattern_observations SET pattern_id = $1 WHERE pattern_id = $2",
                            s, lo)  # fmt: skip
         await conn.execute(_MOVE_ENTRIES, s, lo)
@@ -297,7 +304,8 @@ async def merge_pair(
         await conn.execute(_SURVIVOR, s, c.strength, c.times_seen, c.confidence, c.first_seen,
                            c.last_seen, c.contradiction_count)  # fmt: skip
         if by_id[lo]["is_core_tenet"] and not by_id[s]["is_core_tenet"]:
-            await set_core_tenet(conn, chat_id, s)
+            await set_core_tenet(conn, chat_id, s, actor=actor,
+                                 reason=f"absorbed core tenet #{lo} in a merge")  # fmt: skip
     return s, lo
 
 
@@ -348,7 +356,7 @@ async def _decide(
     if not verdict.merge:  # both core_intent_match and merge_decision
         return attrs.evolve(pair, decision="keep", differences=differences)
     if dry_run:
-        rows = await db.fetch(_LOCK.replace(" FOR UPDATE", ""), [pair.a_id, pair.b_id])
+        rows = await db.fetch(_LOCK.replace(" FOR UPDATE", ""), [pair.a_id, pair.b_id], None)
         survivor, loser = choose_survivor(*(_stats(r) for r in rows))
         return attrs.evolve(pair, decision="merge", survivor_id=survivor.id, loser_id=loser.id,
                             differences=differences)  # fmt: skip

@@ -43,6 +43,7 @@ import numpy as np
 from memory.embeddings.providers import PURPOSE as EMBED_PURPOSE
 from memory.embeddings.providers import Embedder
 from memory.embeddings.store import ensure_vector_index, store_vectors
+from memory.patterns.audit import LIVE, Actor, change_status, set_pin
 from memory.patterns.canonical import canonical_hash, lock_key
 from memory.patterns.reinforcement import (
     STRENGTH_CAP,
@@ -137,11 +138,13 @@ async def insert_pattern(
     occurs_on: date | None = None,
     occurs_at: time | None = None,
     core: bool = False,
+    actor: Actor = "compaction",
 ) -> int:
     """A new pattern, its vector (if computed) and its first observation; its id.
 
     ``occurs_on``/``occurs_at``: an event's day and local time; ``core``: a core tenet
-    (``pinned_at`` now). A core claim found already stored makes that pattern a core tenet.
+    (``pinned_at`` now, audited as pinned by ``actor``). A core claim found already stored
+    makes that pattern a core tenet.
 
     Dedup decisions are made before the write transaction (they may call an LLM), so a
     concurrent writer (``remember`` during a compaction, or two ``remember`` calls) can have
@@ -158,7 +161,7 @@ async def insert_pattern(
         if done is not None:
             log.info("patterns.concurrent_duplicate", chat_id=chat_id, pattern_id=existing)
             if core:
-                await set_core_tenet(conn, chat_id, int(existing))
+                await set_core_tenet(conn, chat_id, int(existing), actor=actor)
             return int(existing)
     pattern_id = int(
         await conn.fetchval(
@@ -174,9 +177,11 @@ async def insert_pattern(
             evidence.observed_at,
             occurs_on,
             occurs_at,
-            core,
+            False,  # pinned below, audited
         )
     )
+    if core:
+        await set_core_tenet(conn, chat_id, pattern_id, actor=actor)
     vector = vectors.get(content)
     if vector is not None:
         await store_vectors(conn, "pattern_embeddings", "pattern_id",
@@ -185,18 +190,22 @@ async def insert_pattern(
     return pattern_id
 
 
+CORE_BY_EXTRACTOR = "stated as a core belief or fact (confidence >= 0.9)"
+
+
 async def set_core_tenet(
-    conn: Queries, chat_id: int, pattern_id: int, core: bool = True
+    conn: Queries,
+    chat_id: int,
+    pattern_id: int,
+    core: bool = True,
+    *,
+    actor: Actor = "compaction",
+    reason: str = CORE_BY_EXTRACTOR,
 ) -> bool:
     """Make one of the chat's patterns a core tenet (``pinned_at`` kept from the first time),
-    or (``core=False``) an ordinary pattern again; False when it is not one of the chat's."""
-    status = await conn.execute(
-        "UPDATE patterns SET is_core_tenet = $3, updated_at = now(), "
-        "pinned_at = CASE WHEN $3 THEN coalesce(pinned_at, now()) END "
-        "WHERE id = $1 AND chat_id = $2",
-        pattern_id, chat_id, core,
-    )  # fmt: skip
-    return status.split()[-1] != "0"
+    or (``core=False``) an ordinary pattern again, audited
+    (:func:`memory.patterns.audit.set_pin`); False when it is not one of the chat's."""
+    return await set_pin(conn, chat_id, pattern_id, core, actor=actor, reason=reason) is not None
 
 
 async def add_observation(conn: Queries, pattern_id: int, chat_id: int, evidence: Evidence) -> None:
@@ -311,11 +320,14 @@ async def contradict_pattern(
     count = int(row["contradiction_count"]) + 1
     status = status_after_contradiction(row["status"], count)
     await conn.execute(
-        "UPDATE patterns SET confidence = $2, contradiction_count = $3, status = $4, "
-        "status_reason = CASE WHEN $4 <> status THEN $5 ELSE status_reason END, "
-        "updated_at = now() WHERE id = $1",
-        pattern_id, after.confidence, count, status, f"contradicted: {reason}",
+        "UPDATE patterns SET confidence = $2, contradiction_count = $3, updated_at = now() "
+        "WHERE id = $1",
+        pattern_id, after.confidence, count,
     )  # fmt: skip
+    if status != row["status"]:  # disputed: the status change and its audit row
+        await change_status(conn, chat_id, pattern_id, status, action="dispute",
+                            actor="compaction", reason=f"contradicted: {reason}",
+                            allowed_from=(row["status"],), other_id=rival_id)  # fmt: skip
     await add_relation(conn, chat_id, rival_id or pattern_id, pattern_id, "contradicts")
     return Contradicted(pattern_id, row["confidence"], after.confidence, count, status)
 
@@ -332,16 +344,16 @@ async def add_relation(
 
 
 async def supersede_pattern(
-    conn: Queries, old_id: int, new_id: int, chat_id: int, reason: str
+    conn: Queries, old_id: int, new_id: int, chat_id: int, reason: str,
+    *, actor: Actor = "compaction",
 ) -> bool:
-    """``old_id`` -> ``superseded`` (reason kept) and ``new_id`` ``supersedes`` it (relation
-    from the new pattern to the old one); False when ``old_id`` is not one of the chat's."""
-    status = await conn.execute(
-        "UPDATE patterns SET status = 'superseded', status_reason = $3, updated_at = now() "
-        "WHERE id = $1 AND chat_id = $2",
-        old_id, chat_id, reason,
-    )  # fmt: skip
-    if status.split()[-1] == "0":
+    """``old_id`` -> ``superseded`` (reason kept, audited) and ``new_id`` ``supersedes`` it
+    (relation from the new pattern to the old one); False when ``old_id`` is not one of the
+    chat's. A pattern no longer live (forgotten, merged) keeps its status."""
+    change = await change_status(conn, chat_id, old_id, "superseded", action="supersede",
+                                 actor=actor, reason=reason, allowed_from=LIVE,
+                                 other_id=new_id)  # fmt: skip
+    if change is None:
         return False
     await add_relation(conn, chat_id, new_id, old_id, "supersedes")
     return True

@@ -1,4 +1,5 @@
-"""The model's memory tools: ``recall_memory``, ``remember``, ``forget_memory``.
+"""The model's memory tools: ``recall_memory``, ``remember``, ``forget_memory``,
+``link_memories``.
 
 Every tool is scoped to ``ToolContext.chat_id``: a chat can neither see nor change another
 chat's patterns (an id from another chat reads exactly like an unknown id).
@@ -7,13 +8,18 @@ chat's patterns (an id from another chat reads exactly like an unknown id).
   :func:`memory.patterns.retrieval.rank_patterns` (hybrid vector + full text, typed decay); when the
   query cannot be embedded the answer is ``degraded`` (keyword matches only).
 * ``remember(fact, kind="belief", date?, time?)`` stores an explicit pattern through
-  :func:`memory.patterns.explicit.store_explicit_pattern` (canonical hash, then similarity
-  dedup with adjudication in the grey zone); the answer says whether it is new or reinforced an
-  existing id. An ``event`` needs its ``date`` (``YYYY-MM-DD``, the model resolves "next
-  Friday" against the prompt's date) and may have a local ``time`` (``HH:MM``); no other kind
-  takes either.
+  :func:`memory.patterns.explicit.remember` (canonical hash, then similarity dedup with
+  adjudication in the grey zone; the same path as the person's ``/remember``); the answer says
+  whether it is new or reinforced an existing id. An ``event`` needs its ``date``
+  (``YYYY-MM-DD``, the model resolves "next Friday" against the prompt's date) and may have a
+  local ``time`` (``HH:MM``); no other kind takes either.
 * ``forget_memory(id, reason)`` deprecates one of this chat's patterns (``status='deprecated'``,
-  the reason kept in ``status_reason``).
+  the reason kept in ``status_reason``) through :func:`memory.patterns.controls.forget_pattern`,
+  the path of the person's ``/memory forget`` (audited, by the model).
+* ``link_memories(from_id, to_id, relation)`` records a relation the person states between two
+  of this chat's patterns (supports, contradicts, parent_of, causes, supersedes — the last also
+  retires the older one) through :func:`memory.patterns.controls.link_patterns` (seed 002
+  ``memory_link``).
 
 :func:`memory_registry` returns them as a :class:`memory.tools.registry.ToolRegistry`;
 :func:`memory_tools`
@@ -32,8 +38,9 @@ import numpy as np
 
 from memory.embeddings.thresholds import Thresholds
 from memory.patterns.claims import EVENT
+from memory.patterns.controls import Relation, forget_pattern, link_patterns
 from memory.patterns.dedup import Adjudicator
-from memory.patterns.explicit import store_explicit_pattern
+from memory.patterns.explicit import MAX_FACT_CHARS, MIN_FACT_CHARS, keep_apart, remember
 from memory.patterns.retrieval import LexiconCache, rank_patterns
 from memory.tools.conversation_tools import conversation_tools
 from memory.tools.registry import (
@@ -56,11 +63,6 @@ Kind = Literal[
 TIME_PATTERN = r"^\d{2}:\d{2}$"
 RECALL_CANDIDATES = 60
 FORGET_PREFIX = "forget_memory: "
-
-
-async def never_same(a: str, b: str, chat_id: int) -> None:
-    """The adjudicator used when none is given: near-duplicates are kept apart."""
-    return None
 
 
 class _NoEmbedder:
@@ -102,8 +104,8 @@ _KIND_HELP = (
 class RememberInput:
     fact: str = attrs.field(
         metadata=spec(
-            min_length=3,
-            max_length=500,
+            min_length=MIN_FACT_CHARS,
+            max_length=MAX_FACT_CHARS,
             description="One standalone claim about the person, pronouns resolved "
             "(e.g. 'User prefers tea over coffee')",
         )
@@ -130,6 +132,18 @@ class ForgetMemoryInput:
     id: int = attrs.field(metadata=spec(minimum=1, description="The memory id (from recall)"))
     reason: str = attrs.field(
         metadata=spec(min_length=1, max_length=500, description="Why it should be forgotten")
+    )
+
+
+@attrs.frozen
+class LinkMemoriesInput:
+    from_id: int = attrs.field(metadata=spec(minimum=1, description="The memory it starts at"))
+    to_id: int = attrs.field(metadata=spec(minimum=1, description="The memory it points to"))
+    relation: Relation = attrs.field(
+        metadata=spec(
+            description="from supports / contradicts / causes / is the parent_of (a broader "
+            "memory than) to; or from supersedes to (to is outdated and is retired)"
+        )
     )
 
 
@@ -192,39 +206,24 @@ async def _remember(
         raise ToolError("fact must say something", "fact")
     day, at = _event_day(inp)
     embedder: Any = ctx.embedder
-    decision = await store_explicit_pattern(
-        ctx.db,
-        embedder,
-        adjudicator,
-        chat_id=ctx.chat_id,
-        content=fact,
-        kind=inp.kind,
-        now=ctx.now,
-        thresholds=thresholds,
-        occurs_on=day,
-        occurs_at=at,
-    )
-    reinforced = decision.action == "reinforce"
+    done = await remember(
+        ctx.db, embedder, adjudicator, chat_id=ctx.chat_id, content=fact, kind=inp.kind,
+        now=ctx.now, thresholds=thresholds, occurs_on=day, occurs_at=at,
+    )  # fmt: skip
     out: dict[str, Any] = {
-        "id": decision.pattern_id,
-        "status": "reinforced" if reinforced else "new",
+        "id": done.pattern_id,
+        "status": "reinforced" if done.reinforced else "new",
     }
-    if reinforced and decision.pattern_id is not None:
-        row = await ctx.db.fetchrow(
-            "SELECT content, times_seen FROM patterns WHERE id = $1 AND chat_id = $2",
-            decision.pattern_id,
-            ctx.chat_id,
-        )
-        if row is not None:
-            out["existing"] = row["content"]
-            out["times_seen"] = row["times_seen"]
-        if decision.similarity is not None:
-            out["similarity"] = round(float(decision.similarity), 3)
+    if done.reinforced:
+        out["existing"] = done.content
+        out["times_seen"] = done.times_seen
+        if done.similarity is not None:
+            out["similarity"] = round(float(done.similarity), 3)
     else:
         out["content"] = fact
     if day is not None:
         out["date"] = day.isoformat()
-    log.info("memory.remember", chat_id=ctx.chat_id, pattern_id=decision.pattern_id,
+    log.info("memory.remember", chat_id=ctx.chat_id, pattern_id=done.pattern_id,
              status=out["status"])  # fmt: skip
     return out
 
@@ -245,37 +244,34 @@ def _event_day(inp: RememberInput) -> tuple[date | None, time | None]:
     return parse_day(inp.date), at
 
 
-_FORGET = """
-WITH old AS (
-    SELECT id, status, status_reason, content FROM patterns
-    WHERE id = $1 AND chat_id = $2 FOR UPDATE
-),
-up AS (
-    UPDATE patterns p SET status = 'deprecated', status_reason = $3, updated_at = now()
-    FROM old WHERE p.id = old.id AND old.status NOT IN ('deprecated', 'merged')
-    RETURNING p.id
-)
-SELECT old.status, old.status_reason, old.content, EXISTS (SELECT 1 FROM up) AS changed FROM old
-"""
-
-
 async def _forget(ctx: ToolContext, inp: ForgetMemoryInput) -> dict[str, Any]:
-    reason = " ".join(inp.reason.split())
-    row = await ctx.db.fetchrow(_FORGET, inp.id, ctx.chat_id, FORGET_PREFIX + reason)
-    if row is None:
+    reason = FORGET_PREFIX + " ".join(inp.reason.split())
+    done = await forget_pattern(ctx.db, ctx.chat_id, inp.id, reason=reason, actor="model")
+    if done is None:
         raise ToolError(f"no memory with id {inp.id}", "id")
-    if row["status"] == "merged":
-        why = f" ({row['status_reason']})" if row["status_reason"] else ""
+    if done.outcome == "merged":
+        why = f" ({done.note})" if done.note else ""
         raise ToolError(
             f"memory {inp.id} was merged into another memory{why}; forget that one instead",
             "id",
         )
-    out: dict[str, Any] = {"id": inp.id, "content": row["content"], "forgotten": True}
-    if not row["changed"]:
+    out: dict[str, Any] = {"id": inp.id, "content": done.content, "forgotten": True}
+    if done.outcome == "already":
         out["note"] = "it was already forgotten"
     else:
         log.info("memory.forget", chat_id=ctx.chat_id, pattern_id=inp.id)
     return out
+
+
+async def _link(ctx: ToolContext, inp: LinkMemoriesInput) -> dict[str, Any]:
+    db: Any = ctx.db  # the Database (a supersede is two writes in one transaction)
+    problem = await link_patterns(db, ctx.chat_id, inp.from_id, inp.to_id, inp.relation,
+                                  actor="model")  # fmt: skip
+    if problem:
+        raise ToolError(problem, "to_id" if str(inp.to_id) in problem else "from_id")
+    log.info("memory.link", chat_id=ctx.chat_id, from_id=inp.from_id, to_id=inp.to_id,
+             relation=inp.relation)  # fmt: skip
+    return {"from_id": inp.from_id, "to_id": inp.to_id, "relation": inp.relation, "linked": True}
 
 
 # --- the tools --------------------------------------------------------------------------------
@@ -287,15 +283,15 @@ def memory_tools(
     thresholds: Thresholds | None = None,
     lexicons: LexiconCache | None = None,
 ) -> tuple[Tool[Any], ...]:
-    """``recall_memory``, ``remember``, ``forget_memory`` and ``recall_conversation``
-    (:mod:`memory.tools.conversation_tools`), in that order.
+    """``recall_memory``, ``remember``, ``forget_memory``, ``link_memories`` and
+    ``recall_conversation`` (:mod:`memory.tools.conversation_tools`), in that order.
 
     ``thresholds`` default to the embedding model's calibrated ones; ``recall_memory`` scores
     its lexical half by BM25 over ``lexicons`` (a cache of its own unless one is shared with
     the retriever), like the turn's retrieval.
     """
     lexicon_cache = lexicons if lexicons is not None else LexiconCache()
-    judge: Adjudicator = adjudicator or never_same
+    judge: Adjudicator = adjudicator or keep_apart
     tools: list[Tool[Any]] = []
 
     @tool(tools, "recall_memory", RecallMemoryInput)
@@ -317,6 +313,13 @@ def memory_tools(
         """Forget a memory by id (from recall_memory or the prompt) when the person asks you
         to, or when it is wrong. It is no longer used afterwards."""
         return await _forget(ctx, inp)
+
+    @tool(tools, "link_memories", LinkMemoriesInput)
+    async def link_memories(ctx: ToolContext, inp: LinkMemoriesInput) -> dict[str, Any]:
+        """Record how two memories (ids from recall_memory or the prompt) relate, when the
+        person says so: one supports, contradicts or causes the other, is a broader memory
+        (parent_of) of it, or supersedes it (the older one is then no longer used)."""
+        return await _link(ctx, inp)
 
     tools += conversation_tools(thresholds=thresholds)
     return tuple(tools)

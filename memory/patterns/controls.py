@@ -1,0 +1,234 @@
+"""What a person (through a chat command) or the model (through a tool) does to memory: the one
+path for each action, scoped to one chat (another chat's id reads exactly like an unknown id).
+
+* :func:`forget_pattern` / :func:`forget_patterns` — deprecate (``/memory forget``, ``/forget``,
+  the ``forget_memory`` tool), audited;
+* :func:`pin_pattern` — make a core tenet, or an ordinary pattern again (``/memory pin|unpin``);
+* :func:`merge_two` — the merge job's merge of one pair (:func:`memory.patterns.merge.merge_pair`)
+  for ``/memory merge``, without the model's adjudication (the person decided);
+* :func:`link_patterns` — a relation the person states (the ``link_memories`` tool);
+* :func:`count_messages_mentioning` / :func:`delete_messages_mentioning` — the retained
+  messages and episode summaries that mention a topic, so the window and the episodes do not
+  bring a forgotten topic back (``/forget``).
+
+Explicit patterns (``/remember`` and the ``remember`` tool) are
+:func:`memory.patterns.explicit.remember`; every status change is written by
+:mod:`memory.patterns.audit`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import attrs
+
+from memory.patterns.audit import Actor, StatusChange, change_status, set_pin
+from memory.patterns.merge import merge_pair
+from memory.patterns.writes import add_relation, supersede_pattern
+from runtime.db import Database, Queries
+
+FORGOTTEN_BY_PERSON = "forgotten by the person"
+#: what may be forgotten: anything still shown or kept apart (a merged pattern lives on in its
+#: survivor, which is the one to forget)
+FORGETTABLE = ("active", "disputed", "superseded")
+#: the relations of ``pattern_relations`` (migration 001's CHECK)
+RELATIONS = ("supports", "contradicts", "parent_of", "causes", "supersedes")
+Relation = Literal["supports", "contradicts", "parent_of", "causes", "supersedes"]
+
+
+@attrs.frozen
+class Forgotten:
+    """The outcome of forgetting one pattern: ``forgotten`` now, ``already`` forgotten, or
+    ``merged`` into another (``note``: the merge's reason)."""
+
+    pattern_id: int
+    content: str
+    outcome: Literal["forgotten", "already", "merged"]
+    note: str = ""
+
+
+def _outcome(change: StatusChange, note: str = "") -> Forgotten:
+    if change.changed:
+        return Forgotten(change.pattern_id, change.content, "forgotten")
+    if change.old_status == "merged":
+        return Forgotten(change.pattern_id, change.content, "merged", note)
+    return Forgotten(change.pattern_id, change.content, "already")
+
+
+async def forget_pattern(
+    db: Queries, chat_id: int, pattern_id: int, *, reason: str, actor: Actor
+) -> Forgotten | None:
+    """Deprecate one of the chat's patterns (one statement, audited); None when it is not one
+    of them."""
+    change = await change_status(db, chat_id, pattern_id, "deprecated", action="forget",
+                                 actor=actor, reason=reason, allowed_from=FORGETTABLE)  # fmt: skip
+    if change is None:
+        return None
+    note = ""
+    if change.old_status == "merged":
+        note = str(await db.fetchval(
+            "SELECT coalesce(status_reason, '') FROM patterns WHERE id = $1 AND chat_id = $2",
+            pattern_id, chat_id,
+        ))  # fmt: skip
+    return _outcome(change, note)
+
+
+async def forget_patterns(
+    db: Database, chat_id: int, pattern_ids: Sequence[int], *, reason: str, actor: Actor
+) -> list[Forgotten]:
+    """Deprecate several of the chat's patterns in one transaction (``/forget``'s "Forget
+    all"); the ones found, in the order given."""
+    out: list[Forgotten] = []
+    async with db.transaction() as conn:
+        for pattern_id in dict.fromkeys(pattern_ids):
+            change = await change_status(conn, chat_id, pattern_id, "deprecated",
+                                         action="forget", actor=actor, reason=reason,
+                                         allowed_from=FORGETTABLE)  # fmt: skip
+            if change is not None:
+                out.append(_outcome(change))
+    return out
+
+
+@attrs.frozen
+class Pinned:
+    pattern_id: int
+    content: str
+    changed: bool  # False: it already was (or was not) a core tenet
+    status: str
+
+
+async def pin_pattern(
+    db: Database, chat_id: int, pattern_id: int, pinned: bool, *, actor: Actor
+) -> Pinned | None:
+    """Pin (a core tenet: always in the profile, no decay) or unpin one of the chat's live
+    patterns, audited; None when it is not one of the chat's patterns. A pattern no longer live
+    (forgotten, merged, superseded) is not pinned (``changed`` False)."""
+    reason = "pinned by the person" if pinned else "unpinned by the person"
+    async with db.transaction() as conn:
+        row = await conn.fetchrow(
+            "SELECT content, status FROM patterns WHERE id = $1 AND chat_id = $2 FOR UPDATE",
+            pattern_id, chat_id,
+        )  # fmt: skip
+        if row is None:
+            return None
+        changed = False
+        if not pinned or row["status"] in ("active", "disputed"):
+            changed = bool(await set_pin(conn, chat_id, pattern_id, pinned, actor=actor,
+                                         reason=reason))  # fmt: skip
+    return Pinned(pattern_id, str(row["content"]), changed, str(row["status"]))
+
+
+@attrs.frozen
+class Merged:
+    """A merge asked for by the person: ``survivor`` absorbed ``loser``; or why not
+    (``problem``)."""
+
+    survivor: int | None = None
+    loser: int | None = None
+    problem: str = ""
+
+
+_PAIR = """
+SELECT id, content, status, occurs_on FROM patterns
+WHERE chat_id = $1 AND id = ANY($2::bigint[]) ORDER BY id
+"""
+
+
+async def check_mergeable(db: Queries, chat_id: int, a_id: int, b_id: int) -> str:
+    """Why the chat's patterns ``a_id`` and ``b_id`` cannot be merged ('' when they can)."""
+    if a_id == b_id:
+        return "a memory cannot be merged with itself"
+    rows = {int(r["id"]): r for r in await db.fetch(_PAIR, chat_id, [a_id, b_id])}
+    for pid in (a_id, b_id):
+        if pid not in rows:
+            return f"memory #{pid} not found"
+        if rows[pid]["status"] != "active":
+            return f"memory #{pid} is {rows[pid]['status']}, not active"
+    if rows[a_id]["occurs_on"] != rows[b_id]["occurs_on"]:
+        return "two events on different days (or an event and a non-event) are never merged"
+    return ""
+
+
+async def merge_two(
+    db: Database, chat_id: int, a_id: int, b_id: int, *, actor: Actor = "person"
+) -> Merged:
+    """Merge two of the chat's active patterns as the merge job does (the stronger survives,
+    observations, links, aliases and relations move to it; audited as ``actor``'s)."""
+    problem = await check_mergeable(db, chat_id, a_id, b_id)
+    if problem:
+        return Merged(problem=problem)
+    done = await merge_pair(db, a_id, b_id, chat_id=chat_id, actor=actor,
+                            differences=f"merged by the {actor.replace('_', ' ')}")  # fmt: skip
+    if done is None:
+        return Merged(problem="one of them changed meanwhile; nothing was merged")
+    return Merged(done[0], done[1])
+
+
+async def link_patterns(
+    db: Database, chat_id: int, from_id: int, to_id: int, relation: Relation, *, actor: Actor
+) -> str:
+    """Record ``from_id -relation-> to_id`` between two of the chat's patterns; '' when done,
+    else why not. ``supersedes`` also retires ``to_id`` (``superseded``, audited)."""
+    if relation not in RELATIONS:
+        return f"unknown relation {relation!r} (one of {', '.join(RELATIONS)})"
+    if from_id == to_id:
+        return "a memory cannot be linked to itself"
+    rows = await db.fetch(_PAIR, chat_id, [from_id, to_id])
+    found = {int(r["id"]) for r in rows}
+    for pid in (from_id, to_id):
+        if pid not in found:
+            return f"memory #{pid} not found"
+    async with db.transaction() as conn:
+        if relation == "supersedes":
+            await supersede_pattern(conn, to_id, from_id, chat_id, f"superseded by #{from_id}",
+                                    actor=actor)  # fmt: skip
+        else:
+            await add_relation(conn, chat_id, from_id, to_id, relation)
+    return ""
+
+
+# --- messages that mention a topic ------------------------------------------------------------
+
+_MENTIONS = """
+SELECT
+  (SELECT count(*) FROM chat_messages
+   WHERE chat_id = $1 AND role IN ('user', 'assistant')
+     AND text_search @@ websearch_to_tsquery('english', $2)) AS messages,
+  (SELECT count(*) FROM episodes
+   WHERE chat_id = $1 AND text_search @@ websearch_to_tsquery('english', $2)) AS episodes
+"""
+
+
+@attrs.frozen
+class Mentions:
+    messages: int
+    episodes: int
+
+    @property
+    def total(self) -> int:
+        return self.messages + self.episodes
+
+
+async def count_messages_mentioning(db: Queries, chat_id: int, topic: str) -> Mentions:
+    """How many of the chat's retained messages (said by the person or the bot) and episode
+    summaries mention ``topic`` (its words, full text)."""
+    row = await db.fetchrow(_MENTIONS, chat_id, topic)
+    return Mentions(0, 0) if row is None else Mentions(int(row["messages"]), int(row["episodes"]))
+
+
+async def delete_messages_mentioning(db: Database, chat_id: int, topic: str) -> Mentions:
+    """Delete the chat's retained messages and episode summaries that mention ``topic`` (what
+    :func:`count_messages_mentioning` counts), in one transaction; how many."""
+    async with db.transaction() as conn:
+        messages = await conn.execute(
+            "DELETE FROM chat_messages WHERE chat_id = $1 AND role IN ('user', 'assistant') "
+            "AND text_search @@ websearch_to_tsquery('english', $2)",
+            chat_id, topic,
+        )  # fmt: skip
+        episodes = await conn.execute(
+            "DELETE FROM episodes WHERE chat_id = $1 "
+            "AND text_search @@ websearch_to_tsquery('english', $2)",
+            chat_id, topic,
+        )  # fmt: skip
+    return Mentions(int(messages.split()[-1]), int(episodes.split()[-1]))
