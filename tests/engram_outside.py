@@ -55,6 +55,7 @@ def webhook_args() -> list[str]:
         out = subprocess.run(
             [sys.executable, "-m", "actors.cli", "serve", "--help"],
             capture_output=True, text=True, cwd=REPO, check=False,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
         ).stdout  # fmt: skip
         _WEBHOOK_FLAG = ["--webhook"] if "--webhook" in out else []
     return _WEBHOOK_FLAG
@@ -95,6 +96,7 @@ def serve_env(
         ANTHROPIC_BASE_URL=model,
         EMBEDDING_PROVIDER="local",
         EMBEDDED_PG_SHARED_BUFFERS="128MB",
+        PYTHONPATH=str(REPO),  # this checkout's engram, whatever is installed
         XDG_RUNTIME_DIR=env.get("XDG_RUNTIME_DIR", "/tmp"),
     )
     env.update(extra)

@@ -98,8 +98,9 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         open_settings_database(settings) as database,
         open_usage_writer(database) as usage,  # api_usage rows off the turn's path
         voice_transcriber(settings, database) as transcribe,
-        open_llm(settings, usage) as llm,
-        open_llm(settings, usage, role="memory") as memory_llm,  # compaction, adjudication
+        # the SDK is imported once the process serves (or by the first call): not on start-up
+        open_llm(settings, usage, deferred=True) as llm,
+        open_llm(settings, usage, role="memory", deferred=True) as memory_llm,  # compaction
         open_embedder(
             settings.embedding_provider,
             settings.openai_api_key.reveal() or None,
@@ -160,7 +161,11 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
                 compactor=compactor,
             )
 
-        return await serve(settings, database, build)
+        from memory.llm.factory import preload
+
+        return await serve(
+            settings, database, build, on_listening=lambda binds: preload(llm, memory_llm)
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
