@@ -4,7 +4,9 @@ Ingress (webhook or poller) stores an update in the inbox, then calls :meth:`Rou
 (never blocks). The router, in its own task:
 
 * answers callback queries at once (``answerCallbackQuery``: Telegram shows a spinner until
-  then), in the background so a slow Bot API never holds up dispatch;
+  then), in the background so a slow Bot API never holds up dispatch, with the text
+  :meth:`~actors.chat.callbacks.Callbacks.answer_text` gives (the handler's short answer, or
+  "This button has expired."); the tap itself is acted on by the chat actor, in order;
 * cancels the chat's running turn on ``/stop`` (the command itself is then answered in order
   by the chat actor);
 * wakes the chat's actor through the registry, coalesced: at most one undelivered wake per
@@ -24,9 +26,10 @@ from typing import Protocol
 import attrs
 import trio
 
+from actors.chat.callbacks import Callbacks
 from actors.chat.wakes import PendingWakes, RunningTurns, Wake
 from actors.queues import inbox
-from actors.telegram.types import Update
+from actors.telegram.types import CallbackQuery, Update
 from runtime.actor import Mailbox, serve
 from runtime.db import Database
 from runtime.errors import ActorError, DatabaseError, MailboxFull
@@ -68,6 +71,8 @@ class Router:
     running: RunningTurns
     wakes: PendingWakes = attrs.field(factory=PendingWakes)
     sweep_interval: float = 30.0
+    #: the answer texts of taps (None: every tap is answered without text)
+    callbacks: Callbacks | None = None
     mailbox: Mailbox[Accepted | int] = attrs.field(factory=lambda: Mailbox("router", 1024))
     _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
 
@@ -112,7 +117,7 @@ class Router:
             chat_id = item.update.chat_id
             cq = item.update.callback_query
             if cq is not None and self._nursery is not None:
-                self._nursery.start_soon(self._answer_callback, cq.id)
+                self._nursery.start_soon(self._answer_callback, cq)
         if chat_id is None or not self.wakes.claim(chat_id):
             return  # a wake is already on its way: the actor reads every open row
         try:
@@ -121,9 +126,12 @@ class Router:
             self.wakes.release(chat_id)
             log.warning("router.wake_failed", chat_id=chat_id, error=type(exc).__name__)
 
-    async def _answer_callback(self, callback_id: str) -> None:
+    async def _answer_callback(self, cq: CallbackQuery) -> None:
         try:
-            await self.bot.answer_callback_query(callback_id)
+            text = None
+            if self.callbacks is not None and cq.message_chat_id is not None:
+                text = await self.callbacks.answer_text(cq.message_chat_id, cq)
+            await self.bot.answer_callback_query(cq.id, text)
         except Exception as exc:  # best effort: the update is processed regardless
             log.warning("router.callback_ack_failed", error=str(exc))
 

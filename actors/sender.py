@@ -46,7 +46,14 @@ import trio
 
 from actors.queues.outbox import OutboxRow
 from actors.sender_policy import SenderLedger, SenderSettings, SlidingWindowLimiter, backoff_delay
-from actors.sender_store import DbOutbox, MessageClient, OutboxStore, plain_fallback, plan_chunks
+from actors.sender_store import (
+    DbOutbox,
+    MessageClient,
+    OutboxStore,
+    plain_fallback,
+    plan_row,
+    send_chunk,
+)
 from actors.telegram.errors import (
     ApiError,
     BadRequest,
@@ -247,7 +254,7 @@ class SenderActor:
         """Deliver the row's remaining chunks, each recorded (the last one with the row
         ``sent``), or end it failed/uncertain, or leave it open (closed, stopping)."""
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id)
-        plan = plan_chunks(row.text, row.parse_mode, self.settings.chunk_limit)
+        plan = plan_row(row, self.settings.chunk_limit)  # an edit is one request
         if not plan.chunks:
             await self._finish(row, 0, 0, _Final("failed", "empty reply: nothing to send"))
             return
@@ -259,14 +266,13 @@ class SenderActor:
         marked = row.chunk_in_flight is not None and row.chunk_in_flight == row.chunks_sent
         message_ids = list(row.telegram_message_ids)
         for index in range(row.chunks_sent, len(plan.chunks)):
-            chunk = plan.chunks[index]
-            result = await self._deliver(row, index, chunk, plan.parse_mode, deadline, marked)
+            chunk, last = plan.chunks[index], index == len(plan.chunks) - 1
+            result = await self._deliver(row, index, chunk, plan.parse_mode, deadline, marked, last)
             marked = False
             if isinstance(result, _Final):
                 await self._finish(row, index, len(plan.chunks), result)
                 return
             message_ids.append(result)
-            last = index == len(plan.chunks) - 1
             if not await self._record(row.id, index, result, last=last):
                 rlog.info("sender.row_closed", chunk=index + 1)
                 return
@@ -303,12 +309,14 @@ class SenderActor:
         parse_mode: str | None,
         deadline: float,
         marked: bool,
+        last: bool,
     ) -> int | _Final:
-        """Send one chunk, applying the retry policy; the message id, or why it was not sent.
-        ``marked``: the chunk is already marked in flight (by the turn's commit)."""
+        """Send one chunk (:func:`~actors.sender_store.send_chunk`: the last carries the row's
+        keyboard; an edit row edits its message), applying the retry policy; the message id, or
+        why it was not sent. ``marked``: the chunk is already marked in flight (by the turn's
+        commit)."""
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id, chunk=index + 1)
         text, mode = chunk, parse_mode
-        reply_to = row.reply_to_message_id if index == 0 else None
         failures = attempts = 0
         while True:
             await self._pace(row.chat_id)
@@ -320,9 +328,7 @@ class SenderActor:
             self.ledger.in_flight.add(row.id)
             attempts += 1
             try:
-                return await self.client.send_message(
-                    row.chat_id, text, mode, reply_to_message_id=reply_to
-                )
+                return await send_chunk(self.client, row, index, text, mode, last=last)
             except RateLimited as exc:
                 error: Exception = exc
                 delay = self.settings.default_retry_after

@@ -2,14 +2,15 @@
 (:class:`DbOutbox` over :mod:`actors.queues.outbox`; tests use memory), the part of the Bot API
 client it calls (:class:`MessageClient`), and how a row's text becomes its chunks
 (:func:`plan_chunks`, deterministic so ``chunks_sent`` indexes into it; :func:`plain_fallback`
-when Telegram cannot parse a chunk).
+when Telegram cannot parse a chunk); how one chunk of a row goes out (:func:`send_chunk`: a
+message, its keyboard on the last chunk, or the edit of a sent message).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
@@ -24,10 +25,13 @@ from actors.telegram.chunking import (
     utf16_len,
     visible_text,
 )
-from actors.telegram.errors import MalformedHtml
+from actors.telegram.errors import BadRequest, MalformedHtml
 from runtime.db import Queries
 
-__all__ = ["DbOutbox", "MessageClient", "OutboxStore", "plain_fallback", "plan_chunks"]
+__all__ = [
+    "DbOutbox", "MessageClient", "OutboxStore", "plain_fallback", "plan_chunks", "plan_row",
+    "send_chunk",
+]  # fmt: skip
 
 
 class MessageClient(Protocol):
@@ -40,7 +44,22 @@ class MessageClient(Protocol):
         parse_mode: str | None = None,
         *,
         reply_to_message_id: int | None = None,
+        reply_markup: Mapping[str, Any] | None = None,
     ) -> int: ...
+
+    async def edit_message_text(
+        self,
+        chat_id: int | str,
+        message_id: int,
+        text: str,
+        parse_mode: str | None = None,
+        *,
+        reply_markup: Mapping[str, Any] | None = None,
+    ) -> None: ...
+
+    async def edit_message_reply_markup(
+        self, chat_id: int | str, message_id: int, reply_markup: Mapping[str, Any] | None = None
+    ) -> None: ...
 
 
 @runtime_checkable
@@ -110,6 +129,44 @@ def plan_chunks(text: str, parse_mode: str | None, limit: int = MAX_MESSAGE_UTF1
     if parse_mode == "HTML" or parse_mode is None:
         return plan_reply(text, html_mode=parse_mode == "HTML", limit=limit)
     return ChunkPlan(tuple(split_text(text, limit)), parse_mode)
+
+
+def plan_row(row: OutboxRow, limit: int = MAX_MESSAGE_UTF16) -> ChunkPlan:
+    """The requests for one row: a reply's chunks (:func:`plan_chunks`); an edit is one request
+    (its text's first chunk: a message is edited into one message); a keyboard-only edit is one
+    request with no text."""
+    if row.kind == "edit_markup":
+        return ChunkPlan(("",), None)
+    plan = plan_chunks(row.text, row.parse_mode, limit)
+    return ChunkPlan(plan.chunks[:1], plan.parse_mode) if row.kind == "edit" else plan
+
+
+async def send_chunk(
+    client: MessageClient, row: OutboxRow, index: int, text: str, mode: str | None, *, last: bool
+) -> int:
+    """Hand chunk ``index`` of ``row`` to the Bot API; the Telegram message id it is recorded
+    under. A reply: sendMessage (the first chunk answers ``reply_to_message_id``, the last
+    carries the keyboard). An edit: the edited message's id; "message is not modified" counts
+    as done (the message already shows it). Errors are the client's, for the sender's policy."""
+    target = row.edit_message_id
+    if row.kind == "message" or target is None:
+        reply_to = row.reply_to_message_id if index == 0 else None
+        if last and row.reply_markup:
+            return await client.send_message(
+                row.chat_id, text, mode, reply_to_message_id=reply_to, reply_markup=row.reply_markup
+            )
+        return await client.send_message(row.chat_id, text, mode, reply_to_message_id=reply_to)
+    try:
+        if row.kind == "edit":
+            await client.edit_message_text(
+                row.chat_id, target, text, mode, reply_markup=row.reply_markup
+            )
+        else:
+            await client.edit_message_reply_markup(row.chat_id, target, row.reply_markup)
+    except BadRequest as exc:
+        if not exc.is_not_modified:
+            raise
+    return target
 
 
 _MD_ESCAPE_RE = re.compile(r"\\([_*\[\]()~`>#+\-=|{}.!\\])")

@@ -28,6 +28,7 @@ import trio
 
 from actors.agent.turn import NoAgent, TurnHandler
 from actors.chat.actor import ChatDeps, Transcriber, chat_factory
+from actors.chat.callbacks import Callbacks, CallbackTable
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import RunningTurns
 from actors.compactor import CompactorActor
@@ -83,6 +84,8 @@ class BotSystem:
     compactor: CompactorActor | None = None
     #: shared by the sender and its restarts: rows in flight, replies given up (heartbeat)
     sender_ledger: SenderLedger = attrs.field(factory=SenderLedger)
+    #: the handlers of inline buttons (action name -> handler), filled before :meth:`run`
+    callbacks: CallbackTable = attrs.field(factory=CallbackTable)
 
     def _bot(self) -> BotApiClient:
         if self.bot_factory is not None:
@@ -128,6 +131,7 @@ class BotSystem:
                 transcribe=self.transcribe,
                 model_retry_cap=settings.send_retry_cap,
                 model_deadline=settings.send_deadline,
+                callbacks=Callbacks(self.db, self.callbacks),
             )
             registry: Registry[int, Any] = await nursery.start(
                 Registry(
@@ -145,7 +149,9 @@ class BotSystem:
             for job in self.background:
                 await nursery.start(job)
             router: Router = await nursery.start(
-                Router(self.db, registry, bot, running, wakes=deps.wakes).run
+                Router(
+                    self.db, registry, bot, running, wakes=deps.wakes, callbacks=deps.callbacks
+                ).run
             )
             dedupe = DedupeCache()
             routes: dict[str, AsgiApp] = {}

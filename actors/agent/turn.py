@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import attrs
 
 from actors.queues.outbox import ParseMode
+from actors.telegram.keyboards import InlineKeyboard
 from runtime.db import Connection
 
 
@@ -36,12 +37,14 @@ class TurnInput:
 class TurnReply:
     """What to send back; ``persist`` runs inside the outbox transaction (e.g. store rows),
     ``after_commit`` once that transaction has committed (e.g. ask for a compaction, which
-    must see the turn's rows)."""
+    must see the turn's rows). ``keyboard``: inline buttons under the reply (on its last
+    chunk), built with :func:`actors.chat.callbacks.keyboard`."""
 
     text: str
     parse_mode: ParseMode | None = None
     persist: Callable[[Connection], Awaitable[Any]] | None = None
     after_commit: Callable[[], Awaitable[Any]] | None = None
+    keyboard: InlineKeyboard | None = None
 
 
 class TurnHandler(Protocol):

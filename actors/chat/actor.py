@@ -10,7 +10,9 @@ there; it loads the open rows it has not taken yet (by id) and, for each:
   ``/help``: answered directly;
 * voice: downloaded and transcribed, then handled as text; too large or failed -> a reply
   saying so;
-* edited messages and button presses: handled as text; anything else is skipped with a reason.
+* edited messages: handled as text; button presses (callback queries, already answered by the
+  router): the handler their token names (:mod:`actors.chat.callbacks`), nothing without
+  ``callbacks``; anything else is skipped with a reason.
 
 A turn runs the :class:`~actors.agent.turn.TurnHandler` with ``typing`` shown, then commits in one
 transaction: the reply's ``persist`` hook, the outbox row, and the inbox rows marked done.
@@ -41,6 +43,7 @@ import trio
 
 from actors.agent.turn import TurnHandler, TurnInput, TurnReply
 from actors.chat import fragments
+from actors.chat.callbacks import Callbacks
 from actors.chat.store import ChatStore
 from actors.chat.typing_indicator import typing_while
 from actors.chat.wakes import PendingWakes, RunningTurns, Wake
@@ -107,6 +110,8 @@ class ChatDeps:
     #: a row waiting for the model is answered MODEL_GAVE_UP once this old (SEND_DEADLINE)
     model_deadline: float = 86_400.0
     wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    #: inline buttons' handlers (None: taps are skipped)
+    callbacks: Callbacks | None = None
 
 
 @attrs.define
@@ -204,13 +209,12 @@ class ChatActor:
                 row.id, ext, f"(edited) {msg.text or msg.caption}", msg, kind="edited"
             )
         elif update.kind == "callback_query" and update.callback_query is not None:
-            cq = update.callback_query
-            if cq.data:
-                await self._flush_then_turn(
-                    row.id, ext, cq.data, None, kind="callback", sender=cq.from_user_id
-                )
-            else:
-                await store.mark_skipped([row.id], "callback without data")
+            await self._run_flushed(fragments.flush_all(self.state))
+            self.received.pop(row.id, None)
+            if self.deps.callbacks is None:
+                await store.mark_skipped([row.id], "button tap: no callback handlers")
+            elif await self.deps.callbacks.tap(self.chat_id, row.id, update.callback_query):
+                self.deps.outbox_ready(self.chat_id, None)
         else:
             await store.mark_skipped([row.id], f"unsupported update kind {update.kind}")
 

@@ -87,7 +87,9 @@ class SqlChatStore:
         Usually one statement, no transaction: the outbox row (claimed for its first send
         when it is the chat's only open one: returned, for the sender), the inbox rows done
         and the hook's writes, collected (:class:`actors.queues.outbox.StatementCollector`). A hook
-        that needs more runs in a transaction with the rest, as do skipped rows."""
+        that needs more runs in a transaction with the rest, as do skipped rows. The reply's
+        keyboard goes with its outbox row."""
+        markup = None if reply.keyboard is None else reply.keyboard.to_json()
         if skipped is None:
             collector = outbox.StatementCollector()
             try:
@@ -99,6 +101,7 @@ class SqlChatStore:
                 row = await outbox.commit_turn(
                     self.db, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
                     parse_mode=reply.parse_mode, before=collector.statements, claim=True,
+                    reply_markup=markup,
                 )  # fmt: skip
                 return row if row.status == "sending" else None
         async with self.db.transaction() as conn:
@@ -107,7 +110,7 @@ class SqlChatStore:
             if skipped is None:
                 await outbox.commit_turn(
                     conn, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
-                    parse_mode=reply.parse_mode,
+                    parse_mode=reply.parse_mode, reply_markup=markup,
                 )  # fmt: skip
                 return None
             await outbox.enqueue_reply(

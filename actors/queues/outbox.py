@@ -19,6 +19,7 @@ A reply is enqueued in the same transaction that marks its turn's inbox rows don
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -36,6 +37,9 @@ log = structlog.get_logger(__name__)
 OutboxStatus = Literal["pending", "sending", "sent", "failed", "uncertain"]
 ParseMode = Literal["HTML", "MarkdownV2"]
 OPEN_STATUSES: tuple[str, ...] = ("pending", "sending")
+#: 'message': a reply (sendMessage); 'edit': new text (and keyboard, or none) for the already sent
+#: message ``edit_message_id`` (editMessageText); 'edit_markup': only its keyboard
+OutboxKind = Literal["message", "edit", "edit_markup"]
 
 
 @attrs.frozen
@@ -57,6 +61,10 @@ class OutboxRow:
     sent_at: datetime | None
     #: the chunk handed to the Bot API whose outcome is not recorded yet (None: no such chunk)
     chunk_in_flight: int | None = None
+    #: the inline keyboard (Bot API JSON) sent with the last chunk, or set by an edit
+    reply_markup: Mapping[str, Any] | None = None
+    kind: str = "message"
+    edit_message_id: int | None = None
 
     @classmethod
     def from_record(cls, rec: Mapping[str, Any]) -> OutboxRow:
@@ -75,12 +83,20 @@ class OutboxRow:
             created_at=rec["created_at"],
             sent_at=rec["sent_at"],
             chunk_in_flight=rec["chunk_in_flight"],
+            reply_markup=_json(rec["reply_markup"]),
+            kind=rec["kind"],
+            edit_message_id=rec["edit_message_id"],
         )
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
 
 
 _COLUMNS = (
     "id, chat_id, text, parse_mode, reply_to_message_id, inbox_ids, status, attempts, "
-    "last_error, chunks_sent, telegram_message_ids, created_at, sent_at, chunk_in_flight"
+    "last_error, chunks_sent, telegram_message_ids, created_at, sent_at, chunk_in_flight, "
+    "reply_markup, kind, edit_message_id"
 )
 
 
@@ -91,16 +107,28 @@ async def enqueue_reply(
     parse_mode: ParseMode | None = None,
     reply_to_message_id: int | None = None,
     inbox_ids: Sequence[int] = (),
+    *,
+    reply_markup: Mapping[str, Any] | None = None,
+    kind: OutboxKind = "message",
+    edit_message_id: int | None = None,
 ) -> int:
-    """Add a reply as ``pending``; returns its id. Text may be longer than one message."""
+    """Add a reply as ``pending``; returns its id. Text may be longer than one message.
+    ``reply_markup``: a keyboard for its last chunk. An edit of a sent message is outbox work
+    too, in the chat's order: ``kind`` 'edit' (text, at most one message, and ``reply_markup``
+    or no keyboard) or 'edit_markup' (only the keyboard; ``text`` is ignored) of
+    ``edit_message_id``."""
     row_id: int = await conn.fetchval(
-        "INSERT INTO outbox (chat_id, text, parse_mode, reply_to_message_id, inbox_ids) "
-        "VALUES ($1, $2, $3, $4, $5::bigint[]) RETURNING id",
+        "INSERT INTO outbox (chat_id, text, parse_mode, reply_to_message_id, inbox_ids, "
+        "reply_markup, kind, edit_message_id) "
+        "VALUES ($1, $2, $3, $4, $5::bigint[], $6::jsonb, $7, $8) RETURNING id",
         chat_id,
         text,
         parse_mode,
         reply_to_message_id,
         list(inbox_ids),
+        None if reply_markup is None else json.dumps(reply_markup),
+        kind,
+        edit_message_id,
     )
     return row_id
 
@@ -112,9 +140,9 @@ older AS (
     ) AS claim
 ), reply AS (
     INSERT INTO outbox (chat_id, text, parse_mode, reply_to_message_id, inbox_ids, status, attempts,
-                        chunk_in_flight)
+                        chunk_in_flight, reply_markup)
     SELECT $1, $2, $3, $4, $5::bigint[], CASE WHEN claim THEN 'sending' ELSE 'pending' END,
-           CASE WHEN claim THEN 1 ELSE 0 END, CASE WHEN claim THEN 0 END
+           CASE WHEN claim THEN 1 ELSE 0 END, CASE WHEN claim THEN 0 END, $8::jsonb
     FROM older
     RETURNING {columns}
 ), done AS (
@@ -162,6 +190,7 @@ async def commit_turn(
     reply_to_message_id: int | None = None,
     before: Sequence[Statement] = (),
     claim: bool = False,
+    reply_markup: Mapping[str, Any] | None = None,
 ) -> OutboxRow:
     """Enqueue a turn's reply and mark its inbox rows done, atomically, in one statement (one
     round trip; on a connection in a transaction it commits with the rest); the new row.
@@ -174,9 +203,12 @@ async def commit_turn(
 
     ``before``: more writes (e.g. a :class:`StatementCollector`'s) run in the same statement,
     as data-modifying CTEs: all or nothing with the reply. They run on one snapshot, so they
-    must not depend on each other's effects; ``$n`` in their text must be parameters only."""
+    must not depend on each other's effects; ``$n`` in their text must be parameters only.
+
+    ``reply_markup``: an inline keyboard (Bot API JSON) the sender sends with the last chunk."""
     args: list[Any] = [chat_id, text, parse_mode, reply_to_message_id]
     args += [list(dict.fromkeys(inbox_ids)), claim, list(OPEN_STATUSES)]
+    args.append(None if reply_markup is None else json.dumps(reply_markup))
     ctes = []
     for n, (query, params) in enumerate(before):
         ctes.append(f"w{n} AS ({_shift_params(query, len(args))}),")

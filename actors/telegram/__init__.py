@@ -5,5 +5,6 @@ fallback, voice download and transcription, and the Telegram settings.
 Imports the queues (an update becomes an inbox row) and ``runtime``; no actor, no memory
 module but cost and usage accounting of transcription. Public: ``client.BotApiClient``,
 ``types.parse_update``, ``types.Update``, ``webhook.webhook_handler``, ``poller.Poller``,
-``ingest.ingest``, ``chunking.plan_reply``, ``voice.transcribe_voice``, ``errors``.
+``ingest.ingest``, ``chunking.plan_reply``, ``voice.transcribe_voice``, ``errors``,
+``keyboards.InlineKeyboard``, ``keyboards.BotCommand``.
 """
