@@ -4,6 +4,7 @@
     ├─ SenderActor          (supervised singleton) outbox -> Telegram
     ├─ Registry[chat_id] -> ChatActor   (on demand, idle stop, restart on crash)
     ├─ Router               inbox notifications -> chat actors; recovery sweep
+    ├─ ChatAccess           who may talk: the allowlist (setting + stored), pairing, strangers
     ├─ Poller               (only with --polling) getUpdates -> inbox
     ├─ InboxWriter          (only with the webhook) group commit of webhook updates -> inbox
     ├─ CompactorActor       (when given) singleton: chats over their context budget -> patterns
@@ -40,12 +41,14 @@ from actors.sender import OutboxReady, SenderActor
 from actors.sender_policy import SenderLedger, SenderSettings
 from actors.settings import Settings
 from actors.telegram.client import BotApiClient
-from actors.telegram.errors import TelegramError
+from actors.telegram.errors import BadRequest, TelegramError, TokenRejected, Unauthorized
+from actors.telegram.pairing import ChatAccess
+from actors.telegram.types import ALLOWED_UPDATES
 from actors.telegram.webhook import WEBHOOK_PATH, webhook_handler
 from runtime.actor import Address
 from runtime.asgi import AsgiApp
 from runtime.db import Database
-from runtime.errors import ActorError
+from runtime.errors import ActorError, SettingsError
 from runtime.logs import get_logger
 from runtime.registry import Registry
 from runtime.serve import SystemHandle
@@ -87,6 +90,13 @@ class BotSystem:
     #: the handlers of inline buttons (action name -> handler), filled before :meth:`run`
     callbacks: CallbackTable = attrs.field(factory=CallbackTable)
 
+    #: shows the pairing instructions (``engram serve`` prints them to stdout)
+    announce: Callable[[str], None] = lambda text: None
+    #: more arguments of :class:`~actors.telegram.pairing.ChatAccess` (tests: ttl, clock, ...)
+    access_options: dict[str, Any] = attrs.field(factory=dict)
+    #: the allowlist and pairing, once :meth:`run` started them
+    chat_access: ChatAccess | None = attrs.field(init=False, default=None)
+
     def _bot(self) -> BotApiClient:
         if self.bot_factory is not None:
             return self.bot_factory()
@@ -98,7 +108,11 @@ class BotSystem:
     async def run(self, *, task_status: trio.TaskStatus[SystemHandle]) -> None:
         settings, policy = self.settings, restart_policy(self.settings)
         async with self._bot() as bot, trio.open_nursery() as nursery:
-            await _check_bot(bot)
+            username = await _check_bot(bot)
+            if not self.polling and settings.telegram_webhook_url:
+                await _register_webhook(
+                    bot, settings.telegram_webhook_url, settings.telegram_secret_token.reveal()
+                )
             sender_done = trio.Event()
 
             async def run_sender(*, task_status: trio.TaskStatus[Address[OutboxReady]]) -> None:
@@ -153,6 +167,18 @@ class BotSystem:
                     self.db, registry, bot, running, wakes=deps.wakes, callbacks=deps.callbacks
                 ).run
             )
+            chats: ChatAccess = await nursery.start(
+                ChatAccess(
+                    self.db,
+                    settings.telegram_allowed_chat_ids,
+                    router.wake,
+                    outbox_ready,
+                    announce=self.announce,
+                    username=username,
+                    **self.access_options,
+                ).run
+            )
+            self.chat_access = chats
             dedupe = DedupeCache()
             routes: dict[str, AsgiApp] = {}
             drains: list[tuple[str, Callable[[], Awaitable[object]]]] = []
@@ -162,10 +188,11 @@ class BotSystem:
                 poller = poller_factory(
                     self.db,
                     bot,
-                    allowed_chat_ids=settings.telegram_allowed_chat_ids,
+                    allowed_chat_ids=chats,
                     dedupe=dedupe,
                     notify=router.accepted,
                     stop=poller_stop,
+                    strangers=chats.stranger,
                 )
                 poller_done = trio.Event()
 
@@ -186,11 +213,12 @@ class BotSystem:
                 writer: InboxWriter = await nursery.start(InboxWriter(self.db).run)
                 routes[WEBHOOK_PATH] = webhook_handler(
                     secret_token=settings.telegram_secret_token.reveal(),
-                    allowed_chat_ids=settings.telegram_allowed_chat_ids,
+                    allowed_chat_ids=chats,
                     db=self.db,
                     notify=router.accepted,
                     dedupe=dedupe,
                     insert=writer.insert_update,
+                    strangers=chats.stranger,
                 )
 
             async def stop_sender() -> None:
@@ -204,17 +232,41 @@ class BotSystem:
             task_status.started(SystemHandle(routes=routes, drains=drains))
 
 
-async def _check_bot(bot: BotApiClient) -> None:
-    """getMe at start-up: a failure is a warning (webhook mode must not depend on Telegram)."""
+async def _check_bot(bot: BotApiClient) -> str | None:
+    """getMe at start-up, for the bot's username: a rejected token stops the start
+    (:class:`TokenRejected`, exit 2); another failure is a warning (webhook mode must not
+    depend on Telegram)."""
     with trio.move_on_after(10):
         try:
             me = await bot.get_me()
-            log.info("system.bot", username=me.username, bot_id=me.id)
-            return
+        except Unauthorized:
+            raise TokenRejected() from None
         except TelegramError as exc:
             log.warning("system.get_me_failed", error=str(exc))
-            return
+            return None
+        log.info("system.bot", username=me.username, bot_id=me.id)
+        return me.username
     log.warning("system.get_me_timeout")
+    return None
+
+
+async def _register_webhook(bot: BotApiClient, url: str, secret: str) -> None:
+    """setWebhook at start (TELEGRAM_WEBHOOK_URL): a URL Telegram refuses stops the start
+    (exit 2); Telegram unreachable is a warning (the webhook may be registered already)."""
+    with trio.move_on_after(10):
+        try:
+            await bot.set_webhook(url, secret, ALLOWED_UPDATES)
+        except Unauthorized:
+            raise TokenRejected() from None
+        except BadRequest as exc:
+            refused = f"Telegram refused it: {exc.description}"
+            raise SettingsError("TELEGRAM_WEBHOOK_URL", refused) from None
+        except TelegramError as exc:
+            log.warning("system.set_webhook_failed", error=str(exc))
+            return
+        log.info("system.webhook_set", url=url, allowed_updates=list(ALLOWED_UPDATES))
+        return
+    log.warning("system.set_webhook_timeout")
 
 
 def _default_poller() -> Callable[..., Any]:

@@ -43,10 +43,12 @@ def _source_packages(root: Path) -> set[str]:
 
 
 def _expected_files(root: Path) -> set[str]:
-    """The wheel's files outside its dist-info: each package's modules, and the migrations."""
+    """The wheel's files outside its dist-info: each package's modules, the migrations and the
+    systemd unit (package data)."""
     files: set[str] = set()
     for package in _source_packages(root):
         files |= {p.relative_to(root).as_posix() for p in (root / package).glob("*.py")}
+        files |= {p.relative_to(root).as_posix() for p in (root / package).glob("*.service")}
     files |= {p.relative_to(root).as_posix() for p in (root / "migrations").glob("*.sql")}
     return files
 
@@ -231,3 +233,8 @@ def test_wheel_installs_and_runs(tmp_path: Path, database_url: str) -> None:
     assert migrated == f"applied {len(sql)} migration(s): {files}", migrated
     again = _ok(_run([engram, "migrate"], outside, env)).strip().splitlines()[-1]
     assert again == "applied 0 migration(s)", again
+
+    # the systemd unit is package data: the installed command prints it, pointing at itself
+    unit = _ok(_run([engram, "systemd-unit", "--user", "bot"], outside, env))
+    assert f"ExecStart={engram} serve" in unit
+    assert "User=bot" in unit and f"EnvironmentFile={outside.resolve()}/.env" in unit

@@ -137,7 +137,7 @@ def test_unreachable_database_url_fails_fast_with_one_line(tmp_path: Path) -> No
 def test_sigterm_drains_and_exits_zero(tmp_path: Path, database_url: str) -> None:
     port = _free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "actors.cli", "serve"],
+        [sys.executable, "-m", "actors.cli", "serve", "--webhook"],
         env=_env(DATABASE_URL=database_url, ENGRAM_PORT=str(port), ENGRAM_HOME=str(tmp_path)),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -228,7 +228,7 @@ def test_serve_requires_telegram_settings(
     tmp_path: Path, missing: str, extra: dict[str, str]
 ) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "actors.cli", "serve"],
+        [sys.executable, "-m", "actors.cli", "serve", "--webhook"],  # needs the secret too
         env=_env(**extra),
         cwd=tmp_path,
         capture_output=True,

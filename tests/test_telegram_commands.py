@@ -189,8 +189,18 @@ async def test_info_without_webhook_says_polling(
 ) -> None:
     assert await run(settings_for(fake, tmp_path), "info") == 0
     out = capsys.readouterr().out
-    assert "@engram_test_bot" in out and "--polling" in out
+    assert "@engram_test_bot" in out and "long polling" in out
     assert_no_token(out)
+
+
+async def test_info_on_a_server_without_get_webhook_info_says_so(
+    fake: FakeBotApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.unsupport("getWebhookInfo", 501, "Not Implemented")
+    assert await run(settings_for(fake, tmp_path), "info") == 0
+    out = capsys.readouterr().out
+    assert "@engram_test_bot" in out
+    assert "webhook:          unknown (getWebhookInfo: this Bot API server does not support" in out
 
 
 @pytest.mark.parametrize("argv", [["info"], ["delete-webhook"], ["set-webhook", "--url", URL]])
@@ -264,8 +274,9 @@ async def test_cli_rejected_token_exits_2_without_the_token(
     )
     err = result.stderr.decode()
     assert result.returncode == 2
-    assert "TELEGRAM_BOT_TOKEN" in err.splitlines()[-1]
-    assert "401 Unauthorized" in err.splitlines()[-1]
+    assert err.splitlines()[-1] == (
+        "engram: configuration error: TELEGRAM_BOT_TOKEN: Telegram rejected the token"
+    )
     assert "WrongSecret" not in err + result.stdout.decode()
 
 

@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from actors.settings import Settings
-from memory.embeddings.providers import open_embedder
-from memory.embeddings.store import ALL_TABLES, backfill_once
-from memory.errors import EmbeddingError, JournalFormatError
-from memory.journal.dayone import ImportReport, import_dayone, read_export
-from memory.llm.cost import configured_rates
+from memory.embeddings.tables import ALL_TABLES
 from runtime.cli import fail, open_settings_database
-from runtime.migrate import apply_migrations
-from runtime.progress import Progress
+
+if TYPE_CHECKING:  # imported by the handlers: building the parser stays fast
+    from actors.settings import Settings
+    from memory.journal.dayone import ImportReport
 
 PROVIDERS = ("auto", "openai", "local", "none")
 
@@ -53,6 +50,13 @@ def print_report(report: ImportReport, model: str | None, out: TextIO = sys.stdo
 
 async def cmd_journal_import(settings: Settings, args: argparse.Namespace) -> int:
     """Import a Day One export into the journal (idempotent by uuid)."""
+    from memory.embeddings.providers import open_embedder
+    from memory.errors import JournalFormatError
+    from memory.journal.dayone import import_dayone, read_export
+    from memory.llm.cost import configured_rates
+    from runtime.migrate import apply_migrations
+    from runtime.progress import Progress
+
     try:
         entries = read_export(args.file)
     except JournalFormatError as exc:
@@ -80,6 +84,12 @@ async def cmd_journal_import(settings: Settings, args: argparse.Namespace) -> in
 
 async def cmd_embeddings_backfill(settings: Settings, args: argparse.Namespace) -> int:
     """Embed every row lacking a vector for the current model (one pass)."""
+    from memory.embeddings.providers import open_embedder
+    from memory.embeddings.store import backfill_once
+    from memory.errors import EmbeddingError
+    from memory.llm.cost import configured_rates
+    from runtime.migrate import apply_migrations
+
     async with open_settings_database(settings) as db:
         await apply_migrations(db)
         async with open_embedder(

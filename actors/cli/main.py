@@ -1,7 +1,9 @@
 """The ``engram`` command: the runtime's core commands plus the bot's.
 
-``engram serve [--polling]`` composes the process (see :mod:`runtime.serve`) with the bot's
-actor system (:mod:`actors.system`).
+``engram serve [--polling | --webhook]`` composes the process (see :mod:`runtime.serve`) with
+the bot's actor system (:mod:`actors.system`): long polling unless a webhook is configured
+(``TELEGRAM_WEBHOOK_URL`` or ``--webhook``). Every missing setting is reported before anything
+starts (:func:`check_serve_settings`).
 """
 
 from __future__ import annotations
@@ -10,48 +12,61 @@ import argparse
 import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
-from actors.agent.handler import agent_tools, sql_agent
-from actors.chat.actor import Transcriber
+from actors.cli import chats as chats_commands
+from actors.cli import config as config_command
 from actors.cli import journal as journal_commands
 from actors.cli import patterns as patterns_cli
+from actors.cli import systemd as systemd_command
 from actors.cli import telegram as telegram_commands
-from actors.compactor import sql_compactor
-from actors.settings import Settings, load_settings
-from actors.system import BotSystem
-from actors.telegram.client import BotApiClient
-from actors.telegram.types import Voice
-from memory.conversation.purge import PurgeJob
-from memory.conversation.window import CompactionRule
-from memory.embeddings.providers import open_embedder
-from memory.embeddings.store import EmbeddingBackfill
-from memory.embeddings.thresholds import thresholds_for
-from memory.llm.cost import configured_rates
-from memory.llm.factory import check_llm_settings, open_llm
-from memory.llm.usage_writer import open_usage_writer
-from memory.patterns.backlog import CompactionSweep, SqlBacklog
-from memory.patterns.dedup import LLMAdjudicator
-from memory.patterns.maintenance import ChatIndexJob
-from memory.patterns.profile import SqlProfile
-from memory.patterns.retrieval import LexiconCache, SqlPatternRetriever
-from memory.tools.memory_tools import memory_tools
-from runtime.cli import base_parser, open_settings_database, run_cli
-from runtime.db import Database
-from runtime.errors import SettingsError
-from runtime.serve import serve
-from runtime.shutdown import Shutdown
+from runtime.cli import base_parser, run_cli
+from runtime.errors import SettingsError, settings_error
+
+if TYPE_CHECKING:  # the serve path's modules are imported by cmd_serve: --help stays fast
+    from actors.chat.actor import Transcriber
+    from actors.settings import Settings
+    from actors.system import BotSystem
+    from actors.telegram.types import Voice
+    from runtime.db import Database
+    from runtime.shutdown import Shutdown
 
 
-def check_serve_settings(settings: Settings, *, polling: bool) -> None:
-    """What ``serve`` needs before it starts anything (one SettingsError naming the variable)."""
-    check_llm_settings(settings)
+def serve_mode(settings: Settings, args: argparse.Namespace) -> str:
+    """``polling`` unless a webhook is configured (``--webhook`` or TELEGRAM_WEBHOOK_URL);
+    ``--polling`` wins over the setting."""
+    if getattr(args, "polling", False):
+        return "polling"
+    if getattr(args, "webhook", False) or settings.telegram_webhook_url:
+        return "webhook"
+    return "polling"
+
+
+def check_serve_settings(settings: Settings, args: argparse.Namespace) -> None:
+    """Everything ``serve`` needs before it starts (``args.check``): every missing setting at
+    once, as :class:`~runtime.errors.SettingsErrors`."""
+    from memory.llm.factory import llm_settings_problems
+
+    problems = []
     if not settings.telegram_bot_token:
-        raise SettingsError("TELEGRAM_BOT_TOKEN", "is required (the token from BotFather)")
-    if not polling and not settings.telegram_secret_token:
-        raise SettingsError(
+        problems.append(SettingsError(
+            "TELEGRAM_BOT_TOKEN", "is required (talk to @BotFather in Telegram: /newbot)"
+        ))  # fmt: skip
+    problems += llm_settings_problems(settings)
+    if serve_mode(settings, args) == "webhook" and not settings.telegram_secret_token:
+        problems.append(SettingsError(
             "TELEGRAM_SECRET_TOKEN",
-            "is required in webhook mode (or run `engram serve --polling`)",
-        )
+            "is required in webhook mode: 1-256 characters of A-Za-z0-9_- (e.g. the output of "
+            "`openssl rand -hex 32`); or leave TELEGRAM_WEBHOOK_URL empty for long polling",
+        ))  # fmt: skip
+    error = settings_error(problems)
+    if error is not None:
+        raise error
+
+
+def print_pairing(text: str) -> None:
+    """The pairing instructions, on stdout (``engram serve``'s own output)."""
+    print(f"\n{text}\n", flush=True)
 
 
 @asynccontextmanager
@@ -62,7 +77,9 @@ async def voice_transcriber(settings: Settings, db: Database) -> AsyncIterator[T
         return
     from openai import AsyncOpenAI
 
+    from actors.telegram.client import BotApiClient
     from actors.telegram.voice import transcribe_voice
+    from memory.llm.cost import configured_rates
 
     client = AsyncOpenAI(
         api_key=settings.openai_api_key.reveal(),
@@ -93,7 +110,27 @@ async def voice_transcriber(settings: Settings, db: Database) -> AsyncIterator[T
 
 
 async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
-    check_serve_settings(settings, polling=args.polling)
+    from actors.agent.handler import agent_tools, sql_agent
+    from actors.compactor import sql_compactor
+    from actors.system import BotSystem
+    from memory.conversation.purge import PurgeJob
+    from memory.conversation.window import CompactionRule
+    from memory.embeddings.providers import open_embedder
+    from memory.embeddings.store import EmbeddingBackfill
+    from memory.embeddings.thresholds import thresholds_for
+    from memory.llm.cost import configured_rates
+    from memory.llm.factory import open_llm
+    from memory.llm.usage_writer import open_usage_writer
+    from memory.patterns.backlog import CompactionSweep, SqlBacklog
+    from memory.patterns.dedup import LLMAdjudicator
+    from memory.patterns.maintenance import ChatIndexJob
+    from memory.patterns.profile import SqlProfile
+    from memory.patterns.retrieval import LexiconCache, SqlPatternRetriever
+    from memory.tools.memory_tools import memory_tools
+    from runtime.cli import open_settings_database
+    from runtime.serve import serve
+
+    check_serve_settings(settings, args)
     async with (
         open_settings_database(settings) as database,
         open_usage_writer(database) as usage,  # api_usage rows off the turn's path
@@ -135,7 +172,8 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
                 s,
                 db,
                 shutdown,
-                polling=args.polling,
+                polling=serve_mode(s, args) == "polling",
+                announce=print_pairing,
                 turns=agent,
                 transcribe=transcribe,
                 background=[
@@ -171,20 +209,34 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser, sub = base_parser()
     p = sub.add_parser("serve", help="run the bot (HTTP server, actors)")
-    p.add_argument(
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument(
         "--polling",
         action="store_true",
-        help="get updates by long polling instead of a webhook (no public HTTPS needed)",
+        help="get updates by long polling (the default unless TELEGRAM_WEBHOOK_URL is set)",
     )
-    p.set_defaults(handler=cmd_serve)
+    mode.add_argument(
+        "--webhook",
+        action="store_true",
+        help="get updates on POST /api/telegram (the default when TELEGRAM_WEBHOOK_URL is set)",
+    )
+    p.set_defaults(handler=cmd_serve, check=check_serve_settings, quiet_logs=False)
     telegram_commands.register(sub)
+    chats_commands.register(sub)
+    config_command.register(sub)
+    systemd_command.register(sub)
     journal_commands.register(sub)
     patterns_cli.register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_cli(build_parser(), argv, load=load_settings)
+    def load() -> Settings:
+        from actors.settings import load_settings
+
+        return load_settings()
+
+    return run_cli(build_parser(), argv, load=load)
 
 
 if __name__ == "__main__":

@@ -18,23 +18,16 @@ import argparse
 import sys
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from actors.settings import Settings
-from memory.conversation.purge import purge_compacted
-from memory.embeddings.providers import open_embedder
-from memory.embeddings.reembed import ReembedReport, reembed
-from memory.embeddings.store import ALL_TABLES
-from memory.embeddings.thresholds import thresholds_for
-from memory.errors import EmbeddingError
-from memory.llm.cost import configured_rates
-from memory.llm.factory import check_llm_settings, open_llm
-from memory.patterns.dedup import LLMAdjudicator
-from memory.patterns.merge import MergePair, MergeReport, merge_patterns
+from memory.embeddings.tables import ALL_TABLES
 from runtime.cli import fail, open_settings_database
-from runtime.db import Database
-from runtime.migrate import apply_migrations
-from runtime.progress import Progress
+
+if TYPE_CHECKING:  # the handlers import what they use: building the parser stays fast
+    from actors.settings import Settings
+    from memory.embeddings.reembed import ReembedReport
+    from memory.patterns.merge import MergePair, MergeReport
+    from runtime.db import Database
 
 STATUSES = ("active", "merged", "deprecated", "superseded", "disputed")
 CONTENT_WIDTH = 80
@@ -44,6 +37,13 @@ _SHORT = {
     "alias_embeddings": "aliases",
     "episode_embeddings": "episodes",
 }
+
+
+async def apply_migrations(db: Database) -> list[str]:
+    """:func:`runtime.migrate.apply_migrations`, imported when a command first needs it."""
+    from runtime.migrate import apply_migrations as apply
+
+    return await apply(db)
 
 
 def _key(settings: Settings) -> str | None:
@@ -106,6 +106,8 @@ async def list_patterns(
 
 
 async def cmd_patterns_list(settings: Settings, args: argparse.Namespace) -> int:
+    from runtime.clock import local_datetime
+
     async with open_settings_database(settings) as db:
         await apply_migrations(db)
         rows = await list_patterns(db, args.chat, status=args.status, limit=args.limit)
@@ -114,8 +116,12 @@ async def cmd_patterns_list(settings: Settings, args: argparse.Namespace) -> int
         print(f"no {which}patterns for chat {args.chat}")
         return 0
     headers = ("id", "kind", "strength", "confidence", "status", "last_seen", "content")
-    print(render_table(headers, [tuple(r[h] for h in headers) for r in rows],
-                       last_width=CONTENT_WIDTH))  # fmt: skip
+    table = [
+        tuple(local_datetime(r[h], settings.timezone) if h == "last_seen" else r[h]
+              for h in headers)
+        for r in rows
+    ]  # fmt: skip
+    print(render_table(headers, table, last_width=CONTENT_WIDTH))
     print(f"{len(rows)} pattern(s)")
     return 0
 
@@ -165,6 +171,14 @@ def print_merge(report: MergeReport, out: TextIO | None = None) -> None:
 
 
 async def cmd_patterns_merge(settings: Settings, args: argparse.Namespace) -> int:
+    from memory.embeddings.providers import open_embedder
+    from memory.embeddings.thresholds import thresholds_for
+    from memory.llm.cost import configured_rates
+    from memory.llm.factory import check_llm_settings, open_llm
+    from memory.patterns.dedup import LLMAdjudicator
+    from memory.patterns.merge import merge_patterns
+    from runtime.progress import Progress
+
     check_llm_settings(settings)
     async with open_settings_database(settings) as db:
         await apply_migrations(db)
@@ -193,6 +207,8 @@ async def cmd_patterns_merge(settings: Settings, args: argparse.Namespace) -> in
 
 
 async def cmd_patterns_purge(settings: Settings, args: argparse.Namespace) -> int:
+    from memory.conversation.purge import purge_compacted
+
     days = settings.message_retention_days if args.days is None else args.days
     if days == 0:
         print("retention is 0 days (keep forever): nothing purged")
@@ -221,6 +237,12 @@ def print_reembed(report: ReembedReport, out: TextIO | None = None) -> None:
 
 
 async def cmd_memory_reembed(settings: Settings, args: argparse.Namespace) -> int:
+    from memory.embeddings.providers import open_embedder
+    from memory.embeddings.reembed import reembed
+    from memory.errors import EmbeddingError
+    from memory.llm.cost import configured_rates
+    from runtime.progress import Progress
+
     async with open_settings_database(settings) as db:
         await apply_migrations(db)
         async with open_embedder(

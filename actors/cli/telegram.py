@@ -6,8 +6,10 @@
 
 ``set-webhook`` needs a secret token (Telegram sends it in a header, the webhook checks it):
 the configured TELEGRAM_SECRET_TOKEN, or a fresh random one that is printed once, to be put in
-the environment or ``.env``. The bot token is never printed, and a missing one is a
-configuration error (exit code 2).
+the environment or ``.env``. The bot token is never printed; a missing one, or one Telegram
+rejects, is a configuration error (exit code 2), the same as in ``engram serve``.
+
+Imports are lazy (inside the handlers): building the ``engram`` parser costs nothing here.
 """
 
 from __future__ import annotations
@@ -17,16 +19,15 @@ import re
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
-from typing import Any
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Any
 
-from actors.settings import Settings
-from actors.telegram.client import BotApiClient
-from actors.telegram.errors import Unauthorized
-from actors.telegram.types import ALLOWED_UPDATES, BotUser, WebhookInfo
 from runtime.cli import fail
 from runtime.errors import SettingsError
+
+if TYPE_CHECKING:
+    from actors.settings import Settings
+    from actors.telegram.client import BotApiClient
+    from actors.telegram.types import BotUser, WebhookInfo
 
 SECRET_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
 WEBHOOK_PATH = "/api/telegram"
@@ -47,7 +48,11 @@ def valid_secret_token(token: str) -> bool:
 
 @asynccontextmanager
 async def open_bot(settings: Settings) -> AsyncIterator[BotApiClient]:
-    """A Bot API client for the configured token; SettingsError when it is missing or bad."""
+    """A Bot API client for the configured token; SettingsError when it is missing or bad, and
+    :class:`~actors.telegram.errors.TokenRejected` when Telegram answers 401 to it."""
+    from actors.telegram.client import BotApiClient
+    from actors.telegram.errors import TokenRejected, Unauthorized
+
     token = settings.telegram_bot_token.reveal()
     if not token:
         raise SettingsError(
@@ -64,26 +69,28 @@ async def open_bot(settings: Settings) -> AsyncIterator[BotApiClient]:
         try:
             yield client
         except Unauthorized:
-            raise SettingsError(
-                "TELEGRAM_BOT_TOKEN", "Telegram rejected the token (401 Unauthorized)"
-            ) from None
+            raise TokenRejected() from None
 
 
-def _https_url_problem(url: str) -> str | None:
+def https_url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a webhook URL (None when it can)."""
+    from actors.telegram.settings import webhook_url
+
+    if not url.strip():
+        return "must not be empty"
     try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        return "is not a valid URL"
-    if parts.scheme != "https" or not parts.hostname:
-        return "must be an https:// URL (Telegram only delivers webhooks over HTTPS)"
+        webhook_url(url)
+    except ValueError as exc:
+        return str(exc)
     return None
 
 
 async def cmd_set_webhook(settings: Settings, args: argparse.Namespace) -> int:
     """setWebhook with a secret token and engram's allowed_updates."""
+    from actors.telegram.types import ALLOWED_UPDATES
+
     url: str = args.url.strip()
-    problem = _https_url_problem(url)
+    problem = https_url_problem(url)
     if problem is not None:
         return fail(f"--url {problem}", 2)
     configured = settings.telegram_secret_token.reveal()
@@ -126,18 +133,17 @@ async def cmd_delete_webhook(settings: Settings, args: argparse.Namespace) -> in
     return 0
 
 
-def _when(timestamp: int | None) -> str:
-    if timestamp is None:
-        return "-"
-    return datetime.fromtimestamp(timestamp, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+def format_info(me: BotUser, hook: WebhookInfo | str, timezone: str = "UTC") -> list[str]:
+    """Readable lines for ``engram telegram info`` (no secrets in either object); ``hook`` is
+    the reason when the webhook state could not be read. Dates in ``timezone``."""
+    from runtime.clock import timestamp_text
 
-
-def format_info(me: BotUser, hook: WebhookInfo) -> list[str]:
-    """Readable lines for ``engram telegram info`` (no secrets in either object)."""
     name = f"@{me.username}" if me.username else "(no username)"
-    lines = [
-        f"bot:              {name} ({me.first_name}, id {me.id})",
-        f"webhook:          {hook.url or '(none: long polling with engram serve --polling)'}",
+    lines = [f"bot:              {name} ({me.first_name}, id {me.id})"]
+    if isinstance(hook, str):
+        return [*lines, f"webhook:          unknown ({hook})"]
+    lines += [
+        f"webhook:          {hook.url or '(none: engram serve gets updates by long polling)'}",
         f"pending updates:  {hook.pending_update_count}",
     ]
     if hook.url:
@@ -148,18 +154,23 @@ def format_info(me: BotUser, hook: WebhookInfo) -> list[str]:
         if hook.has_custom_certificate:
             lines.append("certificate:      custom (self-signed)")
     if hook.last_error_date is not None or hook.last_error_message:
-        lines.append(
-            f"last error:       {_when(hook.last_error_date)}: {hook.last_error_message or '?'}"
-        )
+        when = timestamp_text(hook.last_error_date, timezone) if hook.last_error_date else "-"
+        lines.append(f"last error:       {when}: {hook.last_error_message or '?'}")
     return lines
 
 
 async def cmd_info(settings: Settings, args: argparse.Namespace) -> int:
-    """getMe + getWebhookInfo, printed readably."""
+    """getMe + getWebhookInfo, printed readably (a server without getWebhookInfo says so)."""
+    from actors.telegram.errors import UnsupportedMethod
+
     async with open_bot(settings) as bot:
         me = await bot.get_me()
-        hook = await bot.get_webhook_info()
-    for line in format_info(me, hook):
+        hook: WebhookInfo | str
+        try:
+            hook = await bot.get_webhook_info()
+        except UnsupportedMethod as exc:
+            hook = str(exc)
+    for line in format_info(me, hook, settings.timezone):
         print(line)
     return 0
 

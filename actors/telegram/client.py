@@ -24,6 +24,7 @@ from actors.telegram.errors import (
     FileTooLarge,
     NetworkError,
     UnexpectedResponse,
+    UnsupportedMethod,
     api_error_class,
     classify_exception,
 )
@@ -49,6 +50,10 @@ DEFAULT_BASE_URL = "https://api.telegram.org"
 _TOKEN_RE = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{1,200}")
 _FILE_PATH_RE = re.compile(r"[A-Za-z0-9_.\-/]{1,512}")
 REDACTED = "<redacted>"
+#: How Bot API servers and emulators say they lack a method (Telegram itself: 404 "Not Found").
+_NO_SUCH_METHOD = re.compile(
+    r"method not found|unknown method|not implemented|no such method", re.IGNORECASE
+)
 
 
 class _RedactToken(logging.Filter):
@@ -160,19 +165,27 @@ class BotApiClient:
         return kind(method, detail, cause_type=type(exc).__name__)
 
     def _api_error(self, method: str, response: httpx.Response) -> Exception:
-        """The error for an answer that is not ``200 {"ok": true, ...}``."""
+        """The error for an answer that is not ``200 {"ok": true, ...}``: Telegram's own
+        ``description`` when it sent one; otherwise the HTTP status with the start of the body,
+        said to be no Bot API answer. A method the server does not know (404 or 501, or a
+        description saying so) is :class:`UnsupportedMethod`, naming it."""
         try:
             body: object = response.json()
         except (ValueError, UnicodeDecodeError):
             body = None
+        description: object = None
         if not isinstance(body, Mapping) or body.get("ok") is not False:
             if response.is_success:
                 return UnexpectedResponse(f"{method}: HTTP {response.status_code}: no Bot API body")
+            text = " ".join(response.text.split())[:200] if response.content else ""
+            reason = response.reason_phrase or "error"
+            description = f"{reason} (not a Bot API answer{': ' + text if text else ''})"
             body = {}
         code = body.get("error_code")
         if not isinstance(code, int) or isinstance(code, bool):
             code = response.status_code
-        description = body.get("description")
+        if description is None:
+            description = body.get("description")
         if not isinstance(description, str):
             description = response.reason_phrase or "error"
         retry_after: float | None = None
@@ -185,7 +198,12 @@ class BotApiClient:
             value = params.get("migrate_to_chat_id")
             if isinstance(value, int) and not isinstance(value, bool):
                 migrate = value
-        return api_error_class(code)(
+        kind = api_error_class(code)
+        if method != "downloadFile" and (
+            code in (404, 501) or _NO_SUCH_METHOD.search(description) is not None
+        ):
+            kind = UnsupportedMethod
+        return kind(
             method,
             response.status_code,
             code,

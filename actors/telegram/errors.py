@@ -19,7 +19,7 @@ import httpcore
 import httpx
 import trio
 
-from runtime.errors import EngramError
+from runtime.errors import EngramError, SettingsError
 
 
 class TelegramError(EngramError):
@@ -75,6 +75,17 @@ class Forbidden(ApiError):
 
 class NotFound(ApiError):
     """404: unknown method, or a malformed token, or an unknown file path."""
+
+
+class UnsupportedMethod(NotFound):
+    """404 or 501 for a method (not a file): the Bot API server does not know the method — a
+    local Bot API server or an emulator that lacks it. The message names the method."""
+
+    def __str__(self) -> str:
+        return (
+            f"{self.method}: this Bot API server does not support {self.method} "
+            f"({self.error_code} {self.description})"
+        )
 
 
 class Conflict(ApiError):
@@ -364,6 +375,14 @@ CONFLICT_HELP = (
     "webhook is set or another instance is polling: run `engram telegram delete-webhook` "
     "(or use webhook mode), or stop the other engram instance, then start again."
 )
+
+
+class TokenRejected(SettingsError):
+    """Telegram answered 401 to the bot token: the same configuration error (exit code 2) from
+    every command that talks to Telegram, ``serve`` included."""
+
+    def __init__(self) -> None:
+        super().__init__("TELEGRAM_BOT_TOKEN", "Telegram rejected the token")
 
 
 class PollingConflict(EngramError):

@@ -1,7 +1,9 @@
 """Durable ingress shared by the webhook and the long-polling loop.
 
 ``ingest`` takes one parsed update and decides, in this order: unknown kind -> acknowledged and
-skipped; chat not allowed -> dropped with a log line; seen in the in-memory dedupe cache ->
+skipped; chat not allowed -> handed to ``strangers`` (``actors.telegram.pairing.ChatAccess``:
+kept for a later pairing, or this very update pairs the chat and goes on), or without it
+dropped with a log line; seen in the in-memory dedupe cache ->
 duplicate; otherwise INSERT into the inbox (the unique update key makes a retry a no-op; the
 webhook passes ``insert``, the group-committing inbox writer, the poller inserts on ``db``) and
 then tell the router. The caller acknowledges Telegram only after this returns (webhook 200,
@@ -11,7 +13,7 @@ polling offset), so an acknowledged update is always in the inbox.
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Container, Mapping
 from typing import Any
 
 import trio
@@ -29,12 +31,16 @@ Notify = Callable[[int, Update], None]
 InsertUpdate = Callable[
     [str, int | None, int | None, str, Mapping[str, Any]], Awaitable[int | None]
 ]
+#: An update of a chat not allowed -> True when it is to be stored as usual (it paired the
+#: chat), False when it was dealt with (kept, acknowledged). Raises like ``insert``.
+Strangers = Callable[[Update, Mapping[str, Any]], Awaitable[bool]]
 
 
 class Outcome(enum.Enum):
     STORED = "stored"
     DUPLICATE = "duplicate"
     NOT_ALLOWED = "not_allowed"
+    HELD = "held"
     UNKNOWN_KIND = "unknown_kind"
 
 
@@ -43,12 +49,13 @@ async def ingest(
     update: Update,
     payload: Mapping[str, Any],
     *,
-    allowed_chat_ids: frozenset[int],
+    allowed_chat_ids: Container[int],
     dedupe: DedupeCache,
     notify: Notify,
     clock: Callable[[], float] = trio.current_time,
     source: str = "webhook",
     insert: InsertUpdate | None = None,
+    strangers: Strangers | None = None,
 ) -> Outcome:
     """Store an accepted update durably, then notify. Raises ValueError (unstorable payload)
     and DatabaseError (storage down) so the caller can refuse the acknowledgement."""
@@ -61,7 +68,10 @@ async def ingest(
         )
         return Outcome.UNKNOWN_KIND
     chat_id = update.chat_id
-    if chat_id is None or chat_id not in allowed_chat_ids:
+    if chat_id is not None and chat_id not in allowed_chat_ids and strangers is not None:
+        if not await strangers(update, payload):
+            return Outcome.HELD
+    elif chat_id is None or chat_id not in allowed_chat_ids:
         log.warning(
             "ingest.chat_not_allowed",
             update_id=update.update_id,

@@ -6,10 +6,11 @@ is the next offset stored in ``bot_state`` (key ``polling_offset``) and used for
 which is what tells Telegram to forget the batch. A start-up resumes from the stored offset.
 
 Failures: 409 (a webhook is set, or another poller runs) ends the poller with
-:class:`PollingConflict`; 429 waits ``retry_after``; 5xx and network errors back off (1 s
-doubling up to 30 s); a :class:`~runtime.errors.DatabaseError` while storing keeps the offset,
-backs off and polls the same offset again, so Telegram re-delivers the batch (what was already
-stored is a duplicate then). Malformed updates, and payloads the inbox cannot store, are logged
+:class:`PollingConflict`, 401 with :class:`TokenRejected` (a configuration error); 429 waits
+``retry_after``; 5xx and network errors back off (1 s doubling up to 30 s); a
+:class:`~runtime.errors.DatabaseError` while storing keeps the offset, backs off and polls the
+same offset again, so Telegram re-delivers the batch (what was already stored is a duplicate
+then). Malformed updates, and payloads the inbox cannot store, are logged
 and skipped: their ids still advance the offset, since they can never become valid.
 
 Shutdown: when ``stop`` is set, a long poll in flight is abandoned (nothing of it was
@@ -24,7 +25,7 @@ in-memory fakes.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Container, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 import attrs
@@ -40,9 +41,11 @@ from actors.telegram.errors import (
     RateLimited,
     ServerError,
     TelegramError,
+    TokenRejected,
+    Unauthorized,
     UnexpectedResponse,
 )
-from actors.telegram.ingest import Notify, Outcome, ingest
+from actors.telegram.ingest import Notify, Outcome, Strangers, ingest
 from actors.telegram.types import ALLOWED_UPDATES, Update, UpdateBatch, parse_update_batch
 from runtime.db import Queries
 from runtime.errors import DatabaseError
@@ -173,10 +176,11 @@ class Poller:
         db: Queries | None,
         client: BotApiClient | UpdateSource,
         *,
-        allowed_chat_ids: frozenset[int],
+        allowed_chat_ids: Container[int],
         dedupe: DedupeCache,
         notify: Notify,
         stop: trio.Event,
+        strangers: Strangers | None = None,
         poll_timeout: int = 50,
         offsets: OffsetStore | None = None,
         ingest_one: IngestOne | None = None,
@@ -191,6 +195,7 @@ class Poller:
         )
         self._db = db
         self._allowed_chat_ids = allowed_chat_ids
+        self._strangers = strangers
         self._dedupe = dedupe
         self._notify = notify
         self._stop = stop
@@ -214,6 +219,7 @@ class Poller:
             dedupe=self._dedupe,
             notify=self._notify,
             source="polling",
+            strangers=self._strangers,
         )
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -229,6 +235,8 @@ class Poller:
             except Conflict as exc:
                 log.error("poller.conflict", error=exc.description)
                 raise PollingConflict(exc.description) from None
+            except Unauthorized:
+                raise TokenRejected() from None
             except RateLimited as exc:
                 if exc.retry_after is not None:
                     delay = exc.retry_after

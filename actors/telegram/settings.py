@@ -4,6 +4,7 @@ and how long replies wait out failures."""
 from __future__ import annotations
 
 from typing import ClassVar
+from urllib.parse import urlsplit
 
 import attrs
 
@@ -19,6 +20,21 @@ from runtime.settings import (
 )
 
 
+def webhook_url(raw: str) -> str:
+    """Empty, or the public ``https://`` URL Telegram is to POST updates to."""
+    value = raw.strip()
+    if not value:
+        return value
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise ValueError(f"is not a valid URL: {value!r}") from None
+    if parts.scheme != "https" or not parts.hostname:
+        raise ValueError("must be an https:// URL (Telegram delivers webhooks over HTTPS only)")
+    return value
+
+
 @attrs.frozen(kw_only=True, slots=False)
 class TelegramSettings(SettingsSection):
     """How the bot reaches Telegram, whom it talks to, and how long replies wait out outages."""
@@ -28,6 +44,9 @@ class TelegramSettings(SettingsSection):
               "Bot token from BotFather (required by serve).", secret=True),
         Field("TELEGRAM_SECRET_TOKEN", "telegram_secret_token", "", secret_token,
               "Webhook secret header value (required in webhook mode).", secret=True),
+        Field("TELEGRAM_WEBHOOK_URL", "telegram_webhook_url", "", webhook_url,
+              "Public https URL of /api/telegram: set, engram serve uses the webhook and "
+              "registers it at start; empty: long polling."),
         Field("TELEGRAM_ALLOWED_CHAT_IDS", "telegram_allowed_chat_ids", "", chat_ids,
               "Comma-separated chat ids allowed to talk to the bot (empty: nobody).",
               aliases=("TELEGRAM_ALLOWED_CHAT_ID",)),
@@ -43,6 +62,7 @@ class TelegramSettings(SettingsSection):
 
     telegram_bot_token: Secret
     telegram_secret_token: Secret
+    telegram_webhook_url: str = ""
     telegram_allowed_chat_ids: frozenset[int]
     telegram_api_base_url: str
     send_retry_cap: float

@@ -19,7 +19,8 @@ Order of checks, each before any work the next one needs:
 5. the rest is ``actors.telegram.ingest.ingest``, shared with the long-polling loop: unknown update
    kinds -> 200, *not stored* (engram subscribes only to the kinds it handles, they carry no
    chat to check against the allowlist, nothing would process the row); chats outside the
-   allowlist -> 200, dropped, logged; a hit in the in-memory ``DedupeCache`` -> 200 without a
+   allowlist -> 200 once kept for a later pairing (``strangers``: ``held_updates``, durable
+   before the 200 like an inbox row); a hit in the in-memory ``DedupeCache`` -> 200 without a
    database round trip; otherwise INSERT into the inbox *before* the 200 (through the
    group-committing ``actors.queues.inbox_writer.InboxWriter`` in production; a duplicate update
    key -> 200 and nothing else), then ``notify(inbox_id, update)`` (synchronous, must not
@@ -36,7 +37,7 @@ import hmac
 import json
 import math
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 import attrs
@@ -46,7 +47,7 @@ import trio
 from actors.queues.dedupe import DedupeCache
 from actors.telegram.chunking import utf16_len
 from actors.telegram.errors import MalformedUpdate
-from actors.telegram.ingest import InsertUpdate, Notify, ingest
+from actors.telegram.ingest import InsertUpdate, Notify, Strangers, ingest
 from actors.telegram.types import Update, parse_update
 from runtime.asgi import Receive, Scope, Send, remote_address, send_response
 from runtime.db import Queries
@@ -179,7 +180,7 @@ class TelegramWebhook:
     """The ASGI handler of ``POST /api/telegram`` (see the module docstring)."""
 
     secret: bytes
-    allowed_chat_ids: frozenset[int]
+    allowed_chat_ids: Container[int]
     db: Queries
     notify: Notify
     dedupe: DedupeCache
@@ -188,6 +189,7 @@ class TelegramWebhook:
     body_timeout: float = BODY_TIMEOUT
     max_body_bytes: int = MAX_BODY_BYTES
     guard: AuthFailureGuard = attrs.field(factory=AuthFailureGuard)
+    strangers: Strangers | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -259,6 +261,7 @@ class TelegramWebhook:
                 clock=self.clock,
                 source="webhook",
                 insert=self.insert,
+                strangers=self.strangers,
             )
         except ValueError as exc:
             log.warning("webhook.unstorable", update_id=update.update_id, reason=str(exc)[:200])
@@ -318,7 +321,7 @@ class TelegramWebhook:
 def webhook_handler(
     *,
     secret_token: str,
-    allowed_chat_ids: frozenset[int],
+    allowed_chat_ids: Container[int],
     db: Queries,
     notify: Notify,
     dedupe: DedupeCache,
@@ -327,6 +330,7 @@ def webhook_handler(
     body_timeout: float = BODY_TIMEOUT,
     max_body_bytes: int = MAX_BODY_BYTES,
     auth_guard: AuthFailureGuard | None = None,
+    strangers: Strangers | None = None,
 ) -> TelegramWebhook:
     """The ASGI handler serving ``POST /api/telegram`` (mount it at ``WEBHOOK_PATH`` with
     :class:`runtime.asgi.PathDispatcher`). ``insert`` stores one update (the group-committing
@@ -345,4 +349,5 @@ def webhook_handler(
         body_timeout=body_timeout,
         max_body_bytes=max_body_bytes,
         guard=auth_guard if auth_guard is not None else AuthFailureGuard(),
+        strangers=strangers,
     )

@@ -286,6 +286,18 @@ class LocalEmbedder:
 # --- factory -----------------------------------------------------------------------------------
 
 
+def embedding_model(provider: str, openai_api_key: str | None) -> str:
+    """The model :func:`make_embedder` uses for these settings (``auto``: OpenAI when a key
+    is set, else the local model), without building it."""
+    if provider not in ("auto", "openai", "local"):
+        raise SettingsError(
+            "EMBEDDING_PROVIDER", f"must be auto, openai or local, not {provider!r}"
+        )
+    if provider == "local" or (provider == "auto" and not openai_api_key):
+        return f"wordllama-l2-supercat-{LOCAL_DIMS}"
+    return OPENAI_MODEL
+
+
 def make_embedder(
     provider: str,
     openai_api_key: str | None,
@@ -298,11 +310,7 @@ def make_embedder(
 
     Close the result with ``await embedder.aclose()`` (or use :func:`open_embedder`).
     """
-    if provider not in ("auto", "openai", "local"):
-        raise SettingsError(
-            "EMBEDDING_PROVIDER", f"must be auto, openai or local, not {provider!r}"
-        )
-    if provider == "local" or (provider == "auto" and not openai_api_key):
+    if embedding_model(provider, openai_api_key) != OPENAI_MODEL:
         return LocalEmbedder()
     if not openai_api_key:
         raise SettingsError("OPENAI_API_KEY", "is required for OpenAI embeddings")

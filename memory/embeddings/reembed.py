@@ -24,14 +24,8 @@ import attrs
 import numpy as np
 
 from memory.embeddings.providers import PURPOSE, Embedder
-from memory.embeddings.store import (
-    ALL_TABLES,
-    VectorTable,
-    check_model,
-    ensure_vector_index,
-    store_vectors,
-    vector_table,
-)
+from memory.embeddings.store import check_model, ensure_vector_index, store_vectors
+from memory.embeddings.tables import ALL_TABLES, VectorTable, vector_table
 from memory.errors import EmbeddingError
 from runtime.db import Queries
 from runtime.logs import get_logger

@@ -5,7 +5,8 @@ Side tables (``entry_embeddings``, ``pattern_embeddings``, ``alias_embeddings``,
 gets its own HNSW index on ``embedding::vector(dims)``, partial on ``model``. Migrations create
 the indexes of ``text-embedding-3-small``; :func:`ensure_vector_index` creates any other model's
 at run time (``store_vectors`` calls it). Table and column names only ever come from the
-allow-list :data:`VECTOR_TABLES`; model names must match :data:`MODEL_NAME`.
+allow-list :data:`memory.embeddings.tables.VECTOR_TABLES`; model names must match
+:data:`MODEL_NAME`.
 
 :class:`EmbeddingBackfill` embeds rows that lack a vector for the current model, forever: a
 failed pass is logged and retried with exponential backoff (never silently dropped).
@@ -18,11 +19,11 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-import attrs
 import numpy as np
 import trio
 
 from memory.embeddings.providers import PURPOSE, Embedder
+from memory.embeddings.tables import ALL_TABLES, VectorTable, vector_table
 from memory.errors import EmbeddingError
 from runtime.db import Queries
 from runtime.errors import IntegrityViolation, QueryError
@@ -33,37 +34,6 @@ log = get_logger(__name__)
 MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/\-]{0,99}")
 HNSW_MAX_DIMS = 2000  # pgvector's limit for an HNSW index on ``vector``
 
-
-
-@attrs.frozen
-class VectorTable:
-    """A side table: its owner (table, key column), the owner's text column, chat scoping."""
-
-    name: str
-    owner_col: str
-    owner_table: str
-    text_col: str
-    chat_scoped: bool
-
-
-VECTOR_TABLES: dict[str, VectorTable] = {
-    t.name: t
-    for t in (
-        VectorTable("entry_embeddings", "entry_id", "entries", "text", False),
-        VectorTable("pattern_embeddings", "pattern_id", "patterns", "content", True),
-        VectorTable("alias_embeddings", "alias_id", "pattern_aliases", "content", True),
-        VectorTable("episode_embeddings", "episode_id", "episodes", "summary", True),
-    )
-}
-ALL_TABLES = tuple(VECTOR_TABLES)
-
-
-def vector_table(table: str, owner_col: str | None = None) -> VectorTable:
-    """The allow-listed side table ``table`` (ValueError otherwise)."""
-    spec = VECTOR_TABLES.get(table)
-    if spec is None or (owner_col is not None and owner_col != spec.owner_col):
-        raise ValueError(f"not an embedding side table: {table!r} ({owner_col!r})")
-    return spec
 
 
 def check_model(model: str) -> str:

@@ -374,6 +374,8 @@ class FakeBotApi(KeyboardMethods):
         self._ids = itertools.count(1)
         self._changed = trio.Event()
         self._poll_generation = 0
+        #: methods answered like a Bot API server or emulator that lacks them (``unsupport``)
+        self._unsupported: dict[str, tuple[int, str]] = {}
 
     # --- scripting and inspection (for tests) --------------------------------------------------
 
@@ -389,6 +391,11 @@ class FakeBotApi(KeyboardMethods):
     def stop_failing(self, method: str) -> None:
         """End :meth:`fail_while` for ``method``."""
         self._standing.pop(method, None)
+
+    def unsupport(self, method: str, status: int = 404, body: str = "") -> None:
+        """Answer every call of ``method`` with ``status`` and ``body`` (plain text; empty: the
+        404 JSON Telegram gives an unknown method) — a server that does not have it."""
+        self._unsupported[method] = (status, body)
 
     def block_chat(self, chat_id: int | str) -> None:
         """Every later send to ``chat_id`` gets 403 "Forbidden: bot was blocked by the user"."""
@@ -671,6 +678,11 @@ class FakeBotApi(KeyboardMethods):
         self, method: str, call: Call, request: h11.Request, query: str, body: bytes
     ) -> _Reply | _Drop:
         handler = self._handler(method)
+        if method in self._unsupported:
+            status, text = self._unsupported[method]
+            if text:
+                return status, text.encode(), "text/plain", True
+            handler = None
         if handler is None:
             return _json_reply(404, {"ok": False, "error_code": 404, "description": "Not Found"})
         try:

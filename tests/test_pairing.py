@@ -1,0 +1,340 @@
+"""Pairing and the allowlist, end to end: the bot's actor system (long polling) against the
+strict fake Bot API on a real PostgreSQL, with no TELEGRAM_ALLOWED_CHAT_IDS configured.
+
+A chat pairs by sending ``/start <code>``; every other chat's updates are kept and it is told,
+at most once an hour, that the bot is private; a chat allowed later (by the code, or
+``engram chats allow`` from another process) gets its kept updates answered.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+from fakes.bot_api import DEFAULT_TOKEN, FakeBotApi, run_fake_bot_api
+
+from actors.agent.turn import TurnInput, TurnReply
+from actors.chat.actor import HELP
+from actors.settings import load_settings
+from actors.system import BotSystem
+from actors.telegram.client import BotApiClient
+from actors.telegram.pairing import (
+    CODE_ALPHABET,
+    PAIRED,
+    PRIVATE,
+    PRIVATE_PAIRING,
+    ChatAccess,
+    PairingCode,
+    new_code,
+)
+from actors.telegram.poller import Poller
+from runtime import db as dbmod
+from runtime.serve import serve
+from runtime.shutdown import Shutdown
+
+OWNER = 7001
+STRANGER = 7002
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@attrs.define
+class Echo:
+    turns: list[TurnInput] = attrs.field(factory=list)
+
+    async def run_turn(self, turn: TurnInput) -> TurnReply:
+        self.turns.append(turn)
+        return TurnReply(f"echo: {turn.text}")
+
+
+@attrs.define
+class Bot:
+    access: ChatAccess
+    announced: list[str]
+    now: list[float]  # the pairing clock (seconds)
+    agent: Echo
+
+    @property
+    def code(self) -> str:
+        assert self.access.code is not None
+        return self.access.code.code
+
+
+@asynccontextmanager
+async def running(
+    db: dbmod.Database, fake: FakeBotApi, *, allowed: str = "", refresh: float = 0.2
+) -> AsyncIterator[Bot]:
+    settings = load_settings(
+        {
+            "ENGRAM_PORT": "0",
+            "TELEGRAM_BOT_TOKEN": DEFAULT_TOKEN,
+            "TELEGRAM_ALLOWED_CHAT_IDS": allowed,
+            "TELEGRAM_API_BASE_URL": fake.base_url,
+            "SHUTDOWN_DEADLINE": "5",
+        },
+        dotenv=None,
+    )
+    shutdown = Shutdown(deadline=5, signals=())
+    agent, announced, now = Echo(), [], [0.0]
+    systems: list[BotSystem] = []
+    started = trio.Event()
+
+    def build(s: Any, d: dbmod.Database, sh: Shutdown) -> BotSystem:
+        def short_poll(*args: Any, **kwargs: Any) -> Poller:
+            return Poller(*args, poll_timeout=1, **kwargs)
+
+        system = BotSystem(
+            s, d, sh, polling=True, turns=agent, poller_factory=short_poll,
+            bot_factory=lambda: BotApiClient(DEFAULT_TOKEN, base_url=fake.base_url),
+            announce=announced.append,
+            access_options={"clock": lambda: now[0], "refresh_interval": refresh},
+        )  # fmt: skip
+        systems.append(system)
+        return system
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(
+            lambda: serve(
+                settings, db, build, shutdown=shutdown, on_listening=lambda b: started.set()
+            )
+        )
+        with trio.fail_after(20):
+            await started.wait()
+        access = await _access_of(systems[0])
+        yield Bot(access, announced, now, agent)
+        shutdown.request_stop("test")
+
+
+async def _access_of(system: BotSystem) -> ChatAccess:
+    """The ChatAccess the system started."""
+    with trio.fail_after(5):
+        while True:
+            if system.chat_access is not None:
+                return system.chat_access
+            await trio.sleep(0.01)
+
+
+async def wait_for(predicate: Any, limit: float = 15.0) -> None:
+    """Poll state the fake server and the actors change (no event to wait on)."""
+    with trio.fail_after(limit):
+        while not predicate():  # noqa: ASYNC110
+            await trio.sleep(0.05)
+
+
+async def settle(fake: FakeBotApi, seconds: float = 1.5) -> None:
+    """Let the poller take everything queued and the actors answer it."""
+    await wait_for(lambda: not fake.pending_updates)
+    await trio.sleep(seconds)
+
+
+# --- pure ---------------------------------------------------------------------------------------
+
+
+def test_codes_are_long_random_and_readable() -> None:
+    codes = {new_code() for _ in range(200)}
+    assert len(codes) == 200
+    assert all(len(c) >= 8 and set(c) <= set(CODE_ALPHABET) for c in codes)
+    assert not set(CODE_ALPHABET) & set("01OI")
+
+
+def test_code_is_single_use_and_locks_after_five_wrong_tries() -> None:
+    code = PairingCode("ABCDEFGHJK", expires_at=600.0)
+    assert [code.attempt("WRONG", 1.0) for _ in range(4)] == ["wrong"] * 4
+    assert code.attempt("ABCDEFGHJK", 2.0) == "paired"
+    assert code.attempt("ABCDEFGHJK", 3.0) == "used"
+    locked = PairingCode("ABCDEFGHJK", expires_at=600.0)
+    assert [locked.attempt("nope", 1.0) for _ in range(5)] == ["wrong"] * 5
+    assert locked.attempt("ABCDEFGHJK", 2.0) == "locked"
+    assert PairingCode("ABCDEFGHJK", expires_at=600.0).attempt("ABCDEFGHJK", 600.0) == "expired"
+
+
+# --- through the fake Bot API -----------------------------------------------------------------
+
+
+async def test_right_code_pairs_the_chat_and_its_kept_updates_are_answered(
+    db: dbmod.Database,
+) -> None:
+    async with run_fake_bot_api() as fake, running(db, fake) as bot:
+        [text] = bot.announced
+        assert f"/start {bot.code}" in text
+        assert f"https://t.me/engram_test_bot?start={bot.code}" in text
+        fake.push_message(OWNER, "hello, are you there?")
+        await wait_for(lambda: fake.sent_texts(OWNER))
+        assert fake.sent_texts(OWNER) == [PRIVATE_PAIRING]
+        fake.push_message(OWNER, f"/start {bot.code}")
+        await wait_for(lambda: len(fake.sent_texts(OWNER)) == 4)
+        # paired; then the kept message is answered by the agent, then the /start itself
+        assert fake.sent_texts(OWNER)[1:] == [PAIRED, "echo: hello, are you there?", HELP]
+        assert [t.text for t in bot.agent.turns] == ["hello, are you there?"]
+        assert OWNER in bot.access
+    row = await db.fetchrow(
+        "SELECT allowed_by, user_id FROM allowed_chats WHERE chat_id = $1", OWNER
+    )
+    assert row is not None and (row["allowed_by"], row["user_id"]) == ("pairing", OWNER)
+    assert await db.fetchval("SELECT count(*) FROM held_updates") == 0
+
+
+async def test_wrong_code_does_not_pair(db: dbmod.Database) -> None:
+    async with run_fake_bot_api() as fake, running(db, fake) as bot:
+        fake.push_message(STRANGER, "/start NOTTHECODE")
+        await wait_for(lambda: fake.sent_texts(STRANGER))
+        await settle(fake)
+        assert fake.sent_texts(STRANGER) == [PRIVATE_PAIRING]
+        assert STRANGER not in bot.access
+        assert bot.access.code is not None and bot.access.code.tries_left == 4
+    assert await db.fetchval("SELECT count(*) FROM allowed_chats") == 0
+    assert await db.fetchval("SELECT count(*) FROM held_updates WHERE chat_id = $1", STRANGER) == 1
+
+
+async def test_an_expired_code_does_not_pair(db: dbmod.Database) -> None:
+    async with run_fake_bot_api() as fake, running(db, fake) as bot:
+        bot.now[0] = 600.0  # ten minutes after start
+        fake.push_message(OWNER, f"/start {bot.code}")
+        await wait_for(lambda: fake.sent_texts(OWNER))
+        await settle(fake)
+        assert fake.sent_texts(OWNER) == [PRIVATE]  # pairing is over: no hint about a code
+        assert OWNER not in bot.access
+    assert await db.fetchval("SELECT count(*) FROM allowed_chats") == 0
+
+
+async def test_a_second_chat_cannot_use_the_code_again(db: dbmod.Database) -> None:
+    async with run_fake_bot_api() as fake, running(db, fake) as bot:
+        code = bot.code
+        fake.push_message(OWNER, f"/start {code}")
+        await wait_for(lambda: PAIRED in fake.sent_texts(OWNER))
+        fake.push_message(STRANGER, f"/start {code}")
+        await wait_for(lambda: fake.sent_texts(STRANGER))
+        await settle(fake)
+        assert fake.sent_texts(STRANGER) == [PRIVATE]
+        assert OWNER in bot.access and STRANGER not in bot.access
+    rows = await db.fetch("SELECT chat_id FROM allowed_chats")
+    assert [r["chat_id"] for r in rows] == [OWNER]
+
+
+async def test_five_wrong_codes_lock_pairing(db: dbmod.Database) -> None:
+    async with run_fake_bot_api() as fake, running(db, fake) as bot:
+        for n in range(5):
+            fake.push_message(STRANGER, f"/start GUESS{n}")
+        await settle(fake)
+        assert bot.access.code is not None and bot.access.code.state(0.0) == "locked"
+        fake.push_message(OWNER, f"/start {bot.code}")  # the right code, too late
+        await wait_for(lambda: fake.sent_texts(OWNER))
+        await settle(fake)
+        assert fake.sent_texts(OWNER) == [PRIVATE]
+        assert OWNER not in bot.access
+        assert fake.sent_texts(STRANGER) == [PRIVATE_PAIRING]  # one notice for five tries
+    assert await db.fetchval("SELECT count(*) FROM allowed_chats") == 0
+
+
+async def test_the_private_reply_comes_at_most_once_an_hour(db: dbmod.Database) -> None:
+    async with run_fake_bot_api() as fake, running(db, fake, allowed=str(OWNER)) as bot:
+        assert bot.access.code is None and bot.announced == []  # a chat is allowed: no pairing
+        for text in ("hi", "hello?", "anyone?"):
+            fake.push_message(STRANGER, text)
+        await settle(fake)
+        assert fake.sent_texts(STRANGER) == [PRIVATE]
+        # an hour later, the next message is answered again (the notice time moved back)
+        await db.execute("UPDATE stranger_notices SET notified_at = now() - interval '61 minutes'")
+        fake.push_message(STRANGER, "still nobody?")
+        await wait_for(lambda: len(fake.sent_texts(STRANGER)) == 2)
+        await settle(fake, 0.5)
+        assert fake.sent_texts(STRANGER) == [PRIVATE, PRIVATE]
+        assert bot.agent.turns == []
+    assert await db.fetchval("SELECT count(*) FROM held_updates WHERE chat_id = $1", STRANGER) == 4
+
+
+async def test_a_chat_allowed_later_from_the_cli_gets_its_kept_updates_answered(
+    db: dbmod.Database, database_url: str, tmp_path: Path
+) -> None:
+    async with run_fake_bot_api() as fake, running(db, fake, allowed=str(OWNER)) as bot:
+        fake.push_message(STRANGER, "first")
+        fake.push_message(STRANGER, "second")
+        await settle(fake)
+        assert fake.sent_texts(STRANGER) == [PRIVATE]
+        # another process: `engram chats allow ID`
+        result = await trio.to_thread.run_sync(
+            lambda: cli(tmp_path, database_url, "chats", "allow", str(STRANGER))
+        )
+        assert result.returncode == 0, result.stderr
+        assert f"chat {STRANGER} allowed" in result.stdout
+        assert "2 kept update(s) will be answered" in result.stdout
+        await wait_for(lambda: len(fake.sent_texts(STRANGER)) == 3)
+        assert fake.sent_texts(STRANGER)[1:] == ["echo: first", "echo: second"]
+        assert STRANGER in bot.access
+        # and revoked again: its next message is kept, not answered
+        result = await trio.to_thread.run_sync(
+            lambda: cli(tmp_path, database_url, "chats", "revoke", str(STRANGER))
+        )
+        assert result.returncode == 0, result.stderr
+        await wait_for(lambda: STRANGER not in bot.access)
+        fake.push_message(STRANGER, "third")
+        await settle(fake)
+        assert len(fake.sent_texts(STRANGER)) == 3
+    assert await db.fetchval("SELECT count(*) FROM held_updates WHERE chat_id = $1", STRANGER) == 1
+
+
+async def test_updates_older_than_a_day_are_not_released(db: dbmod.Database) -> None:
+    async with run_fake_bot_api() as fake, running(db, fake, allowed=str(OWNER)):
+        fake.push_message(STRANGER, "yesterday's")
+        fake.push_message(STRANGER, "today's")
+        await settle(fake, 0.5)
+        await db.execute(
+            "UPDATE held_updates SET received_at = now() - interval '25 hours' "
+            "WHERE payload->'message'->>'text' = 'yesterday''s'"
+        )
+        await db.execute(
+            "INSERT INTO allowed_chats (chat_id, allowed_by) VALUES ($1, 'cli')", STRANGER
+        )
+        await wait_for(lambda: len(fake.sent_texts(STRANGER)) == 2)
+        await settle(fake, 0.5)
+        assert fake.sent_texts(STRANGER) == [PRIVATE, "echo: today's"]
+
+
+def cli(tmp_path: Path, database_url: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return cli_env(tmp_path, database_url, {}, *argv)
+
+
+async def test_chats_lists_counts_and_who_allowed_them(
+    db: dbmod.Database, database_url: str, tmp_path: Path
+) -> None:
+    await db.execute(
+        "INSERT INTO chat_messages (chat_id, role, content) VALUES (11, 'user', 'a'), "
+        "(11, 'assistant', 'b'), (22, 'user', 'c')"
+    )
+    await db.execute(
+        "INSERT INTO allowed_chats (chat_id, allowed_by, user_id) VALUES (22, 'pairing', 5)"
+    )
+    await db.execute(
+        "INSERT INTO held_updates (chat_id, update_key, kind, payload) "
+        "VALUES (33, 'update:1', 'message', '{}')"
+    )
+    env_setting = {"TELEGRAM_ALLOWED_CHAT_IDS": "11"}
+    result = await trio.to_thread.run_sync(
+        lambda: cli_env(tmp_path, database_url, env_setting, "chats")
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["chat", "allowed", "messages", "patterns", "kept", "updates"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert re.match(r"11\s+setting\s+2\s+0\s+0$", rows["11"])
+    assert re.match(r"22\s+paired \d{4}-\d\d-\d\d \d\d:\d\d \(user 5\)\s+1\s+0\s+0$", rows["22"])
+    assert re.match(r"33\s+no\s+0\s+0\s+1$", rows["33"])
+    assert result.stderr == ""  # a command's stderr stays quiet
+
+
+def cli_env(
+    tmp_path: Path, database_url: str, extra: dict[str, str], *argv: str
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ENGRAM_", "TELEGRAM_"))}
+    env.update(DATABASE_URL=database_url, ENGRAM_HOME=str(tmp_path), LOG_FORMAT="json", **extra)
+    return subprocess.run(
+        [sys.executable, "-m", "actors.cli", *argv],
+        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
