@@ -70,3 +70,34 @@ def test_time_format_setting() -> None:
     with pytest.raises(SettingsError) as info:
         load_settings({"TIME_FORMAT": "13h"}, dotenv=None)
     assert info.value.name == "TIME_FORMAT"
+
+
+# --- the call sites: what the model and the person see ---------------------------------------
+
+
+def test_a_patterns_last_seen_is_the_persons_date() -> None:
+    import numpy as np
+
+    from memory.patterns.retrieval import RankedPattern, memory_block, pattern_line
+
+    p = RankedPattern(id=7, content="Sleeps badly", kind="behavior", score=0.5, similarity=0.8,
+                      confidence=0.9, strength=2.0, status="active", last_seen=LATE,
+                      vector=np.zeros(4, np.float32))  # fmt: skip
+    assert pattern_line(p, "Europe/Madrid").endswith("last 2026-01-01)")
+    assert pattern_line(p, "America/New_York").endswith("last 2025-12-31)")
+    assert memory_block([p], False, "Europe/Madrid").endswith("last 2026-01-01)")
+
+
+def test_event_times_and_the_extraction_prompt_follow_the_format() -> None:
+    from zoneinfo import ZoneInfo
+
+    from memory.patterns.claims import ChunkMessage
+    from memory.patterns.extraction_prompt import format_message
+    from memory.patterns.temporal import event_day
+
+    assert event_day(date(2025, 3, 7), time(21, 30)) == "Fri 7 Mar 2025, 21:30"
+    row = ChunkMessage(id=3, role="user", content="hi", created_at=LATE)
+    assert "2026-01-01 Thu 00:30" in format_message(row, ZoneInfo("Europe/Madrid"))
+    clock.set_time_format("12h")
+    assert event_day(date(2025, 3, 7), time(21, 30)) == "Fri 7 Mar 2025, 9:30 PM"
+    assert "2026-01-01 Thu 12:30 AM" in format_message(row, ZoneInfo("Europe/Madrid"))

@@ -28,6 +28,7 @@ from memory.tools.registry import (
 )
 from memory.tools.results import excerpt, writing_stats
 from memory.tools.schema import date_range, optional_date
+from runtime.clock import clock_text
 
 SNIPPET_CHARS = 300
 LIST_TEXT_CHARS = 2000
@@ -47,7 +48,7 @@ def _summary(row: Any, **extra: Any) -> dict[str, Any]:
     item: dict[str, Any] = {
         "uuid": row["uuid"],
         "date": local.date().isoformat(),
-        "time": local.strftime("%H:%M"),
+        "time": clock_text(local.time()),  # the entry's own local time, in TIME_FORMAT
         "tags": list(row["tags"]),
     }
     if row["city"]:

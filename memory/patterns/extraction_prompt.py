@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo
 from memory.patterns.claims import ChunkMessage, KnownPattern
 from memory.patterns.temporal import event_day
 from memory.untrusted import escape_untrusted, wrap_untrusted
+from runtime.clock import local, local_date, local_time
 
 EXTRACTION_SYSTEM = """\
 You maintain the long-term memory of a companion bot about one user. You receive the oldest \
@@ -81,7 +82,7 @@ MAX_PATTERN_LINE = 300
 
 
 def _local(at: datetime, tz: ZoneInfo) -> str:
-    return f"{at.astimezone(tz):%Y-%m-%d %a %H:%M}"
+    return f"{local_date(at, tz)} {local(at, tz):%a} {local_time(at, tz)}"
 
 
 def format_message(row: ChunkMessage, tz: ZoneInfo) -> str:

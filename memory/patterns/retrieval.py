@@ -85,6 +85,7 @@ from memory.patterns.retrieval_sql import (
     ensure_chat_indexes,
 )
 from memory.patterns.temporal import event_day
+from runtime.clock import local_date
 from runtime.db import Queries
 from runtime.logs import get_logger
 
@@ -156,20 +157,21 @@ class RankedPattern:
         return pattern_line(self)
 
 
-def pattern_line(p: RankedPattern) -> str:
+def pattern_line(p: RankedPattern, timezone: str = "UTC") -> str:
     """``- [behavior] Sleeps badly after late caffeine (id 12, seen 4×, last 2026-10-03)``;
-    an event's tag carries its day (``[event on Fri 7 Mar 2025]``), a core tenet's ``core``."""
+    an event's tag carries its day (``[event on Fri 7 Mar 2025]``), a core tenet's ``core``;
+    last seen is a date in ``timezone`` (the person's TIMEZONE in a prompt)."""
     tags = [p.kind if p.occurs_on is None else f"{p.kind} on {event_day(p.occurs_on, p.occurs_at)}"]
     tags += ["core"] * p.core + [p.status] * (p.status != "active")
     tag = ", ".join(tags)
-    last = p.last_seen.astimezone(UTC).date().isoformat()
+    last = local_date(p.last_seen, timezone)  # the person's date, like every date they see
     content = " ".join(p.content.split())
     return f"- [{tag}] {content} (id {p.id}, seen {p.times_seen}×, last {last})"
 
 
-def memory_block(patterns: Sequence[RankedPattern], degraded: bool) -> str:
+def memory_block(patterns: Sequence[RankedPattern], degraded: bool, timezone: str = "UTC") -> str:
     """The prompt block: one line per pattern, led by the degraded mark when it applies."""
-    lines = [pattern_line(p) for p in patterns]
+    lines = [pattern_line(p, timezone) for p in patterns]
     if degraded:
         lines.insert(0, f"{DEGRADED_MARK} keyword search only; related memories may be missing.")
     return "\n".join(lines)
@@ -337,7 +339,7 @@ class SqlPatternRetriever:
         pool = ranked[: self.limit * MMR_POOL]  # MMR over the best by score only
         chosen = apply_budget(mmr(pool, k=self.limit, lam=self.lam), self.budget_tokens)
         return RetrievedMemory(
-            text_block=memory_block(chosen, degraded),
+            text_block=memory_block(chosen, degraded, self.timezone),
             degraded=degraded,
             pattern_ids=tuple(p.id for p in chosen),
         )

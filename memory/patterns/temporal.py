@@ -25,6 +25,8 @@ from types import MappingProxyType
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from runtime.clock import clock_text
+
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 MONTHS = (
     "january", "february", "march", "april", "may", "june", "july", "august", "september",
@@ -103,6 +105,7 @@ def moment_json(at: Moment) -> str:
 
 
 def event_day(occurs_on: date, occurs_at: time | None = None) -> str:
-    """An event's day as the prompt shows it: ``Fri 7 Mar 2025`` (``, 10:00`` with a time)."""
+    """An event's day as the prompt shows it: ``Fri 7 Mar 2025`` (``, 10:00`` with a time, in
+    the process's TIME_FORMAT: :func:`runtime.clock.clock_text`)."""
     day = f"{occurs_on:%a} {occurs_on.day} {occurs_on:%b %Y}"
-    return day if occurs_at is None else f"{day}, {occurs_at:%H:%M}"
+    return day if occurs_at is None else f"{day}, {clock_text(occurs_at)}"

@@ -29,6 +29,7 @@ from memory.patterns.recall import MessageHit, QueryVector, Span, has_terms, rec
 from memory.tools.registry import Tool, ToolContext, ToolError, spec, tool
 from memory.tools.results import excerpt
 from memory.tools.schema import date_range, optional_date
+from runtime.clock import local_datetime
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -81,8 +82,7 @@ def local_span(ctx: ToolContext, start: date | None, end: date | None) -> Span:
 
 
 def _when(ctx: ToolContext, at: datetime) -> str:
-    here = at.astimezone(ctx.tz)
-    return f"{here.date().isoformat()} {here:%H:%M}"
+    return local_datetime(at, ctx.tz)
 
 
 def _dates(ctx: ToolContext, episode: Episode) -> dict[str, str]:

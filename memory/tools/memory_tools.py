@@ -53,6 +53,7 @@ from memory.tools.registry import (
     tool,
 )
 from memory.tools.schema import parse_day
+from runtime.clock import clock_text, local_date
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -151,7 +152,7 @@ class LinkMemoriesInput:
 
 
 def _local_date(ctx: ToolContext, value: datetime) -> str:
-    return value.astimezone(ctx.tz).date().isoformat()
+    return local_date(value, ctx.tz)
 
 
 async def _recall(
@@ -185,7 +186,7 @@ async def _recall(
         if p.occurs_on is not None:
             item["date"] = p.occurs_on.isoformat()
             if p.occurs_at is not None:
-                item["time"] = f"{p.occurs_at:%H:%M}"
+                item["time"] = clock_text(p.occurs_at)
         if p.core:
             item["core"] = True
         if p.status != "active":
