@@ -30,6 +30,8 @@ import trio
 from actors.agent.turn import NoAgent, TurnHandler
 from actors.chat.actor import ChatDeps, Transcriber, chat_factory
 from actors.chat.callbacks import Callbacks, CallbackTable
+from actors.chat.command_base import CommandTable
+from actors.chat.commands import command_table
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import RunningTurns
 from actors.compactor import CompactorActor
@@ -89,6 +91,8 @@ class BotSystem:
     sender_ledger: SenderLedger = attrs.field(factory=SenderLedger)
     #: the handlers of inline buttons (action name -> handler), filled before :meth:`run`
     callbacks: CallbackTable = attrs.field(factory=CallbackTable)
+    #: the chat commands, registered as Telegram's menu at start (``setMyCommands``)
+    commands: CommandTable = attrs.field(factory=command_table)
 
     #: shows the pairing instructions (``engram serve`` prints them to stdout)
     announce: Callable[[str], None] = lambda text: None
@@ -109,6 +113,7 @@ class BotSystem:
         settings, policy = self.settings, restart_policy(self.settings)
         async with self._bot() as bot, trio.open_nursery() as nursery:
             username = await _check_bot(bot)
+            await _register_commands(bot, self.commands)
             if not self.polling and settings.telegram_webhook_url:
                 await _register_webhook(
                     bot, settings.telegram_webhook_url, settings.telegram_secret_token.reveal()
@@ -146,6 +151,7 @@ class BotSystem:
                 model_retry_cap=settings.send_retry_cap,
                 model_deadline=settings.send_deadline,
                 callbacks=Callbacks(self.db, self.callbacks),
+                commands=self.commands,
             )
             registry: Registry[int, Any] = await nursery.start(
                 Registry(
@@ -267,6 +273,20 @@ async def _register_webhook(bot: BotApiClient, url: str, secret: str) -> None:
         log.info("system.webhook_set", url=url, allowed_updates=list(ALLOWED_UPDATES))
         return
     log.warning("system.set_webhook_timeout")
+
+
+async def _register_commands(bot: BotApiClient, commands: CommandTable) -> None:
+    """setMyCommands at start: the command table as Telegram's menu. A failure is a warning
+    (the commands work without the menu)."""
+    with trio.move_on_after(10):
+        try:
+            await bot.set_my_commands(commands.menu())
+        except TelegramError as exc:
+            log.warning("system.set_my_commands_failed", error=str(exc))
+            return
+        log.info("system.commands_registered", commands=[c.command for c in commands.menu()])
+        return
+    log.warning("system.set_my_commands_timeout")
 
 
 def _default_poller() -> Callable[..., Any]:

@@ -18,12 +18,11 @@ from actors.chat.actor import (
     GAVE_UP,
     MODEL_AWAY,
     MODEL_GAVE_UP,
-    NOTHING_TO_STOP,
     SORRY,
-    STOPPED,
     ChatActor,
     ChatDeps,
 )
+from actors.chat.commands import NOTHING_TO_STOP, STOPPED, command_table
 from actors.chat.wakes import RunningTurns, Wake
 from actors.errors import ModelUnavailable
 from actors.queues.inbox import InboxRow
@@ -477,11 +476,12 @@ async def test_running_turns_bookkeeping() -> None:
     assert running.consume_stopped(1) and not running.consume_stopped(1)
 
 
-async def test_unknown_command_goes_to_the_agent_with_its_update_key(
+async def test_unknown_command_is_answered_without_the_agent(
     autojump_clock: trio.testing.MockClock, harness: Harness
 ) -> None:
     await harness.deliver(msg(77, 10, "/mood today"))
+    await harness.deliver(msg(78, 10, "/help@engram_bot"))
     await trio.sleep(1)
-    [(turn, _)] = harness.agent.turns
-    assert turn.text == "/mood today"
-    assert turn.external_ids == ("update:77",)
+    assert harness.agent.turns == []
+    assert [c[0] for c in harness.store.commits] == [
+        "Unknown command /mood, see /help.", command_table().help_text()]  # fmt: skip

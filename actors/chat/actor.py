@@ -6,8 +6,8 @@ there; it loads the open rows it has not taken yet (by id) and, for each:
 * text: fragment reassembly (a >= 4000-char text waits up to 1.5 s for its continuation) and
   media-group buffering (500 ms), via the pure rules in :mod:`actors.chat.fragments`; the actor is a
   :class:`~runtime.registry.TimedHandler`, so the registry wakes it at the buffer's deadline;
-* ``/stop`` (already acted on by the router, which cancelled the running turn), ``/start``,
-  ``/help``: answered directly;
+* a ``/command``: answered from the command table (:mod:`actors.chat.commands`; ``/stop`` was
+  already acted on by the router, which cancelled the running turn), never by the model;
 * voice: downloaded and transcribed, then handled as text; too large or failed -> a reply
   saying so;
 * edited messages: handled as text; button presses (callback queries, already answered by the
@@ -44,6 +44,8 @@ import trio
 from actors.agent.turn import TurnHandler, TurnInput, TurnReply
 from actors.chat import fragments
 from actors.chat.callbacks import Callbacks
+from actors.chat.command_base import CommandTable
+from actors.chat.commands import command_table
 from actors.chat.store import ChatStore
 from actors.chat.typing_indicator import typing_while
 from actors.chat.wakes import PendingWakes, RunningTurns, Wake
@@ -68,14 +70,9 @@ NOT_THE_ROWS = (DatabaseUnavailable, DatabaseOutage, QueryCanceled, Serializatio
 
 SORRY = "Sorry, something went wrong on my side. Please try again in a moment."
 GAVE_UP = "Sorry, I could not process one of your messages, so I skipped it."
-STOPPED = "Stopped."
-NOTHING_TO_STOP = "There was nothing to stop."
 NO_VOICE = "I can't transcribe voice messages here (no speech-to-text is configured). Please type."
 UNSUPPORTED = "I can only read text, captions and voice messages for now."
-HELP = (
-    "I'm engram, a companion with a long memory. Talk to me by text or voice.\n"
-    "/stop cancels the reply I'm working on."
-)
+HELP = command_table().help_text()  # /start and /help without the memory commands
 MODEL_AWAY = "I can't reach my model right now; I'll answer as soon as it's back."
 MODEL_GAVE_UP = (
     "Sorry, my model stayed unreachable for too long, so I could not answer one of your "
@@ -110,6 +107,8 @@ class ChatDeps:
     #: a row waiting for the model is answered MODEL_GAVE_UP once this old (SEND_DEADLINE)
     model_deadline: float = 86_400.0
     wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    #: the chat commands (``engram serve``: with the memory commands)
+    commands: CommandTable = attrs.field(factory=command_table)
     #: inline buttons' handlers (None: taps are skipped)
     callbacks: Callbacks | None = None
 
@@ -243,15 +242,14 @@ class ChatActor:
         await self._run_flushed(fragments.offer(self.state, item, trio.current_time()))
 
     async def _command(self, inbox_id: int, ext: str, text: str, msg: Message) -> None:
+        """A ``/command``: answered from the table, in the chat's order, without the model."""
         await self._run_flushed(fragments.flush_all(self.state))
-        command = text.split()[0].split("@")[0].lower()
-        if command == "/stop":
-            stopped = self.deps.running.consume_stopped(self.chat_id)
-            await self._commit(TurnReply(STOPPED if stopped else NOTHING_TO_STOP), [inbox_id])
-        elif command in ("/start", "/help"):
-            await self._commit(TurnReply(HELP), [inbox_id])
-        else:  # other commands are ordinary text for the agent
-            await self._flush_then_turn(inbox_id, ext, text, msg, kind="text")
+        deps = self.deps
+        reply = await deps.commands.run(
+            self.chat_id, text, sender_id=msg.from_user_id, now=deps.wall_clock(),
+            consume_stopped=lambda: deps.running.consume_stopped(self.chat_id),
+        )  # fmt: skip
+        await self._commit(reply, [inbox_id])
 
     async def _voice(self, inbox_id: int, ext: str, msg: Message, voice: Voice) -> None:
         await self._run_flushed(fragments.flush_all(self.state))

@@ -26,7 +26,7 @@ import attrs
 from memory.patterns.audit import Actor, StatusChange, change_status, set_pin
 from memory.patterns.merge import merge_pair
 from memory.patterns.writes import add_relation, supersede_pattern
-from runtime.db import Database, Queries
+from runtime.db import Connection, Database, Queries
 
 FORGOTTEN_BY_PERSON = "forgotten by the person"
 #: what may be forgotten: anything still shown or kept apart (a merged pattern lives on in its
@@ -75,18 +75,17 @@ async def forget_pattern(
 
 
 async def forget_patterns(
-    db: Database, chat_id: int, pattern_ids: Sequence[int], *, reason: str, actor: Actor
+    conn: Queries, chat_id: int, pattern_ids: Sequence[int], *, reason: str, actor: Actor
 ) -> list[Forgotten]:
-    """Deprecate several of the chat's patterns in one transaction (``/forget``'s "Forget
-    all"); the ones found, in the order given."""
+    """Deprecate several of the chat's patterns (``/forget``'s "Forget all"; give a
+    transaction's connection for all or nothing); the ones found, in the order given."""
     out: list[Forgotten] = []
-    async with db.transaction() as conn:
-        for pattern_id in dict.fromkeys(pattern_ids):
-            change = await change_status(conn, chat_id, pattern_id, "deprecated",
-                                         action="forget", actor=actor, reason=reason,
-                                         allowed_from=FORGETTABLE)  # fmt: skip
-            if change is not None:
-                out.append(_outcome(change))
+    for pattern_id in dict.fromkeys(pattern_ids):
+        change = await change_status(conn, chat_id, pattern_id, "deprecated", action="forget",
+                                     actor=actor, reason=reason,
+                                     allowed_from=FORGETTABLE)  # fmt: skip
+        if change is not None:
+            out.append(_outcome(change))
     return out
 
 
@@ -151,7 +150,7 @@ async def check_mergeable(db: Queries, chat_id: int, a_id: int, b_id: int) -> st
 
 
 async def merge_two(
-    db: Database, chat_id: int, a_id: int, b_id: int, *, actor: Actor = "person"
+    db: Database | Connection, chat_id: int, a_id: int, b_id: int, *, actor: Actor = "person"
 ) -> Merged:
     """Merge two of the chat's active patterns as the merge job does (the stronger survives,
     observations, links, aliases and relations move to it; audited as ``actor``'s)."""
@@ -166,7 +165,13 @@ async def merge_two(
 
 
 async def link_patterns(
-    db: Database, chat_id: int, from_id: int, to_id: int, relation: Relation, *, actor: Actor
+    db: Database | Connection,
+    chat_id: int,
+    from_id: int,
+    to_id: int,
+    relation: Relation,
+    *,
+    actor: Actor,
 ) -> str:
     """Record ``from_id -relation-> to_id`` between two of the chat's patterns; '' when done,
     else why not. ``supersedes`` also retires ``to_id`` (``superseded``, audited)."""
@@ -217,18 +222,18 @@ async def count_messages_mentioning(db: Queries, chat_id: int, topic: str) -> Me
     return Mentions(0, 0) if row is None else Mentions(int(row["messages"]), int(row["episodes"]))
 
 
-async def delete_messages_mentioning(db: Database, chat_id: int, topic: str) -> Mentions:
+async def delete_messages_mentioning(conn: Queries, chat_id: int, topic: str) -> Mentions:
     """Delete the chat's retained messages and episode summaries that mention ``topic`` (what
-    :func:`count_messages_mentioning` counts), in one transaction; how many."""
-    async with db.transaction() as conn:
-        messages = await conn.execute(
-            "DELETE FROM chat_messages WHERE chat_id = $1 AND role IN ('user', 'assistant') "
-            "AND text_search @@ websearch_to_tsquery('english', $2)",
-            chat_id, topic,
-        )  # fmt: skip
-        episodes = await conn.execute(
-            "DELETE FROM episodes WHERE chat_id = $1 "
-            "AND text_search @@ websearch_to_tsquery('english', $2)",
-            chat_id, topic,
-        )  # fmt: skip
+    :func:`count_messages_mentioning` counts; give a transaction's connection for all or
+    nothing); how many."""
+    messages = await conn.execute(
+        "DELETE FROM chat_messages WHERE chat_id = $1 AND role IN ('user', 'assistant') "
+        "AND text_search @@ websearch_to_tsquery('english', $2)",
+        chat_id, topic,
+    )  # fmt: skip
+    episodes = await conn.execute(
+        "DELETE FROM episodes WHERE chat_id = $1 "
+        "AND text_search @@ websearch_to_tsquery('english', $2)",
+        chat_id, topic,
+    )  # fmt: skip
     return Mentions(int(messages.split()[-1]), int(episodes.split()[-1]))

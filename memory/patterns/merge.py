@@ -39,7 +39,7 @@ from memory.patterns.audit import Actor, change_status
 from memory.patterns.dedup import Adjudicator
 from memory.patterns.reinforcement import STRENGTH_CAP
 from memory.patterns.writes import set_core_tenet
-from runtime.db import Database
+from runtime.db import Connection, Database
 from runtime.logs import get_logger
 from runtime.progress import Progress
 
@@ -265,7 +265,7 @@ def _stats(row: Any) -> PatternStats:
 
 
 async def merge_pair(
-    db: Database,
+    db: Database | Connection,
     a_id: int,
     b_id: int,
     *,
