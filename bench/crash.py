@@ -272,8 +272,12 @@ async def in_flight(db: Any) -> int:
             "SELECT count(*) FROM information_schema.columns"
             " WHERE table_name = 'outbox' AND column_name = 'chunk_in_flight'"
         )
-        where = "chunk_in_flight IS NOT NULL" if has_column else "status = 'sending'"
-        return int(await db.fetchval(f"SELECT count(*) FROM outbox WHERE {where}"))
+        marked = "chunk_in_flight IS NOT NULL" if has_column else "TRUE"
+        return int(
+            await db.fetchval(
+                f"SELECT count(*) FROM outbox WHERE status IN {OPEN_OUTBOX} AND {marked}"
+            )
+        )
     except DatabaseError:
         return 0
 

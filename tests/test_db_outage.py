@@ -8,12 +8,22 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 import httpx
 import pytest
 import trio
+from engram_outside import (
+    Engram,
+    free_port,
+    post_update,
+    run_echo_anthropic,
+    serve_env,
+    update_body,
+)
+from fakes.bot_api import run_fake_bot_api
 from fakes.pg_proxy import PgProxy, run_pg_proxy
 
 from actors.queues.dedupe import DedupeCache
@@ -215,3 +225,53 @@ async def test_webhook_and_readyz_say_503_while_the_database_is_down(
         assert retried.status_code == 200
         assert ready_again.status_code == 200
         assert await database.fetchval("SELECT count(*) FROM inbox") == 1
+
+
+async def test_serve_waits_out_an_outage_then_gives_up_past_the_limit(
+    pg_server: Any, database_url: str, tmp_path: Path
+) -> None:
+    """``engram serve`` from outside, its database behind the proxy: a 4 s cut is waited out
+    (503s, /readyz names it, then the update is stored and answered; the process lives on,
+    with RESTART_MAX 1); a cut longer than DB_OUTAGE_LIMIT (6 s) ends it with exit 1 and one
+    line."""
+    async with (
+        run_pg_proxy(pg_server, database_url) as proxy,
+        run_fake_bot_api() as bot_api,
+        run_echo_anthropic() as model,
+    ):
+        env = serve_env(tmp_path, bot_api=bot_api.base_url, model=model.base_url,
+                        port=free_port(), chats=[CHAT], DATABASE_URL=proxy.url,
+                        DB_OUTAGE_LIMIT="6", RESTART_MAX="1",
+                        DB_CONNECT_TIMEOUT="2")  # fmt: skip
+        engram = Engram(env, tmp_path / "engram.log")
+        await engram.start()
+        try:
+            await engram.wait_ready(limit=120)
+            async with httpx.AsyncClient(timeout=10) as client:
+                proxy.cut()
+                statuses = [await post_update(client, engram.port, update_body(1, chat=CHAT))]
+                ready = await client.get(f"http://127.0.0.1:{engram.port}/readyz")
+                await trio.sleep(4)
+                assert engram.running
+                proxy.restore()
+                with trio.fail_after(30):
+                    while statuses[-1] != 200:
+                        statuses.append(
+                            await post_update(client, engram.port, update_body(1, chat=CHAT))
+                        )
+                        await trio.sleep(0.2)
+                with trio.fail_after(30):
+                    while not bot_api.sent_texts(CHAT):  # noqa: ASYNC110
+                        await trio.sleep(0.1)
+                proxy.cut()  # for good
+                with trio.fail_after(60):
+                    code = await engram.wait()
+        finally:
+            if engram.running:
+                engram.kill()
+    assert statuses[0] == 503 and statuses[-1] == 200
+    assert ready.status_code == 503 and "unreachable" in ready.json()["checks"]["database"]
+    assert bot_api.sent_texts(CHAT) == ["re 1"]
+    assert code == 1
+    err = [line for line in engram.tail(200).splitlines() if line.startswith("engram:")]
+    assert err == ["engram: database unreachable for 6 s"]
