@@ -251,7 +251,7 @@ async def test_next_turn_sees_the_window_and_tool_context_uses_the_clock(
     await persist(await agent.run_turn(turn("thanks", update=2)))
     system = llm.requests[-1].system
     assert "─── Thursday, 19 February 2026 ───" in system
-    assert "[12:33 PM, just now] User: What day is it?" in system
+    assert "[12:33, just now] User: What day is it?" in system
     assert "Assistant called today {}" in system and '<untrusted source="today">' in system
     assert "Assistant: It is the 19th." in system
     assert "User: thanks" not in system  # the new message is the request's, not the window's

@@ -254,7 +254,7 @@ async def test_rerun_after_failure_keeps_one_user_row_and_history(
     ]
     second, third = fake_claude.answered
     assert "User: Are you there?" not in second.body["system"]
-    assert "[01:30 AM, just now] User: Are you there?" in third.body["system"]
+    assert "[01:30, just now] User: Are you there?" in third.body["system"]
     assert "Assistant: Yes, here." in third.body["system"]
     assert third.messages == [{"role": "user", "content": [
         {"type": "text", "text": "What did I ask?"}]}]  # fmt: skip

@@ -5,8 +5,8 @@ The recent window is rendered as seed 004 does it: a day separator line when the
 changes, and every message stamped with its local time and how long ago it was sent::
 
     ─── Monday, 18 February 2026 ───
-    [09:15 AM, 2 hours ago] User: Can you add the API design task to my goals?
-    [09:17 AM, 2 hours ago] Assistant: Added.
+    [09:15, 2 hours ago] User: Can you add the API design task to my goals?
+    [09:17, 2 hours ago] Assistant: Added.
 
 Tool activity is shown as ``called <tool> {...}`` lines and results inside ``<untrusted>``
 tags. Everything here is pure: the caller passes ``now`` and the time zone. The retrieved
@@ -34,7 +34,7 @@ from memory.llm.protocol import Block, Message, TextBlock, ToolResultBlock, Tool
 from memory.patterns.episodes import EPISODE_BUDGET_TOKENS, Episode
 from memory.patterns.profile import Profile
 from memory.patterns.retrieval import DEGRADED_MARK, RetrievedMemory
-from runtime.clock import local_date
+from runtime.clock import local_date, local_time
 
 CHARS_PER_TOKEN = 4
 SEPARATOR = "───"
@@ -102,11 +102,10 @@ def local(at: datetime, tz: ZoneInfo) -> datetime:
     return at.astimezone(tz)
 
 
-@functools.lru_cache(maxsize=4096)
 def clock_time(at: datetime, tz: ZoneInfo) -> str:
-    """Local time of day, "07:02 AM" (cached: the window shows mostly the same rows each
-    turn)."""
-    return local(at, tz).strftime("%I:%M %p")
+    """Local time of day, "07:02" ("7:02 AM" with TIME_FORMAT=12h): :func:`runtime.clock.local_time`
+    (cached there: the window shows mostly the same rows each turn)."""
+    return local_time(at, tz)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -163,7 +162,8 @@ def now_line(now: datetime, timezone: str) -> str:
     here = local(now, tz)
     offset = here.strftime("%z") or "+0000"
     return (
-        f"Now: {day_label(now, tz)}, {here:%H:%M} ({timezone}, UTC{offset[:3]}:{offset[3:]}). "
+        f"Now: {day_label(now, tz)}, {local_time(now, tz)} ({timezone}, "
+        f"UTC{offset[:3]}:{offset[3:]}). "
         "Use this for today, yesterday and dates given to tools."
     )
 
