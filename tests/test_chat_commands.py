@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from chat_bot import (
@@ -21,10 +22,13 @@ from chat_bot import (
     running_bot,
 )
 from fakes.anthropic_api import FakeAnthropic
-from fakes.bot_api import run_fake_bot_api
+from fakes.bot_api import DEFAULT_TOKEN, run_fake_bot_api
 
 from actors.chat.command_base import parse_command
 from actors.chat.commands import command_table
+from actors.cli.telegram import register
+from actors.settings import load_settings
+from runtime.cli import base_parser
 from memory.embeddings.providers import LocalEmbedder
 from runtime.clock import local_date
 from runtime.db import Database
@@ -51,7 +55,9 @@ def test_help_and_menu_come_from_the_table() -> None:
     assert "/stop — cancel the reply I'm working on" in table.help_text()
 
 
-async def test_menu_help_suffix_and_unknown(bot: Bot) -> None:
+async def test_menu_help_suffix_and_unknown(
+    bot: Bot, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # setMyCommands at start, with the table (start is not in the menu: Telegram shows its own)
     expected = [(c.name, c.help) for c in bot.table.commands if c.menu]
     assert [name for name, _ in expected] == [
@@ -68,6 +74,18 @@ async def test_menu_help_suffix_and_unknown(bot: Bot) -> None:
     [suffixed] = await bot.say("/memory@engram_bot")
     assert suffixed.startswith("📋 Your profile")
     await model_silent(bot)
+
+    # `engram telegram info` prints the menu Telegram now has
+    parser, sub = base_parser()
+    register(sub)
+    args = parser.parse_args(["telegram", "info"])
+    env = {"ENGRAM_HOME": str(tmp_path), "TELEGRAM_BOT_TOKEN": DEFAULT_TOKEN,
+           "TELEGRAM_API_BASE_URL": bot.fake.base_url}  # fmt: skip
+    capsys.readouterr()
+    assert await args.handler(load_settings(env, dotenv=None), args) == 0
+    out = capsys.readouterr().out.splitlines()
+    start = out.index("commands (menu):  /memory — what I remember about you (your profile)")
+    assert out[start + 6] == " " * 18 + "/stop — cancel the reply I'm working on"
 
 
 async def test_remember_then_the_profile(bot: Bot, local: LocalEmbedder) -> None:
@@ -236,3 +254,17 @@ async def test_summary_and_stats(bot: Bot) -> None:
     assert lines[4].startswith("Reply time (last 30 days, ") and " · p95 " in lines[4]
     assert lines[5] == "Memories, last 7 days: 0 created · 0 reinforced · 0 merged"
     assert bot.claude.requests == []
+
+
+async def test_a_model_turn_is_counted_with_its_commit(bot: Bot) -> None:
+    """/stats' turns and degraded rate: each model turn adds to chat_turn_stats in its commit
+    (commands do not)."""
+    await bot.say("/help")
+    bot.claude.queue_text("Hello!")
+    [reply] = await bot.say("hi there")
+    assert reply == "Hello!"
+    row = await bot.db.fetchrow("SELECT turns, retrieval_degraded FROM chat_turn_stats "
+                                "WHERE chat_id = $1", CHAT)  # fmt: skip
+    assert tuple(row) == (1, 0)
+    [stats] = await bot.say("/stats")
+    assert "Turns: 1 today · 1 this month · memory retrieval degraded in 0 (0.0%)" in stats

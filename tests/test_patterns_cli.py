@@ -19,6 +19,7 @@ from actors.cli.patterns import pair_line, render_table
 from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.store import store_vectors
 from memory.patterns.canonical import canonical_hash
+from memory.patterns.controls import pin_pattern
 from memory.patterns.merge import MergePair
 from runtime.db import Database
 
@@ -237,3 +238,27 @@ async def test_patterns_purge(
     assert left == ["recently compacted", "not compacted"]
     assert await run("patterns", "purge", "--days", "1") == 0
     assert "deleted 1 compacted message(s) older than 1 day(s)" in capsys.readouterr().out
+
+
+# --- patterns show ------------------------------------------------------------------------------
+
+
+async def test_patterns_show_prints_the_evidence_and_the_audit(
+    db: Database, cli_env: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pid = await add(db, 5, "User likes tea")
+    await db.execute(
+        "INSERT INTO pattern_observations (pattern_id, chat_id, evidence, evidence_roles, "
+        "observed_at) VALUES ($1, 5, 'I love a cup of tea', '{user}', $2)",
+        pid, T0,
+    )  # fmt: skip
+    assert await pin_pattern(db, 5, pid, True, actor="person") is not None
+    capsys.readouterr()
+    assert await run("patterns", "show", str(pid)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:2] == ["chat 5", f"#{pid} [preference] User likes tea (active)"]
+    assert "  • 2026-10-01 user, explicit: “I love a cup of tea”" in lines
+    [history] = [line for line in lines if "pinned by the person" in line]
+    assert " pin by you — pinned by the person" in history
+    assert await run("patterns", "show", "999999") == 1
+    assert capsys.readouterr().err.strip() == "engram: no pattern 999999"

@@ -76,7 +76,9 @@ from memory.patterns.episodes import (
     episodes_to_load,
 )
 from memory.patterns.profile import NoProfile, Profile, ProfileSource, SqlProfile
+from memory.patterns.ranking import local_today
 from memory.patterns.retrieval import NoPatterns, PatternRetriever, RetrievedMemory
+from memory.patterns.stats import TurnRecorder, record_turn
 from memory.tools.registry import QueryEmbedder, Tool, ToolContext, ToolRegistry
 from runtime.concurrency import both
 from runtime.db import Connection, Database, Queries
@@ -121,6 +123,8 @@ class Agent:
     retrieval_timeout: float = 10.0
     context_token_budget: int = 40_000
     on_over_budget: OverBudget | None = None
+    #: counts the turn (and whether its retrieval degraded) with its commit, for /stats
+    turn_stats: TurnRecorder | None = None
     persona: str = PERSONA
 
     async def run_turn(self, turn: TurnInput) -> TurnReply:
@@ -161,11 +165,17 @@ class Agent:
         user_row = ChatMessage(role="user", content=turn.text, created_at=now, id=user_id)
         over = self._over_budget(chat_id, context, len(window), [user_row, *rows])
 
+        day, stats = local_today(now, self.timezone), self.turn_stats
+
         async def persist(conn: Connection) -> None:
-            await self.conversation.add_rows(conn, chat_id, rows)
+            if rows:
+                await self.conversation.add_rows(conn, chat_id, rows)
+            if stats is not None:
+                await stats(conn, chat_id, day, degraded=memory.degraded)
 
         compact = partial(self._request_compaction, chat_id) if over else None
-        return TurnReply(text, persist=persist if rows else None, after_commit=compact)
+        keep = bool(rows) or stats is not None
+        return TurnReply(text, persist=persist if keep else None, after_commit=compact)
 
     async def _store_and_recall(
         self, turn: TurnInput, external_id: str | None, now: datetime
@@ -289,6 +299,7 @@ def sql_agent(
     :func:`agent_tools` of ``extra_tools``) on ``db``."""
     options.setdefault("episodes", SqlEpisodes(db))
     options.setdefault("profile", SqlProfile(db, timezone))
+    options.setdefault("turn_stats", record_turn)
     return Agent(
         llm=llm,
         conversation=SqlConversationStore(db),

@@ -111,6 +111,9 @@ async def voice_transcriber(settings: Settings, db: Database) -> AsyncIterator[T
 
 async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     from actors.agent.handler import agent_tools, sql_agent
+    from actors.chat.callbacks import CallbackTable
+    from actors.chat.commands import command_table
+    from actors.chat.memory_commands import MemoryServices
     from actors.compactor import sql_compactor
     from actors.system import BotSystem
     from memory.conversation.purge import PurgeJob
@@ -123,7 +126,7 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     from memory.llm.usage_writer import open_usage_writer
     from memory.patterns.backlog import CompactionSweep, SqlBacklog
     from memory.patterns.dedup import LLMAdjudicator
-    from memory.patterns.maintenance import ChatIndexJob
+    from memory.patterns.maintenance import ChatIndexJob, PatternTtlJob
     from memory.patterns.profile import SqlProfile
     from memory.patterns.retrieval import LexiconCache, SqlPatternRetriever
     from memory.tools.memory_tools import memory_tools
@@ -168,6 +171,8 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
         )
 
         def build(s: Settings, db: Database, shutdown: Shutdown) -> BotSystem:
+            taps = CallbackTable()  # the buttons' handlers, registered by the commands
+            services = MemoryServices(db, embedder, s.timezone, thresholds, lexicons)
             return BotSystem(
                 s,
                 db,
@@ -176,6 +181,8 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
                 announce=print_pairing,
                 turns=agent,
                 transcribe=transcribe,
+                callbacks=taps,
+                commands=command_table(services, taps),
                 background=[
                     EmbeddingBackfill(db, embedder).run,
                     PurgeJob(
@@ -195,6 +202,7 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
                         CompactionRule.from_settings(s),
                         interval=s.maintenance_interval,
                     ).run,
+                    PatternTtlJob(db, interval=s.maintenance_interval).run,
                 ],
                 compactor=compactor,
             )

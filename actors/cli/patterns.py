@@ -1,6 +1,8 @@
 """Maintenance commands for pattern memory, for the CLI.
 
 * ``engram patterns list --chat ID [--status S] [--limit N]`` — a table of a chat's patterns.
+* ``engram patterns show ID`` — one pattern: its evidence, links, relations and audit history
+  (what ``/memory why`` shows, :func:`memory.patterns.why.explain`).
 * ``engram patterns merge [--dry-run] [--chat ID]`` — the periodic merge job
   (:func:`memory.patterns.merge.merge_patterns`); a dry run prints the pairs and decisions only.
 * ``engram patterns purge`` — hard-delete compacted messages older than
@@ -123,6 +125,21 @@ async def cmd_patterns_list(settings: Settings, args: argparse.Namespace) -> int
     ]  # fmt: skip
     print(render_table(headers, table, last_width=CONTENT_WIDTH))
     print(f"{len(rows)} pattern(s)")
+    return 0
+
+
+async def cmd_patterns_show(settings: Settings, args: argparse.Namespace) -> int:
+    from actors.chat.memory_commands import why_text
+    from memory.patterns.why import explain
+
+    async with open_settings_database(settings) as db:
+        await apply_migrations(db)
+        chat_id = await db.fetchval("SELECT chat_id FROM patterns WHERE id = $1", args.id)
+        detail = None if chat_id is None else await explain(db, int(chat_id), args.id)
+    if detail is None:
+        return fail(f"no pattern {args.id}", 1)
+    print(f"chat {chat_id}")
+    print(why_text(detail, settings.timezone))
     return 0
 
 
@@ -305,6 +322,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--status", choices=STATUSES, help="only patterns with this status")
     p.add_argument("--limit", type=_positive, default=100, help="at most this many (100)")
     p.set_defaults(handler=cmd_patterns_list)
+    p = sub.add_parser("show", help="one pattern: evidence, links, relations, audit history")
+    p.add_argument("id", type=_positive, metavar="ID", help="the pattern id")
+    p.set_defaults(handler=cmd_patterns_show)
     p = sub.add_parser(
         "merge", help="merge duplicate patterns (LLM-adjudicated pairs above the merge threshold)"
     )

@@ -2,7 +2,7 @@
 
     engram telegram set-webhook --url https://bot.example.org/api/telegram [--drop-pending]
     engram telegram delete-webhook [--drop-pending]
-    engram telegram info
+    engram telegram info             # the bot, its webhook and its command menu
 
 ``set-webhook`` needs a secret token (Telegram sends it in a header, the webhook checks it):
 the configured TELEGRAM_SECRET_TOKEN, or a fresh random one that is printed once, to be put in
@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import re
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from runtime.errors import SettingsError
 if TYPE_CHECKING:
     from actors.settings import Settings
     from actors.telegram.client import BotApiClient
+    from actors.telegram.keyboards import BotCommand
     from actors.telegram.types import BotUser, WebhookInfo
 
 SECRET_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
@@ -159,9 +160,24 @@ def format_info(me: BotUser, hook: WebhookInfo | str, timezone: str = "UTC") -> 
     return lines
 
 
+def format_menu(commands: Sequence[BotCommand] | str) -> list[str]:
+    """The command menu Telegram shows (``setMyCommands``, done by ``engram serve`` at start);
+    ``commands`` is the reason when it could not be read."""
+    if isinstance(commands, str):
+        return [f"commands (menu):  unknown ({commands})"]
+    if not commands:
+        return ["commands (menu):  (none yet: engram serve registers them at start)"]
+    pad = " " * len("commands (menu):  ")
+    return [
+        f"{'commands (menu):  ' if n == 0 else pad}/{c.command} — {c.description}"
+        for n, c in enumerate(commands)
+    ]
+
+
 async def cmd_info(settings: Settings, args: argparse.Namespace) -> int:
-    """getMe + getWebhookInfo, printed readably (a server without getWebhookInfo says so)."""
-    from actors.telegram.errors import UnsupportedMethod
+    """getMe + getWebhookInfo + getMyCommands, printed readably (a server without
+    getWebhookInfo or getMyCommands says so)."""
+    from actors.telegram.errors import TelegramError, UnsupportedMethod
 
     async with open_bot(settings) as bot:
         me = await bot.get_me()
@@ -170,7 +186,12 @@ async def cmd_info(settings: Settings, args: argparse.Namespace) -> int:
             hook = await bot.get_webhook_info()
         except UnsupportedMethod as exc:
             hook = str(exc)
-    for line in format_info(me, hook, settings.timezone):
+        menu: Sequence[BotCommand] | str
+        try:
+            menu = await bot.get_my_commands()
+        except TelegramError as exc:
+            menu = str(exc)
+    for line in [*format_info(me, hook, settings.timezone), *format_menu(menu)]:
         print(line)
     return 0
 

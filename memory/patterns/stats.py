@@ -18,7 +18,7 @@ counters they need.
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 
@@ -38,10 +38,16 @@ ON CONFLICT (chat_id, day) DO UPDATE SET
 """
 
 
+class TurnRecorder(Protocol):
+    """What the agent calls in each turn's commit (:func:`record_turn`)."""
+
+    async def __call__(self, conn: Queries, chat_id: int, day: date, *, degraded: bool) -> None: ...
+
+
 async def record_turn(conn: Queries, chat_id: int, day: date, *, degraded: bool) -> None:
     """Count one model turn of the chat on its local ``day`` (one INSERT: collectable into the
     turn's commit statement)."""
-    await conn.execute(_RECORD, chat_id, day, degraded)
+    await conn.execute(_RECORD, chat_id, day, int(degraded))
 
 
 @attrs.frozen
