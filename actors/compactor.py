@@ -39,7 +39,7 @@ from memory.conversation.messages import DEFAULT_WINDOW_LIMIT, recent_rows, repa
 from memory.conversation.window import CompactionRule, WindowState
 from memory.embeddings.providers import Embedder
 from memory.embeddings.thresholds import thresholds_for
-from memory.llm.protocol import LLM
+from memory.llm.protocol import LLM, CacheTTL
 from memory.patterns.compaction import CompactionOptions, CompactionOutcome, compact_chat
 from memory.patterns.dedup import Adjudicator
 from memory.patterns.episodes import EPISODE_BUDGET_TOKENS
@@ -71,13 +71,15 @@ class WindowEstimate:
     episodes_allowance: int = EPISODE_BUDGET_TOKENS
     persona: str = PERSONA
     clock: Callable[[], datetime] = wall_clock
+    #: the agent's PROMPT_CACHE_TTL: the context estimated as the agent lays it out
+    cache: CacheTTL | None = None
 
     async def __call__(self, chat_id: int) -> WindowState:
         rows = await recent_rows(self.db, chat_id, self.window_limit)
         now = self.clock()
         context = build_context(
             now=now, timezone=self.timezone, memory=RetrievedMemory(), window=repair_rows(rows),
-            tools=tool_specs(self.tools), persona=self.persona,
+            tools=tool_specs(self.tools), persona=self.persona, cache=self.cache,
         )  # fmt: skip
         tokens = context.estimated_tokens + self.patterns_allowance + self.episodes_allowance
         idle = (now - rows[-1].created_at).total_seconds() if rows else 0.0
@@ -204,8 +206,9 @@ def sql_compactor(
         thresholds=thresholds_for(embedder.model, settings),
     )
     estimate = WindowEstimate(
-        db, settings.timezone, tools, episodes_allowance=settings.episode_budget_tokens
-    )
+        db, settings.timezone, tools, episodes_allowance=settings.episode_budget_tokens,
+        cache=settings.prompt_cache(),
+    )  # fmt: skip
 
     async def once(chat_id: int) -> CompactionOutcome:
         return await compact_chat(db, llm, embedder, chat_id, options=options, estimate=estimate,

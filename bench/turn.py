@@ -112,12 +112,18 @@ from memory.conversation.messages import ChatMessage, ConversationStore
 from memory.embeddings.store import EmbeddingBackfill, ensure_vector_index
 from memory.embeddings.thresholds import thresholds_for
 from memory.journal.tools import JOURNAL_TOOLS
-from memory.llm.anthropic_provider import DEFAULT_MODEL, message_params, tool_params
+from memory.llm.anthropic_provider import (
+    DEFAULT_MODEL,
+    message_params,
+    system_param,
+    tool_params,
+)
 from memory.llm.cost import DEFAULT_RATES
 from memory.llm.protocol import (
     CallContext,
     Completion,
     Message,
+    System,
     TextBlock,
     ToolResultBlock,
     ToolSpec,
@@ -494,7 +500,7 @@ class ScriptedLLM:
     async def complete(
         self,
         *,
-        system: str,
+        system: System,
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         max_tokens: int,
@@ -506,7 +512,7 @@ class ScriptedLLM:
             "model": self.model,
             "max_tokens": max_tokens,
             "messages": message_params(messages),
-            "system": system,
+            "system": system_param(system),
             "tools": tool_params(tools),
         }
         request = json.dumps(params, ensure_ascii=False).encode()

@@ -42,10 +42,12 @@ from memory.llm.anthropic_provider import message_params
 from memory.llm.protocol import (
     Completion,
     Message,
+    System,
     TextBlock,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
+    system_text,
 )
 from memory.patterns.retrieval import RetrievedMemory
 from memory.tools.registry import Tool, ToolContext, ToolRegistry, spec
@@ -128,7 +130,7 @@ class ScriptedLLM:
     async def complete(
         self,
         *,
-        system: str,
+        system: System,
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         max_tokens: int,
@@ -137,8 +139,8 @@ class ScriptedLLM:
     ) -> Completion:
         assert purpose == "agent" and chat_id == CHAT
         check_messages(message_params(messages))
-        self.requests.append(Request(system, list(messages), [t.name for t in tools],
-                                     trio.current_time()))  # fmt: skip
+        self.requests.append(Request(system_text(system), list(messages),
+                                     [t.name for t in tools], trio.current_time()))  # fmt: skip
         await trio.sleep(self.delay)
         if self.failing is not None:
             raise self.failing
@@ -236,7 +238,7 @@ async def test_tool_chain_answers_and_stores_pairs(autojump_clock: Any) -> None:
     first, second = llm.requests
     assert "Now: Thursday, 19 February 2026, 12:33 (Europe/Madrid" in first.system
     assert first.tools == ["lookup", "today", "slow"]
-    assert first.messages == [Message.user("How did I sleep?")]
+    assert first.messages == [Message.user("How did I sleep?", cache="5m")]  # a breakpoint
     [result] = second.messages[-1].blocks  # the model sees the whole result
     assert isinstance(result, ToolResultBlock) and len(result.content) > 2000
 
@@ -255,7 +257,7 @@ async def test_next_turn_sees_the_window_and_tool_context_uses_the_clock(
     assert "Assistant called today {}" in system and '<untrusted source="today">' in system
     assert "Assistant: It is the 19th." in system
     assert "User: thanks" not in system  # the new message is the request's, not the window's
-    assert llm.requests[-1].messages == [Message.user("thanks")]
+    assert llm.requests[-1].messages == [Message.user("thanks", cache="5m")]
 
 
 async def test_fifteen_tool_calls_at_most(autojump_clock: Any) -> None:

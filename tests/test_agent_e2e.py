@@ -30,7 +30,7 @@ from actors.settings import load_settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
 from memory.llm.anthropic_provider import AnthropicLLM
-from memory.llm.cost import DEFAULT_RATES, Rate
+from memory.llm.cost import DEFAULT_RATES, Rate, token_cost
 from memory.llm.openai_provider import OpenAICompatibleLLM
 from memory.tools.results import STORAGE_CAP, truncate_for_storage
 from runtime.db import Database
@@ -66,6 +66,12 @@ async def commit(db: Database, reply: TurnReply) -> None:
     async with db.transaction() as conn:
         if reply.persist is not None:
             await reply.persist(conn)
+
+
+def system_of(body: dict[str, Any]) -> str:
+    """A request's system prompt as one string (it is sent as text blocks)."""
+    system = body["system"]
+    return system if isinstance(system, str) else "\n\n".join(b["text"] for b in system)
 
 
 async def chat_rows(db: Database) -> list[dict[str, Any]]:
@@ -125,14 +131,21 @@ async def test_claude_tool_chain_round_trip(db: Database, fake_claude: FakeAnthr
     assert all(r["compacted_at"] is None for r in await chat_rows(db))
 
     first = fake_claude.requests[0].body
-    assert "Now: Sunday, 16 June 2024, 01:30 (Europe/Madrid, UTC+02:00)" in first["system"]
+    assert "Now: Sunday, 16 June 2024, 01:30 (Europe/Madrid, UTC+02:00)" in system_of(first)
     assert "log_weight" in [t["name"] for t in first["tools"]]
     rows = await usage(db)
     assert [
         (r["purpose"], r["chat_id"], r["input_tokens"], r["output_tokens"], r["ok"]) for r in rows
     ] == [("agent", CHAT, 900, 50, True), ("agent", CHAT, 1200, 40, True)]
-    assert rows[0]["cost_usd"] == pytest.approx((900 * 3 + 50 * 15) / 1e6)
-    assert rows[1]["cost_usd"] == pytest.approx((1200 * 3 + 40 * 15) / 1e6)
+    # priced with their prompt-cache parts: the first call wrote the context, the second read it
+    assert rows[0]["cache_write_tokens"] > 0 and rows[1]["cache_read_tokens"] > 0
+    for row in rows:
+        expected = token_cost(
+            DEFAULT_RATES, "claude-sonnet-4-6", row["input_tokens"], row["output_tokens"],
+            cache_read_tokens=row["cache_read_tokens"],
+            cache_write_tokens=row["cache_write_tokens"],
+        )  # fmt: skip
+        assert row["cost_usd"] == pytest.approx(expected.usd)
 
 
 @pytest.mark.parametrize(
@@ -253,11 +266,12 @@ async def test_rerun_after_failure_keeps_one_user_row_and_history(
         ("assistant", "You asked whether I was there."),
     ]
     second, third = fake_claude.answered
-    assert "User: Are you there?" not in second.body["system"]
-    assert "[01:30, just now] User: Are you there?" in third.body["system"]
-    assert "Assistant: Yes, here." in third.body["system"]
+    assert "User: Are you there?" not in system_of(second.body)
+    assert "[01:30, just now] User: Are you there?" in system_of(third.body)
+    assert "Assistant: Yes, here." in system_of(third.body)
     assert third.messages == [{"role": "user", "content": [
-        {"type": "text", "text": "What did I ask?"}]}]  # fmt: skip
+        {"type": "text", "text": "What did I ask?",
+         "cache_control": {"type": "ephemeral"}}]}]  # fmt: skip
 
 
 @pytest.mark.parametrize(

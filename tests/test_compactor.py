@@ -304,7 +304,8 @@ async def test_the_turns_own_rows_crossing_the_budget_compact(
     compaction asked for after the turn's commit finds the chat over budget (its own check,
     inside its lock, counts the committed reply) and compacts."""
     await insert_rows(db, CHAT, rows(30, size=20))
-    estimate = WindowEstimate(db, "Europe/Madrid", journal_registry())
+    # estimated as the agent lays it out (PROMPT_CACHE_TTL's default: older rows without ages)
+    estimate = WindowEstimate(db, "Europe/Madrid", journal_registry(), cache="5m")
     budget = (await estimate(CHAT)).tokens + 200  # "Good morning" fits; 3,000 tokens do not
     codes, sent, compactor = await bot_turn(
         db, fake_claude, "sunny " * 2000, CONTEXT_TOKEN_BUDGET=str(budget)

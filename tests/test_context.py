@@ -12,22 +12,29 @@ from fakes.anthropic_api import check_messages
 from actors.agent.context import (
     CHARS_PER_TOKEN,
     DEGRADED_NOTE,
+    HISTORY_HEADER,
+    LATEST_HEADER,
     NO_HISTORY,
     NO_PATTERNS,
+    PROFILE_HEADER,
     build_context,
     clock_time,
     context_tokens,
     day_separator,
     estimate_tokens,
     format_window,
+    instructions_prompt,
+    now_line,
     patterns_section,
     relative_time,
     repair_messages,
-    system_prompt,
+    split_window,
+    window_parts,
 )
 from memory.conversation.messages import ChatMessage, ToolCall, render_tool_result, repair_rows
 from memory.llm.anthropic_provider import message_params
 from memory.llm.protocol import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
+from memory.patterns.profile import Profile, ProfileItem
 from memory.patterns.retrieval import RetrievedMemory
 
 TZ = "Europe/Madrid"
@@ -149,12 +156,15 @@ def test_render_tool_result_wraps_and_escapes() -> None:
 
 
 def test_system_prompt_has_local_date_time_and_zone() -> None:
-    text = system_prompt(NOW, TZ, persona="You are a test.")
+    text = instructions_prompt(persona="You are a test.")
     assert text.startswith("You are a test.\n\n")
-    assert "Now: Thursday, 19 February 2026, 12:33 (Europe/Madrid, UTC+01:00)." in text
     assert "<untrusted>" in text and "log_weight" in text
-    summer = system_prompt(datetime(2026, 7, 1, 22, 30, tzinfo=UTC), TZ)
+    assert now_line(NOW, TZ).startswith(
+        "Now: Thursday, 19 February 2026, 12:33 (Europe/Madrid, UTC+01:00).")  # fmt: skip
+    summer = now_line(datetime(2026, 7, 1, 22, 30, tzinfo=UTC), TZ)
     assert "Thursday, 2 July 2026, 00:30 (Europe/Madrid, UTC+02:00)" in summer
+    ctx = build_context(now=NOW, timezone=TZ, memory=RetrievedMemory(), window=[], tools=[])
+    assert ctx.system.startswith(instructions_prompt()) and now_line(NOW, TZ) in ctx.system
 
 
 def test_context_sections_and_token_estimate() -> None:
@@ -254,3 +264,64 @@ def test_repair_messages_drops_result_without_use_and_merges_turns() -> None:
     ]
     assert repair_messages(valid) == valid
     assert repair_messages([Message.user(TextBlock(" "))]) == []
+
+
+# --- the context built to be cached ---------------------------------------------------------------
+
+
+def chat(n: int) -> list[ChatMessage]:
+    """``n`` rows a minute apart, the last one 2 minutes ago."""
+    return [user(f"row {i}", NOW - timedelta(minutes=n + 1 - i), i + 1) for i in range(n)]
+
+
+@pytest.mark.parametrize(("recent", "block"), [(2, 4), (8, 12), (0, 1), (3, 5)])
+def test_the_window_split_moves_in_whole_blocks(recent: int, block: int) -> None:
+    previous = 0
+    for n in range(60):
+        blocks, latest = split_window(chat(n), recent, block)
+        stable = sum(len(b) for b in blocks)
+        assert all(len(b) == block for b in blocks) and stable % block == 0
+        assert min(n, recent) <= len(latest) < recent + block or n < recent
+        assert [r for b in blocks for r in b] + list(latest) == chat(n)
+        assert stable in (previous, previous + block)  # one step of a block at a time
+        previous = stable
+
+
+def test_older_blocks_stay_byte_identical_as_the_window_grows_and_time_passes() -> None:
+    rows = chat(40)
+    earlier, _ = window_parts(rows[:25], TZ, NOW - timedelta(hours=3))
+    later, latest = window_parts(rows[:37], TZ, NOW + timedelta(days=2))
+    assert later[: len(earlier)] == earlier and len(later) > len(earlier)
+    assert earlier[0].startswith(HISTORY_HEADER + "\n─── Thursday, 19 February 2026 ───\n")
+    assert "ago" not in "".join(later)  # local times only: nothing in them ages
+    assert latest.startswith(LATEST_HEADER + "\n─── Thursday, 19 February 2026 ───\n")
+    assert latest.endswith("User: row 36") and "2 days ago]" in latest
+
+
+def test_blocks_carry_the_breakpoints_and_the_volatile_part_comes_last() -> None:
+    rows = chat(30)
+    profile = Profile((ProfileItem(1, "fact", "User lives in Madrid", 1.0, 0.9),))
+    ctx = build_context(now=NOW, timezone=TZ, memory=RetrievedMemory("- Runs on Sundays"),
+                        window=rows, tools=[], profile=profile, cache="1h")  # fmt: skip
+    blocks = ctx.blocks
+    marked = [i for i, b in enumerate(blocks) if b.cache is not None]
+    assert [blocks[i].cache for i in marked] == ["1h"] * 3  # instructions, profile, last block
+    assert marked[:2] == [0, 1] and marked[-1] == len(blocks) - 2
+    assert blocks[0].text == instructions_prompt() and PROFILE_HEADER in blocks[1].text
+    volatile = blocks[-1].text
+    assert volatile.index("Runs on Sundays") < volatile.index("Now: ") < volatile.index(
+        LATEST_HEADER)  # fmt: skip
+    assert "[12:31, 2 minutes ago] User: row 29" in volatile
+    assert ctx.system == "\n\n".join(b.text for b in blocks)
+    # the same turn a minute later: everything but the volatile block is unchanged
+    later = build_context(now=NOW + timedelta(minutes=1), timezone=TZ,
+                          memory=RetrievedMemory("- Swims"), window=rows, tools=[],
+                          profile=profile, cache="1h")  # fmt: skip
+    assert later.blocks[:-1] == blocks[:-1] and later.blocks[-1] != blocks[-1]
+
+
+def test_without_cache_no_breakpoint_and_every_row_shows_its_age() -> None:
+    ctx = build_context(now=NOW, timezone=TZ, memory=RetrievedMemory(), window=chat(30), tools=[])
+    assert all(b.cache is None for b in ctx.blocks) and ctx.older == ()
+    assert "[12:02, 31 minutes ago] User: row 0" in ctx.recent
+    assert LATEST_HEADER not in ctx.system and HISTORY_HEADER in ctx.recent

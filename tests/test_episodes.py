@@ -24,7 +24,7 @@ from actors.agent.context import (
 from actors.agent.handler import Agent
 from actors.agent.turn import TurnInput
 from memory.conversation.messages import ChatMessage
-from memory.llm.protocol import Completion, Message, TextBlock, ToolSpec
+from memory.llm.protocol import Completion, Message, System, TextBlock, ToolSpec, system_text
 from memory.patterns.episodes import Episode, SqlEpisodes, episodes_to_load
 from memory.patterns.retrieval import RetrievedMemory
 from memory.tools.registry import ToolRegistry
@@ -83,11 +83,13 @@ def test_the_section_fits_its_budget_for_many_episodes() -> None:
 
 
 def test_the_section_sits_between_the_patterns_and_the_history() -> None:
+    """(Since the context is ordered to be cached, the episodes come before the patterns: the
+    stable parts first.)"""
     window = [ChatMessage(role="user", content="hello", created_at=NOW - timedelta(minutes=1))]
     with_episodes = build_context(now=NOW, timezone=TZ, memory=RetrievedMemory(), window=window,
                                   tools=[], episodes=EPISODES)  # fmt: skip
     system = with_episodes.system
-    assert system.index(PATTERNS_HEADER) < system.index(EPISODES_HEADER)
+    assert system.index(EPISODES_HEADER) < system.index(PATTERNS_HEADER)
     assert system.index(EPISODES_HEADER) < system.index(HISTORY_HEADER)
     assert with_episodes.episodes in system
     without = build_context(now=NOW, timezone=TZ, memory=RetrievedMemory(), window=window,
@@ -152,10 +154,10 @@ class Recorder:
     at: list[float] = attrs.field(factory=list)
 
     async def complete(
-        self, *, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec],
+        self, *, system: System, messages: Sequence[Message], tools: Sequence[ToolSpec],
         max_tokens: int, purpose: str, chat_id: int | None,
     ) -> Completion:  # fmt: skip
-        self.systems.append(system)
+        self.systems.append(system_text(system))
         self.at.append(trio.current_time())
         return Completion((TextBlock("ok"),), "end_turn", 10, 10, "fake")
 

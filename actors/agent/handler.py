@@ -4,10 +4,12 @@ One turn:
 
 1. store the user row at once, in its own transaction (a re-run after a crash finds the same
    row by its ``external_message_id``);
-2. build the context: system prompt (persona, date and time in the configured time zone,
-   memory instructions) + retrieved patterns + the summaries of earlier conversation (the
-   chat's newest episodes within ``episode_budget``) + the recent window
-   (:mod:`actors.agent.context`); the window, the retrieval and the episodes are read at once;
+2. build the context (:mod:`actors.agent.context`), ordered to be cached: persona and
+   memory instructions, the profile, the summaries of earlier conversation (the chat's newest
+   episodes within ``episode_budget``) and the window's older rows, with prompt-cache
+   breakpoints (``prompt_cache``: their TTL, None for none); then the retrieved patterns, the
+   date and time in the configured time zone and the latest rows with their ages; the window,
+   the retrieval, the profile and the episodes are read at once;
 3. run the tool loop (:mod:`actors.agent.tool_loop`) under the guardrails (seed 000, "Agent safety
    guardrails"): at most 15 tool calls, 120 s wall clock, stop when the same tool is called
    with identical arguments twice in a row, tool_use/tool_result pairs repaired before every
@@ -40,7 +42,9 @@ import attrs
 import trio
 
 from actors.agent.context import (
+    BLOCK_ROWS,
     PERSONA,
+    RECENT_ROWS,
     TurnContext,
     build_context,
     context_tokens,
@@ -66,7 +70,7 @@ from memory.conversation.messages import (
 )
 from memory.conversation.window import CompactionRule, WindowState
 from memory.journal.tools import JOURNAL_TOOLS
-from memory.llm.protocol import LLM, Message
+from memory.llm.protocol import LLM, CacheTTL, Message
 from memory.patterns.episodes import (
     EPISODE_BUDGET_TOKENS,
     Episode,
@@ -87,6 +91,9 @@ from runtime.logs import get_logger
 log = get_logger(__name__)
 
 Clock = Callable[[], datetime]
+#: the breakpoint on the tool loop's last message: read back by the next call of the same
+#: turn, seconds later (never worth the 1-hour price)
+TOOL_LOOP_CACHE: CacheTTL = "5m"
 OverBudget = Callable[[int], Awaitable[None] | None]
 
 
@@ -126,6 +133,11 @@ class Agent:
     #: counts the turn (and whether its retrieval degraded) with its commit, for /stats
     turn_stats: TurnRecorder | None = None
     persona: str = PERSONA
+    #: the TTL of the context's prompt-cache breakpoints (PROMPT_CACHE_TTL; None: none)
+    prompt_cache: CacheTTL | None = "5m"
+    #: the window split (:func:`actors.agent.context.split_window`)
+    recent_rows: int = RECENT_ROWS
+    block_rows: int = BLOCK_ROWS
 
     async def run_turn(self, turn: TurnInput) -> TurnReply:
         """Answer one user message (see the module docstring)."""
@@ -141,14 +153,16 @@ class Agent:
         context = build_context(
             now=now, timezone=self.timezone, memory=memory, window=window, tools=specs,
             persona=self.persona, episodes=episodes, episode_budget=self.episode_budget,
-            profile=profile,
+            profile=profile, cache=self.prompt_cache, recent_rows=self.recent_rows,
+            block_rows=self.block_rows,
         )  # fmt: skip
         tool_ctx = ToolContext(
             db=self.tool_db, embedder=self.embedder, chat_id=chat_id, timezone=self.timezone,
             now=now,
         )  # fmt: skip
-        loop = ToolLoop(self.llm, self.tools, specs, context.system, tool_ctx,
-                        self.guardrails, self.max_tokens)  # fmt: skip
+        loop_cache = TOOL_LOOP_CACHE if self.prompt_cache else None
+        loop = ToolLoop(self.llm, self.tools, specs, context.blocks, tool_ctx, self.guardrails,
+                        self.max_tokens, cache=loop_cache)  # fmt: skip
         state = LoopState([Message.user(turn.text)])
         with trio.move_on_at(deadline) as scope:
             await loop.run(state, deadline)

@@ -37,8 +37,10 @@ from memory.errors import (
 )
 from memory.llm.protocol import (
     LLM,
+    CacheTTL,
     Completion,
     Message,
+    System,
     TextBlock,
     ToolResultBlock,
     ToolSpec,
@@ -149,10 +151,13 @@ class ToolLoop:
     llm: LLM
     registry: ToolRegistry
     specs: tuple[ToolSpec, ...]
-    system: str
+    system: System
     ctx: ToolContext
     guardrails: Guardrails = attrs.field(factory=Guardrails)
     max_tokens: int = 2048
+    #: a prompt-cache breakpoint on each request's last message, so the next call of the turn
+    #: reads what this one sent (None: none)
+    cache: CacheTTL | None = None
 
     async def run(self, state: LoopState, deadline: float | None = None) -> None:
         """Run until a final answer, a guardrail or an LLM error (recorded in ``state``; a
@@ -202,7 +207,7 @@ class ToolLoop:
             try:
                 completion = await self.llm.complete(
                     system=self.system,
-                    messages=state.messages,
+                    messages=with_breakpoint(state.messages, self.cache),
                     tools=self.specs,
                     max_tokens=self.max_tokens,
                     purpose=PURPOSE,
@@ -229,6 +234,14 @@ class ToolLoop:
                 continue
             state.error = None
             return completion
+
+
+def with_breakpoint(messages: Sequence[Message], cache: CacheTTL | None) -> list[Message]:
+    """``messages`` with a prompt-cache breakpoint on the last one (unchanged for None)."""
+    out = list(messages)
+    if cache is not None and out:
+        out[-1] = attrs.evolve(out[-1], cache=cache)
+    return out
 
 
 def transcript_rows(messages: Sequence[Message], at: datetime) -> list[ChatMessage]:

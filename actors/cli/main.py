@@ -168,6 +168,7 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             profile=SqlProfile(database, settings.timezone, settings.profile_budget_tokens),
             tools=tools,
             on_over_budget=compactor.request,
+            prompt_cache=settings.prompt_cache(),
         )
 
         def build(s: Settings, db: Database, shutdown: Shutdown) -> BotSystem:

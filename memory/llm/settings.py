@@ -16,8 +16,9 @@ DEFAULT_MEMORY_MODEL = "claude-haiku-4-5"
 #: what a model is opened for: ``chat`` (turns) or ``memory`` (compaction, adjudication,
 #: episode summaries)
 LLMRole = Literal["chat", "memory"]
-#: The values of PROMPT_CACHE_TTL.
-CACHE_TTLS = ("5m", "1h")
+#: The values of PROMPT_CACHE_TTL ("off": no breakpoints).
+CACHE_TTLS = ("5m", "1h", "off")
+PromptCacheTTL = Literal["5m", "1h", "off"]
 
 
 @attrs.frozen(kw_only=True, slots=False)
@@ -45,8 +46,8 @@ class LLMSettings(SettingsSection):
               "Model for memory work (compaction, adjudication, episode summaries), from "
               "LLM_PROVIDER; empty: claude-haiku-4-5, or OPENAI_MODEL with openai."),
         Field("PROMPT_CACHE_TTL", "prompt_cache_ttl", "5m", choice(*CACHE_TTLS),
-              "Lifetime of the turn context's cached prefix (Anthropic cache_control): 5m or "
-              "1h."),
+              "Lifetime of the turn context's cached prefix (Anthropic cache_control): 5m, 1h, "
+              "or off (no breakpoints)."),
         Field("MODEL_RATES", "model_rates", "", text,
               "Prices on top of the built-in table: model=in/out (USD per 1M tokens) or "
               "model=usd/min, comma-separated."),
@@ -62,9 +63,13 @@ class LLMSettings(SettingsSection):
     anthropic_base_url: str
     openai_model: str
     memory_model: str = ""
-    prompt_cache_ttl: str = "5m"
+    prompt_cache_ttl: PromptCacheTTL = "5m"
     model_rates: str = ""
     transcription_model: str
+
+    def prompt_cache(self) -> Literal["5m", "1h"] | None:
+        """The TTL of the turn context's prompt-cache breakpoints (None: PROMPT_CACHE_TTL=off)."""
+        return None if self.prompt_cache_ttl == "off" else self.prompt_cache_ttl
 
     def model_for(self, role: LLMRole) -> str:
         """The model of ``role``: ``chat`` (turns) or ``memory`` (compaction, adjudication,

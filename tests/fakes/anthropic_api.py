@@ -207,8 +207,9 @@ class RecordedRequest:
     status: int | None = None
     error_type: str | None = None
     error: str | None = None
-    #: the prompt-cache accounting of an answered request
+    #: the prompt-cache accounting and the ``usage`` of an answered request
     cache: CacheUsage | None = None
+    usage: dict[str, Any] | None = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -844,6 +845,18 @@ class FakeAnthropic:
         output_tokens = reply.output_tokens
         if output_tokens is None:
             output_tokens = _estimate_tokens(list(reply.content))
+        usage = {
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cache_creation_input_tokens": write_5m + write_1h,
+            "cache_read_input_tokens": read,
+            "cache_creation": {
+                "ephemeral_5m_input_tokens": write_5m,
+                "ephemeral_1h_input_tokens": write_1h,
+            },
+            "service_tier": "standard",
+        }
+        call.usage = usage
         payload = {
             "id": new_id("msg_01"),
             "type": "message",
@@ -852,17 +865,7 @@ class FakeAnthropic:
             "content": [dict(b) for b in reply.content],
             "stop_reason": reply.stop_reason,
             "stop_sequence": None,
-            "usage": {
-                "input_tokens": input_tokens,
-                "output_tokens": output_tokens,
-                "cache_creation_input_tokens": write_5m + write_1h,
-                "cache_read_input_tokens": read,
-                "cache_creation": {
-                    "ephemeral_5m_input_tokens": write_5m,
-                    "ephemeral_1h_input_tokens": write_1h,
-                },
-                "service_tier": "standard",
-            },
+            "usage": usage,
         }
         return Response(json.dumps(payload), content_type="application/json")
 
