@@ -16,7 +16,7 @@ from quart import Blueprint, Response, jsonify
 from quart_trio import QuartTrio
 
 from runtime.db import Database
-from runtime.errors import DatabaseError
+from runtime.errors import DatabaseError, DatabaseUnavailable
 from runtime.migrate import migrations_current
 
 ReadinessCheck = Callable[[], Awaitable[tuple[bool, str]]]
@@ -33,6 +33,8 @@ def database_readiness(db: Database, timeout: float = 2.0) -> ReadinessCheck:
             try:
                 if not await migrations_current(db):
                     return False, "migrations not applied"
+            except DatabaseUnavailable:  # a lost connection, before any connect has failed
+                return False, "database unreachable"
             except DatabaseError as exc:
                 return False, f"database error: {type(exc).__name__}"
             return True, "ok"
