@@ -49,28 +49,27 @@ class PgProxy:
         self.down = False
 
     async def _relay(self, client: trio.SocketStream) -> None:
-        if self.down:
-            self.refused += 1
-            _reset(client)
-            return
-        self.accepted += 1
         sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            await sock.connect(str(self.socket_path))
-        except OSError:
-            sock.close()
-            _reset(client)
-            return
         server = trio.SocketStream(sock)
-        self._live |= {client, server}
         try:
+            if self.down:
+                self.refused += 1
+                _reset(client)
+                return
+            self.accepted += 1
+            try:
+                await sock.connect(str(self.socket_path))
+            except OSError:
+                _reset(client)
+                return
+            self._live |= {client, server}
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(_pump, client, server, nursery.cancel_scope)
                 nursery.start_soon(_pump, server, client, nursery.cancel_scope)
-        finally:
+        finally:  # every path, cancellation included: no socket is left to the collector
             self._live -= {client, server}
             for stream in (client, server):
-                with suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+                with suppress(OSError):
                     stream.socket.close()
 
 
