@@ -207,7 +207,7 @@ def sql_compactor(
     )
     estimate = WindowEstimate(
         db, settings.timezone, tools, episodes_allowance=settings.episode_budget_tokens,
-        cache=settings.prompt_cache(),
+        cache=settings.prompt_cache(), window_limit=rule.window_limit,
     )  # fmt: skip
 
     async def once(chat_id: int) -> CompactionOutcome:

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 import attrs
 
+from runtime.errors import SettingsError, settings_error
 from runtime.settings import Field, SettingsSection, choice, float_range, int_range, optional_unit
 
 
@@ -22,10 +23,14 @@ class MemorySettings(SettingsSection):
         Field("CONTEXT_TOKEN_BUDGET", "context_token_budget", "24000",
               int_range(1000, 1_000_000),
               "Estimated context tokens (~4 chars each) above which a chat is compacted."),
-        # below the 199 rows a turn's window shows, or no compaction could keep every row in
-        # view (memory/conversation/window.py)
-        Field("COMPACTION_KEEP_RECENT", "compaction_keep_recent", "20", int_range(0, 198),
-              "Most recent messages a compaction always leaves verbatim (at most 198)."),
+        Field("WINDOW_MESSAGES", "window_messages", "120", int_range(3, 1000),
+              "Rows of the conversation a turn shows verbatim, its new message included; older "
+              "rows are compacted into patterns and episode summaries first."),
+        # below the rows a turn's window shows, or no compaction could keep every row in view
+        # (memory/conversation/window.py; checked by validate)
+        Field("COMPACTION_KEEP_RECENT", "compaction_keep_recent", "20", int_range(0, 998),
+              "Most recent messages a compaction always leaves verbatim (below WINDOW_MESSAGES "
+              "- 1)."),
         Field("COMPACTION_CHUNK_MESSAGES", "compaction_chunk_messages", "40",
               int_range(2, 10_000),
               "At most this many of the oldest messages are compacted per LLM call."),
@@ -59,6 +64,7 @@ class MemorySettings(SettingsSection):
 
     embedding_provider: str
     context_token_budget: int
+    window_messages: int
     compaction_keep_recent: int
     compaction_chunk_messages: int
     compaction_idle_after: float
@@ -70,3 +76,19 @@ class MemorySettings(SettingsSection):
     pattern_adjudicate_threshold: float | None
     pattern_merge_threshold: float | None
     profile_budget_tokens: int
+
+    def validate(self) -> None:
+        problems = []
+        if self.compaction_keep_recent >= self.window_messages - 1:
+            problems.append(SettingsError(
+                "COMPACTION_KEEP_RECENT",
+                f"must be below WINDOW_MESSAGES - 1 ({self.window_messages - 1}), "
+                f"got {self.compaction_keep_recent}",
+            ))  # fmt: skip
+        try:
+            super().validate()
+        except SettingsError as exc:
+            problems.append(exc)
+        error = settings_error(problems)
+        if error is not None:
+            raise error

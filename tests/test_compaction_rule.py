@@ -30,6 +30,7 @@ from memory.patterns.compaction import CompactionOutcome, select_chunk
 from memory.patterns.retrieval import RetrievedMemory
 from memory.tools.registry import Tool, ToolContext, ToolRegistry, spec
 from runtime.db import Connection
+from runtime.errors import SettingsError
 
 CHAT = 31337
 TZ = "Europe/Madrid"
@@ -41,10 +42,10 @@ T0 = datetime(2026, 3, 2, 20, 0, tzinfo=UTC)
 
 def test_reasons_in_order() -> None:
     rule = CompactionRule(token_budget=1000, keep_recent=20, idle_after=3600)
-    assert rule.window_rows == 199  # a turn shows 199 rows before its new message
-    assert rule.reason(WindowState(rows=199, tokens=1000)) is None
-    assert rule.reason(WindowState(rows=200, tokens=10)) == "rows"
-    assert rule.reason(WindowState(rows=200, tokens=10**6, idle_seconds=10**6)) == "rows"
+    assert rule.window_rows == 119  # a turn shows 119 rows before its new message
+    assert rule.reason(WindowState(rows=119, tokens=1000)) is None
+    assert rule.reason(WindowState(rows=120, tokens=10)) == "rows"
+    assert rule.reason(WindowState(rows=120, tokens=10**6, idle_seconds=10**6)) == "rows"
     assert rule.reason(WindowState(rows=5, tokens=1001)) == "tokens"
     assert rule.reason(WindowState(rows=21, tokens=10, idle_seconds=3600)) == "idle"
     assert rule.reason(WindowState(rows=21, tokens=10, idle_seconds=3599)) is None
@@ -52,23 +53,31 @@ def test_reasons_in_order() -> None:
 
 
 def test_keep_recent_must_leave_room_in_the_window() -> None:
-    CompactionRule(token_budget=1000, keep_recent=198)
-    with pytest.raises(ValueError, match="below the window's 199 rows"):
-        CompactionRule(token_budget=1000, keep_recent=199)
+    CompactionRule(token_budget=1000, keep_recent=118)
+    with pytest.raises(ValueError, match="below the window's 119 rows"):
+        CompactionRule(token_budget=1000, keep_recent=119)
     with pytest.raises(ValueError, match="below the window's 9 rows"):
         CompactionRule(token_budget=1000, keep_recent=9, window_limit=10)
 
 
 def test_the_rule_from_settings() -> None:
     rule = CompactionRule.from_settings(load_settings({}, dotenv=None))
-    assert (rule.token_budget, rule.keep_recent, rule.chunk_messages, rule.idle_after) == (
-        24000, 20, 40, 21600)  # fmt: skip
+    assert (rule.token_budget, rule.window_limit, rule.keep_recent, rule.chunk_messages,
+            rule.idle_after) == (24000, 120, 20, 40, 21600)  # fmt: skip
     # a full window plus one turn's rows, down to nothing, 40 at a time (+1 to see it done)
-    assert rule.max_rounds == 7 == -(-(200 + MAX_TURN_ROWS) // 40) + 1
-    custom = load_settings({"COMPACTION_IDLE_AFTER": "600", "COMPACTION_KEEP_RECENT": "5"},
-                           dotenv=None)  # fmt: skip
+    assert rule.max_rounds == -(-(120 + MAX_TURN_ROWS) // 40) + 1
+    custom = load_settings({"COMPACTION_IDLE_AFTER": "600", "COMPACTION_KEEP_RECENT": "5",
+                            "WINDOW_MESSAGES": "50"}, dotenv=None)  # fmt: skip
     assert CompactionRule.from_settings(custom).idle_after == 600
     assert CompactionRule.from_settings(custom).keep_recent == 5
+    assert CompactionRule.from_settings(custom).window_rows == 49
+
+
+def test_keep_recent_must_fit_the_window_setting() -> None:
+    with pytest.raises(SettingsError, match="COMPACTION_KEEP_RECENT"):
+        load_settings({"WINDOW_MESSAGES": "30", "COMPACTION_KEEP_RECENT": "29"}, dotenv=None)
+    assert load_settings({"WINDOW_MESSAGES": "30", "COMPACTION_KEEP_RECENT": "28"},
+                         dotenv=None).window_messages == 30  # fmt: skip
 
 
 # --- the invariant: the real agent and compactor actor over an in-memory chat ------------------
@@ -286,7 +295,7 @@ async def test_an_idle_chat_is_compacted_down_to_keep_recent(
                           idle_after=6 * HOUR)  # fmt: skip
     store = Backlogs(rule)
     sweep = CompactionSweep(store, store.compact_once, rule, interval=HOUR, clock=now)
-    store.write(1, 150)  # a short conversation: under the window, under the budget
+    store.write(1, 100)  # a short conversation: under the window, under the budget
     store.write(2, 30)
     async with trio.open_nursery() as nursery:
         await nursery.start(sweep.run)
@@ -295,11 +304,11 @@ async def test_an_idle_chat_is_compacted_down_to_keep_recent(
             store.write(2, 2)
         nursery.cancel_scope.cancel()
     # chat 1 went quiet at 0 h: the first pass at or after 6 h compacts it, round after round,
-    # down to keep_recent (130 rows: 40 + 40 + 40 + 10, then the rule says done)
+    # down to keep_recent (80 rows: 40 + 40, then the rule says done)
     idle = [t for t, c in store.calls if c == 1]
     assert idle and min(idle) == 6 * HOUR
     assert len(store.chats[1]) == 20
-    assert [c for _, c in store.calls] == [1] * 5  # the fifth round finds it done
+    assert [c for _, c in store.calls] == [1] * 3  # the third round finds it done
     assert len(store.chats[2]) == 54 and 2 not in {c for _, c in store.calls}
 
 
@@ -307,7 +316,7 @@ async def test_a_backlog_is_compacted_oldest_first_a_chunk_per_chat_per_pass(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     rule = CompactionRule(token_budget=10**6, keep_recent=20, chunk_messages=40,
-                          idle_after=1000 * HOUR)  # fmt: skip
+                          idle_after=1000 * HOUR, window_limit=200)  # fmt: skip
     store = Backlogs(rule)
     store.write(7, 300)  # a database from before the rule: rows beyond the window
     await trio.sleep(1)

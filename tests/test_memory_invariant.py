@@ -140,7 +140,8 @@ async def test_the_sweep_compacts_an_old_backlog_oldest_first_a_chunk_a_pass(
     await insert_rows(db, CHAT, rows(CHAT, 300, now - timedelta(days=30)))
     await insert_rows(db, OTHER, rows(OTHER, 260, now - timedelta(days=40)))
     fake_claude.responder = extractor = ScriptedExtractor()
-    async with bot(db, fake_claude, COMPACTION_IDLE_AFTER=str(300 * 86400)) as (_, c, s):
+    async with bot(db, fake_claude, COMPACTION_IDLE_AFTER=str(300 * 86400),
+                   WINDOW_MESSAGES="200") as (_, c, s):  # fmt: skip
         rule = CompactionRule.from_settings(s)
         sweep = CompactionSweep(SqlBacklog(db), c.compact, rule, interval=3600)
         first = await sweep.run_once()
@@ -154,7 +155,8 @@ async def test_the_sweep_compacts_an_old_backlog_oldest_first_a_chunk_a_pass(
         assert (len(await uncompacted_ids(db)), len(await uncompacted_ids(db, OTHER))) == (
             180, 180)  # fmt: skip
         assert (await sweep.run_once()).chats == ()  # nothing due
-    async with bot(db, fake_claude) as (_, c, s):  # idle after 6 h: these are 30 days old
+    # idle after 6 h: these are 30 days old
+    async with bot(db, fake_claude, WINDOW_MESSAGES="200") as (_, c, s):
         idle = CompactionSweep(SqlBacklog(db), c.compact, CompactionRule.from_settings(s),
                                interval=3600)  # fmt: skip
         result = await idle.run_once()

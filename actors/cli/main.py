@@ -162,6 +162,7 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             embedder=embedder,
             context_token_budget=settings.context_token_budget,
             episode_budget=settings.episode_budget_tokens,
+            window_limit=settings.window_messages,
             retriever=SqlPatternRetriever(
                 database, embedder, thresholds, lexicons=lexicons, timezone=settings.timezone
             ),

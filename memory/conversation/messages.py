@@ -27,7 +27,7 @@ from runtime.db import Connection, Queries
 
 Role = Literal["user", "assistant", "tool_result"]
 #: the rows of a chat the agent reads as its recent window, at most
-DEFAULT_WINDOW_LIMIT = 200
+DEFAULT_WINDOW_LIMIT = 120  # WINDOW_MESSAGES' default (memory/settings.py)
 
 
 def _object(value: Mapping[str, Any]) -> dict[str, Any]:

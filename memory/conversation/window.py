@@ -68,10 +68,11 @@ class CompactionRule:
 
     @classmethod
     def from_settings(cls, settings: MemorySettings, **overrides: int | float) -> CompactionRule:
-        """The rule of ``CONTEXT_TOKEN_BUDGET``, ``COMPACTION_KEEP_RECENT``,
+        """The rule of ``CONTEXT_TOKEN_BUDGET``, ``WINDOW_MESSAGES``, ``COMPACTION_KEEP_RECENT``,
         ``COMPACTION_CHUNK_MESSAGES`` and ``COMPACTION_IDLE_AFTER``."""
         values: dict[str, int | float] = {
             "token_budget": settings.context_token_budget,
+            "window_limit": settings.window_messages,
             "keep_recent": settings.compaction_keep_recent,
             "chunk_messages": settings.compaction_chunk_messages,
             "idle_after": settings.compaction_idle_after,
