@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import trio
 
@@ -36,3 +37,17 @@ async def both(
     if failure:
         raise failure[0]
     return results[0], results[1]
+
+
+class AsyncClosing(abc.ABC):
+    """A resource released by ``aclose``; ``async with`` releases it when the block ends."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release the resource (connections, an SDK client)."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

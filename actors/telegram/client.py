@@ -15,8 +15,6 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
-from typing import Self
 
 import httpx
 
@@ -45,6 +43,7 @@ from actors.telegram.types import (
     parse_update_batch,
     parse_webhook_info,
 )
+from runtime.concurrency import AsyncClosing
 
 DEFAULT_BASE_URL = "https://api.telegram.org"
 _TOKEN_RE = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{1,200}")
@@ -110,7 +109,7 @@ def _markup(markup: Markup | None) -> dict[str, object] | None:
     return markup.to_json() if isinstance(markup, InlineKeyboard) else dict(markup)
 
 
-class BotApiClient:
+class BotApiClient(AsyncClosing):
     """Async Bot API client; use ``async with BotApiClient(token) as bot:`` or call ``aclose``."""
 
     def __init__(
@@ -137,16 +136,6 @@ class BotApiClient:
     def __repr__(self) -> str:
         return f"BotApiClient(base_url={self._base!r}, token={REDACTED!r})"
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the connection pool."""

@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any, cast
 
 import anthropic
@@ -46,6 +45,7 @@ from memory.llm.protocol import (
     status_error,
     transport_error,
 )
+from runtime.concurrency import AsyncClosing
 from runtime.db import Queries
 from runtime.logs import get_logger
 
@@ -158,7 +158,7 @@ def _usage(raw: ApiMessage) -> TokenUsage:
     )
 
 
-class AnthropicLLM:
+class AnthropicLLM(AsyncClosing):
     """:class:`memory.llm.protocol.LLM` for Claude; owns its SDK client (close it with
     ``aclose``)."""
 
@@ -278,13 +278,3 @@ class AnthropicLLM:
         """Close the SDK client and its connections."""
         await self._client.close()
 
-    async def __aenter__(self) -> AnthropicLLM:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()

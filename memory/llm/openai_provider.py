@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any, Literal, cast
 
 import openai
@@ -43,6 +42,7 @@ from memory.llm.protocol import (
     system_text,
     transport_error,
 )
+from runtime.concurrency import AsyncClosing
 from runtime.db import Queries
 
 PROVIDER = "openai"
@@ -109,7 +109,7 @@ def _usage(raw: ChatCompletion) -> TokenUsage:
     )
 
 
-class OpenAICompatibleLLM:
+class OpenAICompatibleLLM(AsyncClosing):
     """:class:`memory.llm.protocol.LLM` over chat completions; owns its SDK client (``aclose`` it).
 
     ``api_key`` may be a dummy for local servers; ``provider`` names the ``api_usage`` rows
@@ -235,13 +235,3 @@ class OpenAICompatibleLLM:
         """Close the SDK client and its connections."""
         await self._client.close()
 
-    async def __aenter__(self) -> OpenAICompatibleLLM:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
