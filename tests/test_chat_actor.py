@@ -25,6 +25,7 @@ from actors.chat.actor import (
 from actors.chat.commands import NOTHING_TO_STOP, STOPPED, command_table
 from actors.chat.wakes import RunningTurns, Wake
 from actors.errors import ModelUnavailable
+from actors.queues import inbox
 from actors.queues.inbox import InboxRow
 from actors.queues.outbox import OutboxRow
 from actors.telegram.errors import VoiceTooLarge
@@ -335,14 +336,15 @@ async def test_poison_row_is_skipped_after_max_attempts(
 async def test_a_row_in_its_turn_at_the_crash_cap_is_skipped_and_later_rows_go_on(
     autojump_clock: trio.testing.MockClock, harness: Harness
 ) -> None:
-    spared = await harness.deliver(msg(1, 10, "at 4 crashes"), crashes=4)
+    cap = inbox.MAX_CRASHES
+    spared = await harness.deliver(msg(1, 10, "below the cap"), crashes=cap - 1)
     await trio.sleep(1)
-    poison = await harness.deliver(msg(2, 11, "kills the process"), crashes=5)
+    poison = await harness.deliver(msg(2, 11, "kills the process"), crashes=cap)
     later = await harness.deliver(msg(3, 12, "later"))
     await trio.sleep(1)
-    assert [t.text for t, _ in harness.agent.turns] == ["at 4 crashes", "later"]
-    assert [c[0] for c in harness.store.commits] == ["echo:at 4 crashes", GAVE_UP, "echo:later"]
-    assert harness.store.commits[1][2] == "in its turn at 5 crashes"
+    assert [t.text for t, _ in harness.agent.turns] == ["below the cap", "later"]
+    assert [c[0] for c in harness.store.commits] == ["echo:below the cap", GAVE_UP, "echo:later"]
+    assert harness.store.commits[1][2] == f"in its turn at {cap} crashes"
     statuses = [harness.store.rows[i].status for i in (spared, poison, later)]
     assert statuses == ["done", "skipped", "done"]
 
