@@ -45,7 +45,7 @@ import structlog
 import trio
 
 from actors.queues.outbox import OutboxRow
-from actors.sender_policy import SenderLedger, SenderSettings, SlidingWindowLimiter, backoff_delay
+from actors.sender_policy import SenderLedger, SenderSettings, SlidingWindowLimiter
 from actors.sender_store import (
     DbOutbox,
     MessageClient,
@@ -64,6 +64,7 @@ from actors.telegram.errors import (
     UnexpectedResponse,
 )
 from runtime.actor import Address, Mailbox, serve
+from runtime.backoff import backoff_delay
 from runtime.db import Queries
 from runtime.errors import DatabaseError
 

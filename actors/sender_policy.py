@@ -1,8 +1,7 @@
 """The sender's policy (:mod:`actors.sender`): its settings (per-chat pacing, the global rate,
-retry backoff and deadline, 429 waits, batching), the capped exponential backoff with jitter
-(:func:`backoff_delay`, also used by the chat actor and the tool loop to wait out a model
-outage), the global sliding-window rate limiter shared by all its workers, and the
-:class:`SenderLedger` that outlives a restarted sender. Timing uses only
+retry backoff and deadline, 429 waits, batching; the backoff itself is
+:func:`runtime.backoff.backoff_delay`), the global sliding-window rate limiter shared by all its
+workers, and the :class:`SenderLedger` that outlives a restarted sender. Timing uses only
 ``trio.sleep_until``/``trio.current_time``, so it runs on a MockClock.
 """
 
@@ -14,22 +13,6 @@ import attrs
 import trio
 
 from actors.telegram.chunking import MAX_MESSAGE_UTF16
-
-#: exponents above this no longer change a capped delay (and 2**n stays a small number)
-_MAX_EXPONENT = 60
-
-
-def backoff_delay(
-    failures: int, *, base: float, cap: float, jitter: float = 0.0, draw: float = 0.0
-) -> float:
-    """The wait after ``failures`` earlier failures (0 for the first retry): ``base`` doubled
-    per failure, at most ``cap``, then shortened by up to ``jitter`` of itself (``draw`` in
-    [0, 1) picks how much: pass ``random.random()``), so that many waiters do not retry in step.
-    Pure: ``backoff_delay(n, base=1, cap=300)`` is 1, 2, 4, ... 256, 300, 300, ..."""
-    if failures < 0 or base < 0 or cap < 0 or not 0.0 <= jitter <= 1.0 or not 0.0 <= draw < 1.0:
-        raise ValueError("failures, base and cap must be >= 0; jitter and draw within [0, 1)")
-    delay = min(cap, base * 2.0 ** min(failures, _MAX_EXPONENT))
-    return delay * (1.0 - jitter * draw)
 
 
 @attrs.frozen

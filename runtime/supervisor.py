@@ -33,6 +33,7 @@ import structlog
 import trio
 
 from runtime.actor import Address
+from runtime.backoff import backoff_delay
 from runtime.errors import DatabaseUnavailable, EscalationError, leaf_exceptions
 
 __all__ = ["ChildStarter", "CrashBudget", "RestartPolicy", "is_database_outage", "supervise"]
@@ -63,7 +64,7 @@ class RestartPolicy:
 
     def backoff(self, n: int) -> float:
         """Delay before restart ``n`` (0-based): ``backoff_base * 2**n``, capped."""
-        return min(self.backoff_cap, self.backoff_base * 2.0 ** min(n, 64))
+        return backoff_delay(n, base=self.backoff_base, cap=self.backoff_cap)
 
 
 def is_database_outage(error: BaseException) -> bool:

@@ -19,7 +19,7 @@ from fakes.bot_api import Failure, FakeBotApi, run_fake_bot_api
 from actors.queues import outbox
 from actors.queues.outbox import OutboxRow
 from actors.sender import OutboxReady, SenderActor
-from actors.sender_policy import SenderLedger, SenderSettings, SlidingWindowLimiter, backoff_delay
+from actors.sender_policy import SenderLedger, SenderSettings, SlidingWindowLimiter
 from actors.sender_store import DbOutbox, MessageClient, OutboxStore, plain_fallback, plan_chunks
 from actors.settings import load_settings
 from actors.telegram.chunking import html_to_text, utf16_len, visible_text
@@ -34,6 +34,7 @@ from actors.telegram.errors import (
 )
 from runtime import db as dbmod
 from runtime.actor import Address
+from runtime.backoff import backoff_delay
 from runtime.errors import SettingsError
 
 EPS = 1e-6

@@ -25,7 +25,6 @@ import attrs
 import trio
 
 from actors.agent.context import repair_messages
-from actors.sender_policy import backoff_delay
 from memory.conversation.messages import ChatMessage, ToolCall
 from memory.errors import (
     LLMError,
@@ -48,6 +47,7 @@ from memory.llm.protocol import (
 )
 from memory.tools.registry import ToolContext, ToolRegistry
 from memory.tools.results import truncate_for_storage
+from runtime.backoff import backoff_delay
 from runtime.logs import get_logger
 
 log = get_logger(__name__)

@@ -51,9 +51,9 @@ from actors.chat.typing_indicator import typing_while
 from actors.chat.wakes import PendingWakes, RunningTurns, Wake
 from actors.errors import ModelUnavailable
 from actors.queues import inbox, outbox
-from actors.sender_policy import backoff_delay
 from actors.telegram.errors import MalformedUpdate, VoiceError
 from actors.telegram.types import Message, Voice, parse_update
+from runtime.backoff import backoff_delay
 from runtime.errors import (
     DatabaseError,
     DatabaseOutage,

@@ -47,6 +47,7 @@ from actors.telegram.errors import (
 )
 from actors.telegram.ingest import Notify, Outcome, Strangers, ingest
 from actors.telegram.types import ALLOWED_UPDATES, Update, UpdateBatch, parse_update_batch
+from runtime.backoff import backoff_delay as capped_backoff
 from runtime.db import Queries
 from runtime.errors import DatabaseError
 from runtime.logs import get_logger
@@ -162,7 +163,7 @@ class BotStateOffsets:
 
 def backoff_delay(failures: int, base: float = BACKOFF_BASE, cap: float = BACKOFF_CAP) -> float:
     """Delay after the ``failures``-th consecutive failure: base, 2*base, 4*base... up to cap."""
-    return float(min(cap, base * 2 ** max(failures - 1, 0)))
+    return capped_backoff(max(failures - 1, 0), base=base, cap=cap)
 
 
 # --- the poller --------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from actors.telegram.errors import MalformedUpdate
 from actors.telegram.ingest import InsertUpdate, Notify, Strangers, ingest
 from actors.telegram.types import Update, parse_update
 from runtime.asgi import Receive, Scope, Send, remote_address, send_response
+from runtime.backoff import backoff_delay
 from runtime.db import Queries
 from runtime.errors import DatabaseError
 
@@ -94,7 +95,7 @@ class AuthFailureGuard:
         excess = len(times) - self.threshold
         if excess <= 0:
             return 0.0
-        return min(self.max_delay, self.base_delay * 2.0 ** min(excess - 1, 32))
+        return backoff_delay(excess - 1, base=self.base_delay, cap=self.max_delay)
 
     def failures(self, remote: str, now: float) -> int:
         """Failures from ``remote`` within the window (for logs and tests)."""

@@ -25,6 +25,7 @@ import trio
 from memory.embeddings.providers import PURPOSE, Embedder
 from memory.embeddings.tables import ALL_TABLES, VectorTable, vector_table
 from memory.errors import EmbeddingError
+from runtime.backoff import backoff_delay
 from runtime.db import Queries
 from runtime.errors import IntegrityViolation, QueryError
 from runtime.logs import get_logger
@@ -280,7 +281,7 @@ class EmbeddingBackfill:
 
     def retry_delay(self, failures: int) -> float:
         """Seconds to wait after ``failures`` consecutive failed passes."""
-        return float(min(self.retry_cap, self.retry_base * 2 ** max(0, failures - 1)))
+        return backoff_delay(max(0, failures - 1), base=self.retry_base, cap=self.retry_cap)
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started(self)
