@@ -53,14 +53,12 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _db import OnConnection
+from _db import build_indexes, checkpoint, drop_secondary_indexes
 
-from memory.embeddings.store import ensure_vector_index
 from memory.embeddings.thresholds import SEED
 from memory.patterns.retrieval import SqlPatternRetriever, VectorPlanner, ensure_chat_indexes
 from runtime import db as dbmod
 from runtime.embedded_pg import DEFAULT_SHARED_BUFFERS, tune
-from runtime.errors import DatabaseError
 from runtime.logs import configure_logging
 from runtime.migrate import apply_migrations
 
@@ -180,13 +178,7 @@ async def build(db: dbmod.Database, world: World, layout: Sequence[tuple[int, in
                 seed: int) -> dict[str, float]:  # fmt: skip
     """COPY the patterns of ``layout`` [(chat_id, size)] and their vectors; index afterwards."""
     took: dict[str, float] = {}
-    secondary = await db.fetch(
-        "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.schemaname = current_schema()"
-        " AND i.tablename IN ('patterns', 'pattern_embeddings') AND NOT EXISTS (SELECT 1 FROM"
-        " pg_constraint c WHERE c.conname = i.indexname)"
-    )
-    for row in secondary:
-        await db.execute(f'DROP INDEX "{row["indexname"]}"')
+    secondary = await drop_secondary_indexes(db, ("patterns", "pattern_embeddings"))
     rng = np.random.default_rng(seed)
     start, next_id, total = now(), 1, sum(size for _, size in layout)
     for chat_id, size in layout:
@@ -205,15 +197,10 @@ async def build(db: dbmod.Database, world: World, layout: Sequence[tuple[int, in
         raise RuntimeError("pattern ids are not the 1..n the vectors were loaded with")
     took["copy"] = now() - start
     async with db.connection() as conn:
-        await conn.execute("SET maintenance_work_mem = '2GB'")
-        await conn.execute("SET max_parallel_maintenance_workers = 2")
-        start = now()
-        for row in secondary:
-            await conn.execute(row["indexdef"])
-        took["btree/gin indexes"] = now() - start
-        start = now()
-        await ensure_vector_index(OnConnection(conn, db.url), "pattern_embeddings", MODEL, DIMS)
-        took["HNSW index"] = now() - start
+        took["btree/gin indexes"], took["HNSW index"] = await build_indexes(
+            conn, db.url, secondary, work_mem="2GB", vectors="pattern_embeddings", model=MODEL,
+            dims=DIMS,
+        )  # fmt: skip
         start = now()  # what the maintenance job does for mid-size chats of a shared index
         own = await ensure_chat_indexes(conn, MODEL, DIMS, concurrently=False)
         if own:
@@ -221,10 +208,7 @@ async def build(db: dbmod.Database, world: World, layout: Sequence[tuple[int, in
     start = now()
     await db.execute("VACUUM ANALYZE patterns")
     await db.execute("VACUUM ANALYZE pattern_embeddings")
-    try:
-        await db.execute("CHECKPOINT")
-    except DatabaseError as exc:  # no privilege (a --url database): measure anyway
-        print(f"  (no CHECKPOINT: {exc})")
+    await checkpoint(db)
     took["vacuum analyze + checkpoint"] = now() - start
     return took
 

@@ -90,7 +90,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _db import OnConnection
+from _db import build_indexes, checkpoint, drop_secondary_indexes
 from _turn_data import (
     HISTORY_COLUMNS,
     THEMES,
@@ -109,7 +109,7 @@ from actors.settings import load_settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
 from memory.conversation.messages import ChatMessage, ConversationStore
-from memory.embeddings.store import EmbeddingBackfill, ensure_vector_index
+from memory.embeddings.store import EmbeddingBackfill
 from memory.embeddings.thresholds import thresholds_for
 from memory.journal.tools import JOURNAL_TOOLS
 from memory.llm.anthropic_provider import (
@@ -137,7 +137,6 @@ from memory.tools.memory_tools import memory_tools
 from memory.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
 from runtime import db as dbmod
 from runtime.embedded_pg import DEFAULT_SHARED_BUFFERS, tune
-from runtime.errors import DatabaseError
 from runtime.logs import configure_logging
 from runtime.migrate import apply_migrations
 from runtime.serve import serve
@@ -617,13 +616,7 @@ async def load_journal(
 ) -> dict[str, float]:
     """COPY ``size`` entries and their vectors; secondary indexes are (re)built afterwards."""
     took: dict[str, float] = defaultdict(float)
-    indexes = await db.fetch(
-        "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.schemaname = current_schema()"
-        " AND i.tablename = 'entries' AND NOT EXISTS (SELECT 1 FROM pg_constraint c"
-        " WHERE c.conname = i.indexname AND c.conrelid = 'entries'::regclass)"
-    )
-    for row in indexes:
-        await db.execute(f'DROP INDEX "{row["indexname"]}"')
+    indexes = await drop_secondary_indexes(db, ("entries",))
     journal = Journal(embedder, seed=seed)
     loaded = 0
     chunks = journal.chunks(size)
@@ -647,17 +640,10 @@ async def load_journal(
             print(f"  loaded {loaded}/{size} entries", flush=True)
     await db.execute("SELECT setval(pg_get_serial_sequence('entries', 'id'), $1)", size)
     async with db.connection() as conn:
-        await conn.execute("SET maintenance_work_mem = '512MB'")
-        await conn.execute("SET max_parallel_maintenance_workers = 2")
-        start = now()
-        for row in indexes:
-            await conn.execute(row["indexdef"])
-        took["entries indexes"] = now() - start
-        start = now()
-        await ensure_vector_index(
-            OnConnection(conn, db.url), "entry_embeddings", embedder.model, embedder.dims
-        )
-        took["HNSW index"] = now() - start
+        took["entries indexes"], took["HNSW index"] = await build_indexes(
+            conn, db.url, indexes, work_mem="512MB", vectors="entry_embeddings",
+            model=embedder.model, dims=embedder.dims,
+        )  # fmt: skip
     hnsw = await db.fetchval(
         "SELECT count(*) FROM pg_indexes WHERE tablename = 'entry_embeddings'"
         " AND indexdef LIKE '%hnsw%' AND indexdef LIKE $1",
@@ -670,10 +656,7 @@ async def load_journal(
     await db.execute("VACUUM ANALYZE entry_embeddings")
     took["vacuum analyze"] = now() - start
     start = now()
-    try:  # flush the load's dirty pages now, not in a checkpoint during the measurement
-        await db.execute("CHECKPOINT")
-    except DatabaseError as exc:  # no privilege for it (a --url database): measure anyway
-        print(f"  (no CHECKPOINT after the load: {exc})")
+    await checkpoint(db, " after the load")
     took["checkpoint"] = now() - start
     return took
 
