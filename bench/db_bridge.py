@@ -18,6 +18,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import asyncpg
@@ -31,7 +32,16 @@ SELECT_1 = "SELECT 1"
 FETCH_10 = "SELECT g AS id, md5(g::text) AS label FROM generate_series(1, 10) AS g"
 
 
-def per_query_us(samples: list[float]) -> float:
+async def median_us(call: Callable[[str], Awaitable[object]], query: str, n: int) -> float:
+    """The median microseconds of ``n`` runs of ``call(query)``, after 100 to warm up (under
+    trio or asyncio alike)."""
+    for _ in range(100):
+        await call(query)
+    samples = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await call(query)
+        samples.append(time.perf_counter() - t)
     return statistics.median(samples) * 1e6
 
 
@@ -42,14 +52,7 @@ async def ours(url: str, n: int) -> dict[str, float]:
             ("select1", SELECT_1, database.fetchval),
             ("fetch10", FETCH_10, database.fetch),
         ):
-            for _ in range(100):  # warm-up
-                await call(query)
-            samples = []
-            for _ in range(n):
-                t = time.perf_counter()
-                await call(query)
-                samples.append(time.perf_counter() - t)
-            out[name] = per_query_us(samples)
+            out[name] = await median_us(call, query, n)
     return out
 
 
@@ -61,14 +64,7 @@ async def native(url: str, n: int) -> dict[str, float]:
             ("select1", SELECT_1, pool.fetchval),
             ("fetch10", FETCH_10, pool.fetch),
         ):
-            for _ in range(100):
-                await call(query)
-            samples = []
-            for _ in range(n):
-                t = time.perf_counter()
-                await call(query)
-                samples.append(time.perf_counter() - t)
-            out[name] = per_query_us(samples)
+            out[name] = await median_us(call, query, n)
     finally:
         await pool.close()
     return out
