@@ -59,30 +59,32 @@ def secret(raw: str) -> Secret:
     return Secret(raw.strip())
 
 
-def int_range(lo: int, hi: int) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
+_Number = TypeVar("_Number", int, float)
+
+
+def _number_range(
+    convert: Callable[[str], _Number], noun: str, spec: str, lo: _Number, hi: _Number
+) -> Callable[[str], _Number]:
+    """A parser of ``convert``-able values within [lo, hi]; ``spec`` formats them in errors."""
+
+    def parse(raw: str) -> _Number:
         try:
-            value = int(raw.strip())
+            value = convert(raw.strip())
         except ValueError:
-            raise ValueError(f"expected an integer, got {raw.strip()!r}") from None
+            raise ValueError(f"expected {noun}, got {raw.strip()!r}") from None
         if not lo <= value <= hi:
-            raise ValueError(f"must be between {lo} and {hi}, got {value}")
+            raise ValueError(f"must be between {lo:{spec}} and {hi:{spec}}, got {value:{spec}}")
         return value
 
     return parse
+
+
+def int_range(lo: int, hi: int) -> Callable[[str], int]:
+    return _number_range(int, "an integer", "", lo, hi)
 
 
 def float_range(lo: float, hi: float) -> Callable[[str], float]:
-    def parse(raw: str) -> float:
-        try:
-            value = float(raw.strip())
-        except ValueError:
-            raise ValueError(f"expected a number, got {raw.strip()!r}") from None
-        if not lo <= value <= hi:
-            raise ValueError(f"must be between {lo:g} and {hi:g}, got {value:g}")
-        return value
-
-    return parse
+    return _number_range(float, "a number", "g", lo, hi)
 
 
 def choice(*options: str) -> Callable[[str], str]:
