@@ -195,3 +195,35 @@ async def test_link_memories_records_a_stated_relation(db: Database) -> None:
     assert await status(db, a) == "superseded"
     assert [(r[0], r[4], r[5]) for r in await audit_rows(db, a)] == [
         ("supersede", "person", newer)]  # fmt: skip
+
+
+async def test_counts_by_status_follow_every_change(db: Database) -> None:
+    """/memory reads chat_pattern_counts (kept by triggers): always what a count would say."""
+
+    async def agree() -> None:
+        truth = await db.fetch(
+            "SELECT chat_id, status, count(*) AS n FROM patterns GROUP BY 1, 2 ORDER BY 1, 2"
+        )
+        kept = await db.fetch(
+            "SELECT chat_id, status, n FROM chat_pattern_counts WHERE n > 0 ORDER BY 1, 2"
+        )
+        assert [tuple(r) for r in kept] == [tuple(r) for r in truth]
+
+    a, b = await add(db, "User likes tea"), await add(db, "User likes coffee")
+    await add(db, "User likes water", chat=OTHER)
+    await db.execute(
+        "INSERT INTO patterns (chat_id, content, canonical_hash, first_seen, last_seen, status) "
+        "SELECT $1, 'bulk ' || g, 'h' || g, now(), now(), "
+        "CASE WHEN g % 3 = 0 THEN 'disputed' ELSE 'active' END FROM generate_series(1, 50) g",
+        CHAT,
+    )
+    await agree()
+    assert await forget_pattern(db, CHAT, a, reason="no", actor="person") is not None
+    await db.execute("UPDATE patterns SET strength = 3 WHERE chat_id = $1", CHAT)  # no status
+    await db.execute("UPDATE patterns SET status = 'superseded' WHERE content LIKE 'bulk 1%'")
+    await db.execute("DELETE FROM patterns WHERE id = $1 OR content LIKE 'bulk 2%'", b)
+    await agree()
+    rows = await db.fetch("SELECT status, n FROM chat_pattern_counts WHERE chat_id = $1", CHAT)
+    assert {r["status"]: r["n"] for r in rows}["deprecated"] == 1
+    await db.execute("TRUNCATE patterns CASCADE")
+    assert await db.fetchval("SELECT count(*) FROM chat_pattern_counts") == 0

@@ -3,10 +3,14 @@ voice, commands, and the turn loop (:mod:`~actors.chat.actor`), with the timers 
 :mod:`~actors.chat.fragments`, the typing indicator in :mod:`~actors.chat.typing_indicator` and
 its view of the inbox and outbox in :mod:`~actors.chat.store`; what it shares with the router
 (the ``Wake`` message, pending wakes, running turns) in :mod:`~actors.chat.wakes`; inline
-buttons (tokens, the table of callback handlers, the tap) in :mod:`~actors.chat.callbacks`.
+buttons (tokens, the table of callback handlers, the tap) in :mod:`~actors.chat.callbacks`; the
+chat commands — the table in :mod:`~actors.chat.commands` (what a command is in
+:mod:`~actors.chat.command_base`), the memory commands in :mod:`~actors.chat.memory_commands`
+and those confirmed with buttons in :mod:`~actors.chat.forget_command`.
 
-Imports the turn's interface (:mod:`actors.agent.turn`), the queues and the Telegram types; not
-the sender, the system or the CLI. Public: ``actor.chat_factory``, ``actor.ChatDeps``,
-``store.SqlChatStore``, ``wakes.Wake``, ``fragments.FragmentBuffer``, ``callbacks.keyboard``,
-``callbacks.CallbackTable``, ``callbacks.CallbackContext``.
+Imports the turn's interface (:mod:`actors.agent.turn`), the queues, the Telegram types and the
+memory domain (the commands' reads and actions); not the sender, the system or the CLI. Public:
+``actor.chat_factory``, ``actor.ChatDeps``, ``store.SqlChatStore``, ``wakes.Wake``,
+``fragments.FragmentBuffer``, ``callbacks.keyboard``, ``callbacks.CallbackTable``,
+``callbacks.CallbackContext``, ``commands.command_table``, ``memory_commands.MemoryServices``.
 """

@@ -37,6 +37,7 @@ from memory.patterns.controls import (
     merge_two,
 )
 from memory.patterns.views import Item, items_by_id, topic_matches
+from runtime.concurrency import both
 from runtime.db import Connection, Queries
 
 FORGET_USAGE = "Usage: /forget <topic> — e.g. /forget SingPass"
@@ -62,13 +63,21 @@ def mentions_text(m: Mentions) -> str:
 
 
 async def render(
-    db: Queries, chat_id: int, flow: Action, *, kept: bool = False, note: str = ""
+    db: Queries,
+    chat_id: int,
+    flow: Action,
+    *,
+    kept: bool = False,
+    note: str = "",
+    items: Sequence[Item] | None = None,
 ) -> tuple[str, list[list[tuple[str, Action]]]]:
     """The flow's message and buttons now: what was forgotten, what is still remembered (with a
-    button each while not ``kept``), the offer to delete the messages that mention the topic."""
+    button each while not ``kept``), the offer to delete the messages that mention the topic.
+    ``items``: the flow's patterns as just read (else they are read)."""
     ids, topic = list(flow["ids"]), flow.get("topic")
     mentions = Mentions(int(flow.get("messages", 0)), int(flow.get("episodes", 0)))
-    items = await items_by_id(db, chat_id, ids)
+    if items is None:
+        items = await items_by_id(db, chat_id, ids)
     live = [i for i in items if i.status in LIVE]
     gone = [i for i in items if i.status == "deprecated"]
     lines = [f"Memories about “{topic}”:" if topic else "Memory:"]
@@ -108,18 +117,23 @@ async def forget_topic(s: MemoryServices, call: CommandCall) -> TurnReply:
     topic = one_line(call.args, 10_000)
     if not topic or len(topic) > MAX_TOPIC_CHARS:
         return TurnReply(FORGET_USAGE)
-    matches = await topic_matches(
-        s.db, s.embedder, call.chat_id, topic, now=call.now, timezone=s.timezone,
-        thresholds=s.thresholds, lexicons=s.lexicons,
+    matches, mentions = await both(
+        lambda: topic_matches(
+            s.db, s.embedder, call.chat_id, topic, now=call.now, timezone=s.timezone,
+            thresholds=s.thresholds, lexicons=s.lexicons, planner=s.planner,
+        ),
+        lambda: count_messages_mentioning(s.db, call.chat_id, topic),
     )  # fmt: skip
-    mentions = await count_messages_mentioning(s.db, call.chat_id, topic)
     if not matches and not mentions.total:
         return TurnReply(f"I have nothing about “{topic}” in memory.")
-    return await _ask(s, call.chat_id, _flow([i.id for i in matches], topic, mentions))
+    flow = _flow([i.id for i in matches], topic, mentions)
+    return await _ask(s, call.chat_id, flow, matches)
 
 
-async def _ask(s: MemoryServices, chat_id: int, flow: Action) -> TurnReply:
-    text, rows = await render(s.db, chat_id, flow)
+async def _ask(
+    s: MemoryServices, chat_id: int, flow: Action, items: Sequence[Item] | None = None
+) -> TurnReply:
+    text, rows = await render(s.db, chat_id, flow, items=items)
     kb = await keyboard(s.db, chat_id, rows) if rows else None
     return TurnReply(text, keyboard=kb)
 
@@ -136,7 +150,7 @@ async def memory_forget(s: MemoryServices, call: CommandCall, rest: str) -> Turn
     if item.status not in FORGETTABLE:
         word = "merged into another memory" if item.status == "merged" else "already forgotten"
         return TurnReply(f"Memory #{item.id} was {word}: {one_line(item.content, 200)}")
-    return await _ask(s, call.chat_id, _flow([item.id], None, None))
+    return await _ask(s, call.chat_id, _flow([item.id], None, None), found)
 
 
 async def memory_merge(s: MemoryServices, call: CommandCall, rest: str) -> TurnReply:

@@ -30,7 +30,7 @@ from memory.patterns.explicit import (
     keep_apart,
     remember,
 )
-from memory.patterns.retrieval import LexiconCache
+from memory.patterns.retrieval import LexiconCache, VectorPlanner
 from memory.patterns.stats import chat_stats
 from memory.patterns.views import Item, list_patterns, profile_view, search_patterns, summary_view
 from memory.patterns.why import PatternDetail, explain
@@ -70,6 +70,8 @@ class MemoryServices:
     timezone: str = "UTC"
     thresholds: Thresholds | None = None
     lexicons: LexiconCache | None = None
+    #: caches each chat's vector count for the retrieval's plan (as the turn's retriever does)
+    planner: VectorPlanner = attrs.field(factory=VectorPlanner)
 
 
 def usage(sub: str) -> TurnReply:
@@ -172,7 +174,7 @@ async def search_command(s: MemoryServices, call: CommandCall, rest: str) -> Tur
         return usage("search")
     items, degraded = await search_patterns(
         s.db, s.embedder, call.chat_id, query, now=call.now, timezone=s.timezone,
-        thresholds=s.thresholds, lexicons=s.lexicons,
+        thresholds=s.thresholds, lexicons=s.lexicons, planner=s.planner,
     )  # fmt: skip
     if not items:
         return TurnReply(f"Nothing in memory matches “{query}”.")

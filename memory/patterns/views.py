@@ -5,8 +5,9 @@ model; the wording is the chat command's (:mod:`actors.chat.memory_commands`).
 
 * :func:`profile_view` — seed 004 Test 11's profile: core tenets, facts, preferences, active
   goals (each group strongest first: ``strength × confidence``, through
-  ``idx_patterns_active_rank``), the upcoming dated events, and the counts (patterns by status,
-  messages, episodes); two round trips whatever the chat's size.
+  ``idx_patterns_active_rank``), the upcoming dated events, and the counts (patterns by status
+  from ``chat_pattern_counts``, kept by triggers; messages, episodes); two short statements
+  whatever the chat's size.
 * :func:`list_patterns` — the strongest active patterns (optionally of one kind) by their
   typed weight (:data:`memory.patterns.ranking.WEIGHT_SQL`: decay, strength, confidence, boosts —
   the retrieval score without the query).
@@ -32,7 +33,13 @@ from memory.embeddings.providers import Embedder
 from memory.embeddings.thresholds import Thresholds
 from memory.patterns.episodes import Episode, episode_from_record
 from memory.patterns.ranking import WEIGHT_JOINS, WEIGHT_SQL, local_today, weight_parameters
-from memory.patterns.retrieval import DEFAULT_CANDIDATES, LexiconCache, rank_patterns
+from memory.patterns.retrieval import (
+    DEFAULT_CANDIDATES,
+    LexiconCache,
+    VectorPlanner,
+    rank_patterns,
+)
+from runtime.concurrency import both
 from runtime.db import Queries
 
 GROUP_SIZE = 10  # items per group of the profile view
@@ -100,9 +107,8 @@ UNION ALL
 
 _COUNTS = """
 SELECT
-  (SELECT coalesce(jsonb_object_agg(status, n), '{}') FROM (
-       SELECT status, count(*) AS n FROM patterns WHERE chat_id = $1 GROUP BY status) s)
-       AS by_status,
+  (SELECT coalesce(jsonb_object_agg(status, n), '{}') FROM chat_pattern_counts
+   WHERE chat_id = $1 AND n > 0) AS by_status,
   (SELECT count(*) FROM chat_messages WHERE chat_id = $1 AND role IN ('user', 'assistant'))
        AS messages,
   (SELECT count(*) FROM chat_messages WHERE chat_id = $1 AND role IN ('user', 'assistant')
@@ -168,13 +174,14 @@ async def search_patterns(
     timezone: str,
     thresholds: Thresholds | None = None,
     lexicons: LexiconCache | None = None,
+    planner: VectorPlanner | None = None,
     limit: int = 5,
 ) -> tuple[list[Item], bool]:
     """The product's retrieval for ``query`` (the best ``limit``, scores and similarities) and
-    whether it degraded to keywords."""
+    whether it degraded to keywords. ``planner``: keep one (it caches each chat's size)."""
     ranked, degraded = await rank_patterns(
         db, embedder, chat_id, query, limit=DEFAULT_CANDIDATES, now=now, thresholds=thresholds,
-        lexicons=lexicons, timezone=timezone,
+        planner=planner, lexicons=lexicons, timezone=timezone,
     )  # fmt: skip
     items = [
         Item(
@@ -195,10 +202,10 @@ async def search_patterns(
 
 _WORDS = f"""
 SELECT {_COLUMNS} FROM patterns
-WHERE chat_id = $1 AND status = ANY($2::text[]) AND NOT (id = ANY($3::bigint[]))
-  AND text_search @@ websearch_to_tsquery('english', $4)
+WHERE chat_id = $1 AND status = ANY($2::text[])
+  AND text_search @@ websearch_to_tsquery('english', $3)
 ORDER BY strength * confidence DESC, id DESC
-LIMIT $5
+LIMIT $4
 """
 
 
@@ -212,21 +219,23 @@ async def topic_matches(
     timezone: str,
     thresholds: Thresholds | None = None,
     lexicons: LexiconCache | None = None,
+    planner: VectorPlanner | None = None,
     limit: int = GROUP_SIZE,
     statuses: Sequence[str] = ("active", "disputed"),
 ) -> list[Item]:
     """The chat's live patterns about ``topic``: the retrieval's best, then those whose words
-    contain it (full text), at most ``limit``."""
-    ranked, _ = await search_patterns(
-        db, embedder, chat_id, topic, now=now, timezone=timezone, thresholds=thresholds,
-        lexicons=lexicons, limit=limit,
+    contain it (full text), at most ``limit``; both searches at once."""
+    (ranked, _), rows = await both(
+        lambda: search_patterns(
+            db, embedder, chat_id, topic, now=now, timezone=timezone, thresholds=thresholds,
+            lexicons=lexicons, planner=planner, limit=limit,
+        ),
+        lambda: db.fetch(_WORDS, chat_id, list(statuses), topic, limit),
     )  # fmt: skip
     found = [i for i in ranked if i.status in statuses]
-    if len(found) < limit:
-        rows = await db.fetch(_WORDS, chat_id, list(statuses), [i.id for i in found], topic,
-                              limit - len(found))  # fmt: skip
-        found += [_item(r) for r in rows]
-    return found
+    seen = {i.id for i in found}
+    found += [_item(r) for r in rows if int(r["id"]) not in seen]
+    return found[:limit]
 
 
 @attrs.frozen
