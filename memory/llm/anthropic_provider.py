@@ -25,7 +25,7 @@ import anthropic
 import anthropic.resources.messages.messages as sdk_messages
 from anthropic.types import Message as ApiMessage
 
-from memory.errors import LLMError, LLMRequestError, LLMTimeout, LLMUnavailable
+from memory.errors import LLMError
 from memory.llm.cost import DEFAULT_RATES, RateTable
 from memory.llm.protocol import (
     Block,
@@ -33,6 +33,7 @@ from memory.llm.protocol import (
     CallContext,
     Completion,
     Message,
+    SdkErrors,
     StopReason,
     System,
     TextBlock,
@@ -41,9 +42,9 @@ from memory.llm.protocol import (
     ToolSpec,
     ToolUseBlock,
     call_and_record,
+    classify_sdk_error,
     invalid_response,
     status_error,
-    transport_error,
 )
 from runtime.concurrency import AsyncClosing
 from runtime.db import Queries
@@ -158,6 +159,14 @@ def _usage(raw: ApiMessage) -> TokenUsage:
     )
 
 
+_SDK_ERRORS = SdkErrors(
+    timeout=anthropic.APITimeoutError,
+    connection=anthropic.APIConnectionError,
+    validation=anthropic.APIResponseValidationError,
+    base=anthropic.AnthropicError,
+)
+
+
 class AnthropicLLM(AsyncClosing):
     """:class:`memory.llm.protocol.LLM` for Claude; owns its SDK client (close it with
     ``aclose``)."""
@@ -239,15 +248,7 @@ class AnthropicLLM(AsyncClosing):
                 request_id=exc.request_id,
                 headers=exc.response.headers,
             )
-        if isinstance(exc, anthropic.APITimeoutError):
-            return transport_error(ctx, LLMTimeout, "request timed out")
-        if isinstance(exc, anthropic.APIConnectionError):
-            return transport_error(ctx, LLMUnavailable, f"connection failed: {exc.message}")
-        if isinstance(exc, anthropic.APIResponseValidationError):
-            return invalid_response(ctx, exc.message)
-        if isinstance(exc, anthropic.AnthropicError):
-            return transport_error(ctx, LLMRequestError, f"{type(exc).__name__}: {exc}")
-        return None
+        return classify_sdk_error(ctx, exc, _SDK_ERRORS)
 
     def _parse(self, raw: ApiMessage) -> Completion:
         blocks: list[Block] = []

@@ -22,13 +22,14 @@ from typing import Any, Literal, cast
 import openai
 from openai.types.chat import ChatCompletion
 
-from memory.errors import LLMError, LLMRequestError, LLMTimeout, LLMUnavailable
+from memory.errors import LLMError
 from memory.llm.cost import DEFAULT_RATES, RateTable
 from memory.llm.protocol import (
     Block,
     CallContext,
     Completion,
     Message,
+    SdkErrors,
     StopReason,
     System,
     TextBlock,
@@ -37,10 +38,10 @@ from memory.llm.protocol import (
     ToolSpec,
     ToolUseBlock,
     call_and_record,
+    classify_sdk_error,
     invalid_response,
     status_error,
     system_text,
-    transport_error,
 )
 from runtime.concurrency import AsyncClosing
 from runtime.db import Queries
@@ -107,6 +108,14 @@ def _usage(raw: ChatCompletion) -> TokenUsage:
         output_tokens=raw.usage.completion_tokens,
         cache_read_tokens=min(cached, raw.usage.prompt_tokens),
     )
+
+
+_SDK_ERRORS = SdkErrors(
+    timeout=openai.APITimeoutError,
+    connection=openai.APIConnectionError,
+    validation=openai.APIResponseValidationError,
+    base=openai.OpenAIError,
+)
 
 
 class OpenAICompatibleLLM(AsyncClosing):
@@ -187,15 +196,7 @@ class OpenAICompatibleLLM(AsyncClosing):
                 request_id=exc.request_id,
                 headers=exc.response.headers,
             )
-        if isinstance(exc, openai.APITimeoutError):
-            return transport_error(ctx, LLMTimeout, "request timed out")
-        if isinstance(exc, openai.APIConnectionError):
-            return transport_error(ctx, LLMUnavailable, f"connection failed: {exc.message}")
-        if isinstance(exc, openai.APIResponseValidationError):
-            return invalid_response(ctx, exc.message)
-        if isinstance(exc, openai.OpenAIError):
-            return transport_error(ctx, LLMRequestError, f"{type(exc).__name__}: {exc}")
-        return None
+        return classify_sdk_error(ctx, exc, _SDK_ERRORS)
 
     def _parse(self, raw: ChatCompletion) -> Completion:
         if not raw.choices:

@@ -383,3 +383,30 @@ async def call_and_record(
         cache_read_tokens=tokens.cache_read_tokens,
         cache_write_tokens=tokens.cache_write_tokens,
     )
+
+
+@attrs.frozen
+class SdkErrors:
+    """An SDK's exception classes below the HTTP status ones, for :func:`classify_sdk_error`
+    (the timeout class must be checked before the connection class it derives from)."""
+
+    timeout: type[Exception]
+    connection: type[Exception]
+    validation: type[Exception]
+    base: type[Exception]
+
+
+def classify_sdk_error(ctx: CallContext, exc: Exception, sdk: SdkErrors) -> LLMError | None:
+    """The one rule for an SDK's non-status errors: a timeout is :class:`LLMTimeout`, a
+    connection failure :class:`LLMUnavailable`, a response the SDK could not validate an
+    invalid response, any other SDK error :class:`LLMRequestError`; None for anything else."""
+    message = str(getattr(exc, "message", exc))
+    if isinstance(exc, sdk.timeout):
+        return transport_error(ctx, LLMTimeout, "request timed out")
+    if isinstance(exc, sdk.connection):
+        return transport_error(ctx, LLMUnavailable, f"connection failed: {message}")
+    if isinstance(exc, sdk.validation):
+        return invalid_response(ctx, message)
+    if isinstance(exc, sdk.base):
+        return transport_error(ctx, LLMRequestError, f"{type(exc).__name__}: {exc}")
+    return None
