@@ -102,8 +102,8 @@ async def add_conversation(db: dbmod.Database) -> None:
          NOW - timedelta(days=n), 40)
         for n in range(20)
     ]  # fmt: skip
-    await db.copy_records("episodes", episodes,
-                          ("chat_id", "summary", "started_at", "ended_at", "message_count"))  # fmt: skip
+    columns = ("chat_id", "summary", "started_at", "ended_at", "message_count")
+    await db.copy_records("episodes", episodes, columns)
     await db.execute("VACUUM ANALYZE chat_messages")
     await db.execute("VACUUM ANALYZE episodes")
 

@@ -28,8 +28,8 @@ from actors.chat.command_base import parse_command
 from actors.chat.commands import command_table
 from actors.cli.telegram import register
 from actors.settings import load_settings
-from runtime.cli import base_parser
 from memory.embeddings.providers import LocalEmbedder
+from runtime.cli import base_parser
 from runtime.clock import local_date
 from runtime.db import Database
 
@@ -55,6 +55,7 @@ def test_help_and_menu_come_from_the_table() -> None:
     assert "/stop — cancel the reply I'm working on" in table.help_text()
 
 
+@pytest.mark.slow
 async def test_menu_help_suffix_and_unknown(
     bot: Bot, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -88,6 +89,7 @@ async def test_menu_help_suffix_and_unknown(
     assert out[start + 6] == " " * 18 + "/stop — cancel the reply I'm working on"
 
 
+@pytest.mark.slow
 async def test_remember_then_the_profile(bot: Bot, local: LocalEmbedder) -> None:
     """Seed 004 Test 8 and 11: /remember is stored at once, /memory shows it by group."""
     db = bot.db
@@ -137,6 +139,7 @@ async def test_remember_then_the_profile(bot: Bot, local: LocalEmbedder) -> None
     await model_silent(bot)
 
 
+@pytest.mark.slow
 async def test_list_search_why_pin(bot: Bot, local: LocalEmbedder) -> None:
     db = bot.db
     tea = await add_pattern(db, local, "User drinks green tea every morning", kind="behavior",
@@ -187,6 +190,7 @@ async def test_list_search_why_pin(bot: Bot, local: LocalEmbedder) -> None:
     await model_silent(bot)
 
 
+@pytest.mark.slow
 async def test_bad_input_gets_one_usage_line_and_changes_nothing(bot: Bot) -> None:
     db = bot.db
     before = await db.fetchval("SELECT count(*) FROM patterns")
@@ -256,6 +260,7 @@ async def test_summary_and_stats(bot: Bot) -> None:
     assert bot.claude.requests == []
 
 
+@pytest.mark.slow
 async def test_a_model_turn_is_counted_with_its_commit(bot: Bot) -> None:
     """/stats' turns and degraded rate: each model turn adds to chat_turn_stats in its commit
     (commands do not)."""
