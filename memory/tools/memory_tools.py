@@ -41,7 +41,7 @@ from memory.patterns.claims import EVENT
 from memory.patterns.controls import Relation, forget_pattern, link_patterns
 from memory.patterns.dedup import Adjudicator
 from memory.patterns.explicit import MAX_FACT_CHARS, MIN_FACT_CHARS, keep_apart, remember
-from memory.patterns.retrieval import LexiconCache, rank_patterns
+from memory.patterns.retrieval import LexiconCache, VectorPlanner, rank_patterns
 from memory.tools.conversation_tools import conversation_tools
 from memory.tools.registry import (
     Tool,
@@ -160,6 +160,7 @@ async def _recall(
     inp: RecallMemoryInput,
     thresholds: Thresholds | None,
     lexicons: LexiconCache | None,
+    planner: VectorPlanner | None = None,
 ) -> dict[str, Any]:
     embedder: Any = ctx.embedder if ctx.embedder is not None else _NoEmbedder()
     db: Any = ctx.db  # the Database (rank_patterns may open a transaction)
@@ -172,6 +173,7 @@ async def _recall(
         now=ctx.now,
         thresholds=thresholds,
         lexicons=lexicons,
+        planner=planner,
         timezone=ctx.timezone,
     )
     memories = []
@@ -292,6 +294,7 @@ def memory_tools(
     the retriever), like the turn's retrieval.
     """
     lexicon_cache = lexicons if lexicons is not None else LexiconCache()
+    planner = VectorPlanner()  # each chat's vector count, cached (as the turn's retriever does)
     judge: Adjudicator = adjudicator or keep_apart
     tools: list[Tool[Any]] = []
 
@@ -300,7 +303,7 @@ def memory_tools(
         """Search what you know about the person (memories distilled from earlier
         conversations, beyond those already in the prompt), by words and meaning. Returns
         memories with their id, kind, confidence and the date last seen."""
-        return await _recall(ctx, inp, thresholds, lexicon_cache)
+        return await _recall(ctx, inp, thresholds, lexicon_cache, planner)
 
     @tool(tools, "remember", RememberInput)
     async def remember(ctx: ToolContext, inp: RememberInput) -> dict[str, Any]:
