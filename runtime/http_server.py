@@ -100,6 +100,8 @@ async def serve_http(
                     await TCPServer(wrapped, config, context, state, stream)  # type: ignore[arg-type]
                 finally:
                     slots.release()
+                    # closed even when cancelled before TCPServer ran (shutdown); idempotent
+                    stream.socket.close()
 
             async def accept_loop(listener: trio.SocketListener) -> None:
                 while True:
