@@ -37,11 +37,34 @@ def pg_server() -> Iterator[Any]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-def database_url(pg_server: Any) -> Iterator[str]:
-    """A new empty database on the session server, dropped after the test."""
-    name = f"t_{secrets.token_hex(6)}"
+@pytest.fixture(scope="session")
+def migrated_template(pg_server: Any) -> str:
+    """A database with every migration applied, made once: a test that uses ``db`` gets a copy
+    (``CREATE DATABASE ... TEMPLATE``, ~0.1 s) instead of running the migrations (~0.3 s)."""
+    import trio
+
+    name = f"template_{secrets.token_hex(4)}"
     pg_server.psql(f'CREATE DATABASE "{name}";')
+
+    async def migrate() -> None:
+        url = pg_server.get_uri(name)
+        async with dbmod.asyncio_loop(), dbmod.open_database(url, max_size=1) as database:
+            await apply_migrations(database)
+
+    trio.run(migrate)
+    return name
+
+
+@pytest.fixture
+def database_url(pg_server: Any, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A new database on the session server, dropped after the test: empty, or a copy of
+    :func:`migrated_template` when the test uses ``db`` (which then finds nothing to apply)."""
+    name = f"t_{secrets.token_hex(6)}"
+    if "db" in request.fixturenames:
+        template = request.getfixturevalue("migrated_template")
+        pg_server.psql(f'CREATE DATABASE "{name}" TEMPLATE "{template}";')
+    else:
+        pg_server.psql(f'CREATE DATABASE "{name}";')
     try:
         yield pg_server.get_uri(name)
     finally:
@@ -57,7 +80,8 @@ async def raw_db(database_url: str) -> AsyncIterator[dbmod.Database]:
 
 @pytest.fixture
 async def db(raw_db: dbmod.Database) -> dbmod.Database:
-    """An open Database with every migration applied."""
+    """An open Database with every migration applied (on a copy of the migrated template the
+    runner finds nothing to do; it still checks every file's checksum)."""
     await apply_migrations(raw_db)
     return raw_db
 

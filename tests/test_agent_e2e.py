@@ -37,6 +37,8 @@ from runtime.db import Database
 from runtime.serve import serve
 from runtime.shutdown import Shutdown
 
+pytestmark = pytest.mark.slow  # the whole bot end to end (a few seconds each)
+
 CHAT = 5550002
 TZ = "Europe/Madrid"
 NOW = datetime(2024, 6, 15, 23, 30, tzinfo=UTC)  # already 16 June, 01:30, in Madrid

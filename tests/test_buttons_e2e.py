@@ -25,6 +25,8 @@ from runtime import db as dbmod
 from runtime.serve import serve
 from runtime.shutdown import Shutdown
 
+pytestmark = pytest.mark.slow  # the whole bot end to end (a few seconds each)
+
 CHAT, OTHER = 5550101, 5550102
 SECRET = "buttons-secret_token"
 
@@ -160,6 +162,7 @@ async def test_a_tap_is_answered_at_once_and_its_handler_edits_the_message(
     assert (edit["status"], edit["edit_message_id"]) == ("sent", message_id)
 
 
+@pytest.mark.slow
 async def test_a_double_tap_acts_once_and_a_sibling_on_the_edited_message_is_dead(
     db: dbmod.Database,
 ) -> None:
@@ -184,6 +187,7 @@ async def test_a_double_tap_acts_once_and_a_sibling_on_the_edited_message_is_dea
     assert sorted(r["status"] for r in statuses) == ["done", "skipped", "skipped"]
 
 
+@pytest.mark.slow
 async def test_an_expired_button_or_one_from_another_chat_changes_nothing(
     db: dbmod.Database,
 ) -> None:

@@ -216,6 +216,7 @@ async def test_bad_input_gets_one_usage_line_and_changes_nothing(bot: Bot) -> No
     await model_silent(bot)
 
 
+@pytest.mark.slow
 async def test_summary_and_stats(bot: Bot) -> None:
     db = bot.db
     for n, (days, count, text) in enumerate([(9, 32, "Discussed the Lambda design."),

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
+import pytest
 import trio
 from fakes.anthropic_api import Failure, FakeAnthropic
 from fakes.bot_api import DEFAULT_TOKEN, run_fake_bot_api
@@ -166,6 +167,7 @@ async def wait_for(predicate: Any, limit: float = 15.0) -> None:
             await trio.sleep(0.02)
 
 
+@pytest.mark.slow
 async def test_two_compactors_on_two_pools_one_runs_one_skips(
     db: Database, database_url: str, fake_claude: FakeAnthropic
 ) -> None:
@@ -297,6 +299,7 @@ async def test_turn_over_budget_ends_in_a_compaction(
     assert purposes[:2] == ["agent", "compaction"]
 
 
+@pytest.mark.slow
 async def test_the_turns_own_rows_crossing_the_budget_compact(
     db: Database, fake_claude: FakeAnthropic
 ) -> None:

@@ -79,6 +79,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow
 async def test_unreachable_server_fails_fast_with_redacted_url() -> None:
     url = f"postgresql://user:hunter2secret@127.0.0.1:{_free_port()}/x"
     start = trio.current_time()
@@ -96,6 +97,7 @@ def test_redact_url() -> None:
     assert dbmod.redact_url("postgresql://u@h/d") == "postgresql://u@h/d"
 
 
+@pytest.mark.slow
 async def test_server_without_pgvector_says_how_to_install(pg_server: object) -> None:
     from pg_without_vector import postgres_without_pgvector
 

@@ -158,6 +158,7 @@ def test_the_outage_exit_is_one_line(capsys: pytest.CaptureFixture[str]) -> None
     assert capsys.readouterr().err == "engram: database unreachable for 300 s\n"
 
 
+@pytest.mark.slow
 async def test_usage_rows_wait_for_the_database(pg_server: Any, database_url: str) -> None:
     async with via_proxy(pg_server, database_url) as (proxy, database):
 
@@ -227,6 +228,7 @@ async def test_webhook_and_readyz_say_503_while_the_database_is_down(
         assert await database.fetchval("SELECT count(*) FROM inbox") == 1
 
 
+@pytest.mark.slow
 async def test_serve_waits_out_an_outage_then_gives_up_past_the_limit(
     pg_server: Any, database_url: str, tmp_path: Path
 ) -> None:

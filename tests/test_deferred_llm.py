@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 import trio
 from fakes.anthropic_api import FakeAnthropic
 
@@ -62,6 +63,7 @@ async def test_unused_deferred_model_closes_without_loading(
     assert isinstance(llm, DeferredLLM) and not llm.loaded
 
 
+@pytest.mark.slow
 def test_the_sdk_is_not_imported_until_needed() -> None:
     code = textwrap.dedent(
         """

@@ -10,6 +10,7 @@ from typing import Any
 
 import attrs
 import httpx
+import pytest
 import trio
 from fakes.bot_api import DEFAULT_TOKEN, FakeBotApi, run_fake_bot_api
 
@@ -20,6 +21,8 @@ from actors.telegram.client import BotApiClient
 from runtime import db as dbmod
 from runtime.serve import serve
 from runtime.shutdown import Shutdown
+
+pytestmark = pytest.mark.slow  # the whole bot end to end (a few seconds each)
 
 CHAT = 5550001
 SECRET = "e2e-secret_token"

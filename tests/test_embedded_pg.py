@@ -20,6 +20,7 @@ async def _shared_buffers(url: str) -> str:
         return str(await db.fetchval("SHOW shared_buffers"))
 
 
+@pytest.mark.slow
 async def test_fresh_server_runs_with_the_configured_shared_buffers(tmp_path: Path) -> None:
     async with embedded_postgres(tmp_path, "engram", shared_buffers="160MB") as url:
         assert await _shared_buffers(url) == "160MB"
@@ -29,6 +30,7 @@ async def test_fresh_server_runs_with_the_configured_shared_buffers(tmp_path: Pa
     assert not (tmp_path / "postgres" / "postmaster.pid").exists()  # stopped on release
 
 
+@pytest.mark.slow
 def test_tuning_waits_for_the_next_start_while_another_process_holds_the_server(
     tmp_path: Path,
 ) -> None:
@@ -64,6 +66,7 @@ def test_sizes_in_postgres_units_are_accepted() -> None:
     assert settings.embedded_pg_shared_buffers == "512MB"
 
 
+@pytest.mark.slow
 async def test_trio_is_not_blocked_while_the_server_starts(tmp_path: Path) -> None:
     ticks = 0
 
@@ -81,6 +84,7 @@ async def test_trio_is_not_blocked_while_the_server_starts(tmp_path: Path) -> No
     assert ticks > 5
 
 
+@pytest.mark.slow
 async def test_a_value_the_server_cannot_start_with_is_reported_and_replaceable(
     tmp_path: Path,
 ) -> None:
@@ -94,6 +98,7 @@ async def test_a_value_the_server_cannot_start_with_is_reported_and_replaceable(
         assert await _shared_buffers(url) == "176MB"
 
 
+@pytest.mark.slow
 def test_a_failed_restart_takes_the_value_back(tmp_path: Path) -> None:
     import pgserver
 
@@ -107,6 +112,7 @@ def test_a_failed_restart_takes_the_value_back(tmp_path: Path) -> None:
         server.cleanup()
 
 
+@pytest.mark.slow
 async def test_a_holder_that_died_does_not_keep_the_server_running(tmp_path: Path) -> None:
     """An engram process killed while holding the server never releases it; the next start
     drops it from the holders, so that process's exit still stops the server."""

@@ -59,6 +59,7 @@ async def _wait_new_postmaster(pgdata: Path, old: int, limit: float = 60.0) -> i
             await trio.sleep(0.1)
 
 
+@pytest.mark.slow
 async def test_a_killed_embedded_server_is_started_again(home: Path) -> None:
     pgdata = home / "postgres"
     async with embedded_postgres(home, "engram", shared_buffers="128MB", watch_interval=0.2) as url:
@@ -80,6 +81,7 @@ def test_last_log_lines(tmp_path: Path) -> None:
     assert last_log_lines(tmp_path / "nowhere") == []
 
 
+@pytest.mark.slow
 async def test_serve_restarts_its_killed_embedded_server_and_answers_later_updates(
     tmp_path: Path, home: Path
 ) -> None:

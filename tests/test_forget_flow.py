@@ -51,6 +51,7 @@ async def singpass(bot: Bot, local: LocalEmbedder) -> tuple[int, int, int]:
     return goal, login, other
 
 
+@pytest.mark.slow
 async def test_forget_one_then_the_rest_then_the_messages(bot: Bot, local: LocalEmbedder) -> None:
     """Seed 004 Test 8-forget: the goal does not come up again."""
     db = bot.db
@@ -107,6 +108,7 @@ async def test_forget_one_then_the_rest_then_the_messages(bot: Bot, local: Local
     assert b"SingPass" not in request.raw and b"singpass" not in request.raw.lower()
 
 
+@pytest.mark.slow
 async def test_forget_all_keep_expired_and_foreign_taps(bot: Bot, local: LocalEmbedder) -> None:
     db = bot.db
     goal, login, _ = await singpass(bot, local)
@@ -146,6 +148,7 @@ async def test_forget_all_keep_expired_and_foreign_taps(bot: Bot, local: LocalEm
     await model_silent(bot)
 
 
+@pytest.mark.slow
 async def test_memory_forget_and_merge_ask_first(bot: Bot, local: LocalEmbedder) -> None:
     db = bot.db
     tea = await add_pattern(db, local, "User drinks green tea daily", kind="behavior", strength=3)

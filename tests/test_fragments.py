@@ -246,6 +246,7 @@ def text_streams(draw: st.DrawFn) -> list[tuple[Inbound, float]]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(stream=text_streams(), use_timer=st.booleans())
 def test_fragments_never_lose_duplicate_or_reorder(

@@ -12,6 +12,7 @@ import socket
 from pathlib import Path
 
 import httpx
+import pytest
 import trio
 from engram_outside import Engram, free_port, post_update, serve_env, update_body
 from fakes.bot_api import run_fake_bot_api
@@ -48,6 +49,7 @@ def test_connection_cap_fits_the_descriptor_limit() -> None:
     assert connection_cap(10**9) == max(8, soft - 128)
 
 
+@pytest.mark.slow
 async def test_slow_loris_neither_exhausts_descriptors_nor_stops_the_server(
     tmp_path: Path, database_url: str
 ) -> None:

@@ -363,6 +363,7 @@ def _cli(args: list[str], database_url: str, home: Path) -> subprocess.Completed
     )
 
 
+@pytest.mark.slow
 def test_cli_journal_import_end_to_end(database_url: str, tmp_path: Path) -> None:
     first = _cli(["journal", "import", str(FIXTURE)], database_url, tmp_path)
     assert first.returncode == 0, first.stderr

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import trio
 from fakes.anthropic_api import FakeAnthropic
 from fakes.extraction import ScriptedExtractor
@@ -94,6 +95,7 @@ async def assert_episodes_cover_the_compacted_rows(db: Database, chat_id: int) -
     return len(episodes)
 
 
+@pytest.mark.slow
 async def test_600_short_messages_every_row_in_the_window_or_compacted(
     db: Database, fake_claude: FakeAnthropic
 ) -> None:

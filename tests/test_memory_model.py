@@ -13,6 +13,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 import trio
 from fakes.anthropic_api import FakeAnthropic
 from fakes.bot_api import DEFAULT_TOKEN, run_fake_bot_api
@@ -94,6 +95,7 @@ async def _serve_one_turn(
     return turn, memory
 
 
+@pytest.mark.slow
 async def test_serve_compacts_with_the_memory_model(
     tmp_path: Path, database_url: str, db: Database, fake_claude: FakeAnthropic
 ) -> None:
@@ -105,6 +107,7 @@ async def test_serve_compacts_with_the_memory_model(
         ("agent", "claude-sonnet-4-6"), ("compaction", "claude-haiku-4-5")}  # fmt: skip
 
 
+@pytest.mark.slow
 async def test_memory_model_setting_is_used(
     tmp_path: Path, database_url: str, db: Database, fake_claude: FakeAnthropic
 ) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 from fakes.bot_api import DEFAULT_TOKEN, FakeBotApi, run_fake_bot_api
 
@@ -181,6 +182,7 @@ async def test_right_code_pairs_the_chat_and_its_kept_updates_are_answered(
     assert await db.fetchval("SELECT count(*) FROM held_updates") == 0
 
 
+@pytest.mark.slow
 async def test_wrong_code_does_not_pair(db: dbmod.Database) -> None:
     async with run_fake_bot_api() as fake, running(db, fake) as bot:
         fake.push_message(STRANGER, "/start NOTTHECODE")
@@ -193,6 +195,7 @@ async def test_wrong_code_does_not_pair(db: dbmod.Database) -> None:
     assert await db.fetchval("SELECT count(*) FROM held_updates WHERE chat_id = $1", STRANGER) == 1
 
 
+@pytest.mark.slow
 async def test_an_expired_code_does_not_pair(db: dbmod.Database) -> None:
     async with run_fake_bot_api() as fake, running(db, fake) as bot:
         bot.now[0] = 600.0  # ten minutes after start
@@ -204,6 +207,7 @@ async def test_an_expired_code_does_not_pair(db: dbmod.Database) -> None:
     assert await db.fetchval("SELECT count(*) FROM allowed_chats") == 0
 
 
+@pytest.mark.slow
 async def test_a_second_chat_cannot_use_the_code_again(db: dbmod.Database) -> None:
     async with run_fake_bot_api() as fake, running(db, fake) as bot:
         code = bot.code
@@ -218,6 +222,7 @@ async def test_a_second_chat_cannot_use_the_code_again(db: dbmod.Database) -> No
     assert [r["chat_id"] for r in rows] == [OWNER]
 
 
+@pytest.mark.slow
 async def test_five_wrong_codes_lock_pairing(db: dbmod.Database) -> None:
     async with run_fake_bot_api() as fake, running(db, fake) as bot:
         for n in range(5):
@@ -233,6 +238,7 @@ async def test_five_wrong_codes_lock_pairing(db: dbmod.Database) -> None:
     assert await db.fetchval("SELECT count(*) FROM allowed_chats") == 0
 
 
+@pytest.mark.slow
 async def test_the_private_reply_comes_at_most_once_an_hour(db: dbmod.Database) -> None:
     async with run_fake_bot_api() as fake, running(db, fake, allowed=str(OWNER)) as bot:
         assert bot.access.code is None and bot.announced == []  # a chat is allowed: no pairing
@@ -250,6 +256,7 @@ async def test_the_private_reply_comes_at_most_once_an_hour(db: dbmod.Database) 
     assert await db.fetchval("SELECT count(*) FROM held_updates WHERE chat_id = $1", STRANGER) == 4
 
 
+@pytest.mark.slow
 async def test_a_chat_allowed_later_from_the_cli_gets_its_kept_updates_answered(
     db: dbmod.Database, database_url: str, tmp_path: Path
 ) -> None:
@@ -280,6 +287,7 @@ async def test_a_chat_allowed_later_from_the_cli_gets_its_kept_updates_answered(
     assert await db.fetchval("SELECT count(*) FROM held_updates WHERE chat_id = $1", STRANGER) == 1
 
 
+@pytest.mark.slow
 async def test_updates_older_than_a_day_are_not_released(db: dbmod.Database) -> None:
     async with run_fake_bot_api() as fake, running(db, fake, allowed=str(OWNER)):
         fake.push_message(STRANGER, "yesterday's")
@@ -301,6 +309,7 @@ def cli(tmp_path: Path, database_url: str, *argv: str) -> subprocess.CompletedPr
     return cli_env(tmp_path, database_url, {}, *argv)
 
 
+@pytest.mark.slow
 async def test_chats_lists_counts_and_who_allowed_them(
     db: dbmod.Database, database_url: str, tmp_path: Path
 ) -> None:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+import pytest
 import trio
 from fakes.anthropic_api import FakeAnthropic
 from fakes.extraction import ScriptedExtractor, is_extraction
@@ -301,6 +302,7 @@ async def test_seed_004_test_2_message_1_is_in_an_episode_summary_after_compacti
         CHAT) == 4  # fmt: skip
 
 
+@pytest.mark.slow
 async def test_seed_004_test_12_an_account_number_said_300_messages_ago(
     db: Database, fake_claude: FakeAnthropic
 ) -> None:

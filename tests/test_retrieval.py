@@ -507,6 +507,7 @@ async def _bulk(
     )
 
 
+@pytest.mark.slow
 async def test_small_chat_among_many_still_finds_its_matches(db: Database) -> None:
     rng = np.random.default_rng(1)
     crowd = rng.normal(size=(20_000, DIMS)).astype(np.float32)
@@ -535,6 +536,7 @@ async def test_small_chat_among_many_still_finds_its_matches(db: Database) -> No
     assert planner.plans == {"exact": 1}
 
 
+@pytest.mark.slow
 async def test_hnsw_and_chat_index_plans_keep_recall(db: Database) -> None:
     rng = np.random.default_rng(2)
     vecs = rng.normal(size=(3000, DIMS)).astype(np.float32)

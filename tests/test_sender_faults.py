@@ -212,6 +212,7 @@ async def test_the_in_flight_mark_is_committed_before_each_request(
     assert fake.sent_texts(9) == ["first chunk here", "second chunk here"]
 
 
+@pytest.mark.slow
 async def test_an_outage_of_5xx_and_429_is_waited_out_then_sent_once(
     db: dbmod.Database, fake: FakeBotApi, bot: BotApiClient
 ) -> None:

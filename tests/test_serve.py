@@ -109,6 +109,7 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+@pytest.mark.slow
 def test_unreachable_database_url_fails_fast_with_one_line(tmp_path: Path) -> None:
     url = f"postgresql://engram:topsecretpw@127.0.0.1:{_free_port()}/engram"
     # what the interpreter and the imports cost on this machine right now (the SDKs are heavy
@@ -134,6 +135,7 @@ def test_unreachable_database_url_fails_fast_with_one_line(tmp_path: Path) -> No
     assert "topsecretpw" not in proc.stderr + proc.stdout
 
 
+@pytest.mark.slow
 def test_sigterm_drains_and_exits_zero(tmp_path: Path, database_url: str) -> None:
     port = _free_port()
     proc = subprocess.Popen(
@@ -271,6 +273,7 @@ def test_serve_without_llm_settings_exits_2_naming_the_variable(
     assert proc.stdout == ""
 
 
+@pytest.mark.slow
 async def test_serve_purges_messages_compacted_past_the_retention(
     tmp_path: Path, database_url: str, db: dbmod.Database
 ) -> None:

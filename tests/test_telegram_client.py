@@ -150,6 +150,7 @@ async def test_get_updates_offsets_and_kinds(bot: BotApiClient, fake: FakeBotApi
     assert fake.pending_updates == []
 
 
+@pytest.mark.slow
 async def test_long_poll_waits_for_a_push(bot: BotApiClient, fake: FakeBotApi) -> None:
     async def push_later() -> None:
         await trio.sleep(0.2)

@@ -252,6 +252,7 @@ async def test_server_error_then_success_is_retried(
     assert ok["ok"] is True and ok["cost_usd"] == pytest.approx(5.0 / 60 * 0.006)
 
 
+@pytest.mark.slow
 async def test_rate_limit_retry_after_is_honoured(
     bot: BotApiClient, fake_bot: FakeBotApi, oai: openai.AsyncOpenAI, fake_openai: FakeOpenAI,
     db: Database,

@@ -219,6 +219,7 @@ async def test_non_latin_secret_header_is_just_wrong(db: dbmod.Database) -> None
         assert status == 401
 
 
+@pytest.mark.slow
 async def test_repeated_failures_are_slowed_down_but_correct_requests_are_not(
     db: dbmod.Database,
 ) -> None:
@@ -336,6 +337,7 @@ async def test_transfer_encoding_beats_a_content_length(db: dbmod.Database) -> N
         assert await inbox_count(db) == 1
 
 
+@pytest.mark.slow
 async def test_slow_body_is_408(db: dbmod.Database) -> None:
     async with serve(db, body_timeout=0.5) as h:
         status, body, took = await exchange(h.port, [head(100), b'{"update_id": 1'])
@@ -486,6 +488,7 @@ async def test_duplicates_are_acked_once_stored_once_notified_once(db: dbmod.Dat
         assert h2.notified == []
 
 
+@pytest.mark.slow
 async def test_concurrent_updates_are_all_stored_before_their_acks(db: dbmod.Database) -> None:
     async with serve(db) as h:
         statuses: dict[int, int] = {}
@@ -721,6 +724,7 @@ hostile_bodies = st.one_of(
 _alive_ids = iter(range(10**12, 10**13))
 
 
+@pytest.mark.slow
 @settings(
     max_examples=150,
     deadline=None,
