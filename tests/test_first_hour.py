@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
-from fakes.bot_api import DEFAULT_TOKEN, FakeBotApi, run_fake_bot_api
+from fakes.bot_api import DEFAULT_TOKEN, Failure, FakeBotApi, run_fake_bot_api
 
 from actors.cli.main import serve_mode
 from actors.settings import load_settings
@@ -149,6 +149,7 @@ async def test_webhook_url_must_be_https(tmp_path: Path) -> None:
     assert b"TELEGRAM_WEBHOOK_URL: must be an https:// URL" in result.stderr
 
 
+@pytest.mark.slow
 async def test_serve_registers_the_configured_webhook(tmp_path: Path, database_url: str) -> None:
     async with run_fake_bot_api() as fake, serving(
         tmp_path, fake, DATABASE_URL=database_url, TELEGRAM_WEBHOOK_URL=WEBHOOK_URL,
@@ -182,6 +183,7 @@ async def test_serve_reports_every_missing_setting_at_once(tmp_path: Path) -> No
     assert result.stdout == b""
 
 
+@pytest.mark.slow
 async def test_polling_needs_no_webhook_secret(tmp_path: Path) -> None:
     # the settings are complete for polling: start-up goes on and fails on the database (1)
     result = await engram(
@@ -195,6 +197,7 @@ async def test_polling_needs_no_webhook_secret(tmp_path: Path) -> None:
 # --- one error per cause ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "argv",
     [
@@ -222,6 +225,47 @@ async def test_a_rejected_token_is_the_same_error_from_every_command(
     assert err.splitlines()[-1] == REJECTED
     assert [line for line in err.splitlines() if line.startswith("engram:")] == [REJECTED]
     assert "WrongSecret" not in err + result.stdout.decode()
+
+
+async def test_bot_api_errors_say_what_telegram_said_and_which_method_is_missing() -> None:
+    from actors.telegram.client import BotApiClient
+    from actors.telegram.errors import BadRequest, ServerError, UnsupportedMethod
+
+    async with (
+        run_fake_bot_api() as fake,
+        BotApiClient(DEFAULT_TOKEN, base_url=fake.base_url) as bot,
+    ):
+        fake.fail_next("sendMessage", Failure.bad_request("chat not found"))
+        with pytest.raises(BadRequest) as refused:
+            await bot.send_message(42, "hi")
+        assert str(refused.value) == "sendMessage: 400 Bad Request: chat not found"
+        with pytest.raises(UnsupportedMethod) as missing:  # Telegram's own 404 for a method
+            await bot.call("getBusinessConnection", {})
+        assert "does not support getBusinessConnection (404 Not Found)" in str(missing.value)
+        fake.unsupport("getWebhookInfo", 501, "method not found")
+        with pytest.raises(UnsupportedMethod) as emulator:
+            await bot.get_webhook_info()
+        assert str(emulator.value).startswith(
+            "getWebhookInfo: this Bot API server does not support getWebhookInfo (501 "
+        )
+        fake.unsupport("getWebhookInfo", 500, "<html>internal error</html>")
+        with pytest.raises(ServerError) as broken:  # a body that is no Bot API answer says so
+            await bot.get_webhook_info()
+        assert str(broken.value) == (
+            "getWebhookInfo: 500 Internal Server Error (not a Bot API answer: "
+            "<html>internal error</html>)"
+        )
+
+
+async def test_commands_log_only_warnings_unless_verbose(tmp_path: Path, database_url: str) -> None:
+    quiet = await engram(tmp_path, "migrate", DATABASE_URL=database_url)
+    assert quiet.returncode == 0 and quiet.stderr == b""
+    assert quiet.stdout.decode().startswith("applied ")
+    loud = await engram(tmp_path, "-v", "migrate", DATABASE_URL=database_url)
+    assert loud.returncode == 0
+    events = [json.loads(line)["event"] for line in loud.stderr.decode().splitlines()]
+    assert "db.open" in events
+    assert loud.stdout.decode() == "applied 0 migration(s)\n"  # the output alone on stdout
 
 
 # --- serve: the pairing code, and JSON on every stderr line ---------------------------------------

@@ -15,6 +15,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
+from http import HTTPStatus
 
 import httpx
 
@@ -95,6 +96,14 @@ async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
     return bytes(data)
 
 
+def _phrase(status: int) -> str:
+    """The standard reason phrase of ``status`` (HTTP/2 answers carry none)."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "error"
+
+
 def _params(**values: object) -> dict[str, object]:
     return {k: v for k, v in values.items() if v is not None}
 
@@ -167,7 +176,7 @@ class BotApiClient(AsyncClosing):
             if response.is_success:
                 return UnexpectedResponse(f"{method}: HTTP {response.status_code}: no Bot API body")
             text = " ".join(response.text.split())[:200] if response.content else ""
-            reason = response.reason_phrase or "error"
+            reason = response.reason_phrase or _phrase(response.status_code)
             description = f"{reason} (not a Bot API answer{': ' + text if text else ''})"
             body = {}
         code = body.get("error_code")
@@ -176,7 +185,7 @@ class BotApiClient(AsyncClosing):
         if description is None:
             description = body.get("description")
         if not isinstance(description, str):
-            description = response.reason_phrase or "error"
+            description = response.reason_phrase or _phrase(response.status_code)
         retry_after: float | None = None
         migrate: int | None = None
         params = body.get("parameters")
