@@ -347,3 +347,17 @@ def cli_env(
         [sys.executable, "-m", "actors.cli", *argv],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
+
+
+async def test_kept_updates_older_than_a_day_are_purged(db: dbmod.Database) -> None:
+    from actors.telegram import access
+
+    for n in (1, 2):
+        assert await access.hold_update(db, f"update:{n}", n, STRANGER, "message", {"n": n})
+    assert not await access.hold_update(db, "update:1", 1, STRANGER, "message", {"n": 1})
+    await db.execute(
+        "UPDATE held_updates SET received_at = now() - interval '25 hours' WHERE update_id = 1"
+    )
+    assert await access.purge_held(db) == 1
+    rows = await db.fetch("SELECT update_id FROM held_updates")
+    assert [r["update_id"] for r in rows] == [2]

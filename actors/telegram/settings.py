@@ -48,7 +48,8 @@ class TelegramSettings(SettingsSection):
               "Public https URL of /api/telegram: set, engram serve uses the webhook and "
               "registers it at start; empty: long polling."),
         Field("TELEGRAM_ALLOWED_CHAT_IDS", "telegram_allowed_chat_ids", "", chat_ids,
-              "Comma-separated chat ids allowed to talk to the bot (empty: nobody).",
+              "Comma-separated chat ids allowed to talk to the bot, besides those stored by "
+              "pairing or `engram chats allow` (none at all: serve prints a pairing code).",
               aliases=("TELEGRAM_ALLOWED_CHAT_ID",)),
         Field("TELEGRAM_API_BASE_URL", "telegram_api_base_url", "https://api.telegram.org",
               http_url, "Bot API server (a local Bot API server or a test server)."),
