@@ -122,6 +122,20 @@ async def test_config_shows_effective_values(tmp_path: Path, database_url: str) 
     assert result.stderr == b""  # quiet: the database's INFO lines are not shown
 
 
+async def test_systemd_unit_is_printed_for_this_installation(tmp_path: Path) -> None:
+    result = await engram(tmp_path, "systemd-unit", "--user", "bot", "--workdir", "/srv/engram")
+    unit = result.stdout.decode()
+    assert result.returncode == 0 and result.stderr == b""
+    lines = unit.splitlines()
+    exec_start = next(line for line in lines if line.startswith("ExecStart="))
+    assert exec_start.endswith(" serve") and sys.executable.rsplit("/", 1)[0] in exec_start
+    for line in ("User=bot", "WorkingDirectory=/srv/engram",
+                 "EnvironmentFile=/srv/engram/.env", "RestartPreventExitStatus=2",
+                 "KillSignal=SIGTERM", "[Install]"):  # fmt: skip
+        assert line in lines, line
+    assert "{" not in unit  # every placeholder filled
+
+
 # --- mode selection -----------------------------------------------------------------------------
 
 
