@@ -19,9 +19,9 @@ transaction: the reply's ``persist`` hook, the outbox row, and the inbox rows ma
 
 A crash is charged to no one (see :mod:`actors.queues.inbox`): an exception while rows are in
 hand (other than the database being unreachable or busy) is charged to those rows as a failed
-attempt, then the actor crashes and is restarted; a row with ``max_attempts`` failures, or in its turn at
-``max_crashes`` process crashes, is skipped and the person told (``GAVE_UP``), so a poison
-update can neither crash-loop nor hold up the chat's later messages.
+attempt, then the actor crashes and is restarted; a row with ``max_attempts`` failures, or in
+its turn at ``max_crashes`` process crashes, is skipped and the person told (``GAVE_UP``), so a
+poison update can neither crash-loop nor hold up the chat's later messages.
 
 A model outage is waited out: a turn raising :class:`~actors.errors.ModelUnavailable` (the
 model still down after the turn's own retries) hands its rows back uncharged, tells the person
