@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import attrs
 
-from runtime.errors import SettingsError, settings_error
+from runtime.errors import SettingsError
 from runtime.settings import Field, SettingsSection, choice, float_range, int_range, optional_unit
 
 
@@ -77,18 +77,11 @@ class MemorySettings(SettingsSection):
     pattern_merge_threshold: float | None
     profile_budget_tokens: int
 
-    def validate(self) -> None:
-        problems = []
-        if self.compaction_keep_recent >= self.window_messages - 1:
-            problems.append(SettingsError(
-                "COMPACTION_KEEP_RECENT",
-                f"must be below WINDOW_MESSAGES - 1 ({self.window_messages - 1}), "
-                f"got {self.compaction_keep_recent}",
-            ))  # fmt: skip
-        try:
-            super().validate()
-        except SettingsError as exc:
-            problems.append(exc)
-        error = settings_error(problems)
-        if error is not None:
-            raise error
+    def check(self) -> list[SettingsError]:
+        if self.compaction_keep_recent < self.window_messages - 1:
+            return []
+        return [SettingsError(
+            "COMPACTION_KEEP_RECENT",
+            f"must be below WINDOW_MESSAGES - 1 ({self.window_messages - 1}), "
+            f"got {self.compaction_keep_recent}",
+        )]  # fmt: skip

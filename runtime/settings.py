@@ -214,8 +214,20 @@ class SettingsSection:
 
     fields: ClassVar[tuple[Field, ...]] = ()
 
+    def check(self) -> list[SettingsError]:
+        """This section's own cross-field problems (a section overrides it; no super call)."""
+        return []
+
     def validate(self) -> None:
-        """Cross-field checks, raising SettingsError; an override calls ``super().validate()``."""
+        """Every section's :meth:`check`, raising one SettingsError naming every problem."""
+        problems: list[SettingsError] = []
+        for cls in type(self).__mro__:
+            own = cls.__dict__.get("check")
+            if own is not None:
+                problems += own(self)
+        error = settings_error(problems)
+        if error is not None:
+            raise error
 
     def secrets(self) -> list[str]:
         """Every non-empty secret value, for log scrubbing."""
@@ -305,7 +317,7 @@ class ProcessSettings(SettingsSection):
     restart_max: int
     restart_window: float
 
-    def validate(self) -> None:
+    def check(self) -> list[SettingsError]:
         problems = []
         if self.db_pool_min > self.db_pool_max:
             problems.append(SettingsError("DB_POOL_MIN", "must not exceed DB_POOL_MAX"))
@@ -313,13 +325,7 @@ class ProcessSettings(SettingsSection):
             problems.append(
                 SettingsError("RESTART_BACKOFF_BASE", "must not exceed RESTART_BACKOFF_CAP")
             )
-        try:
-            super().validate()
-        except SettingsError as exc:
-            problems.append(exc)
-        error = settings_error(problems)
-        if error is not None:
-            raise error
+        return problems
 
 
 def read_dotenv(path: Path) -> dict[str, str]:

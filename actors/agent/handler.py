@@ -88,6 +88,9 @@ from runtime.concurrency import both
 from runtime.db import Connection, Database, Queries
 from runtime.logs import get_logger
 
+#: tokens added to the after-turn estimate (see ``Agent._over_budget``)
+ESTIMATE_MARGIN_TOKENS = 32
+
 log = get_logger(__name__)
 
 Clock = Callable[[], datetime]
@@ -273,7 +276,12 @@ class Agent:
         )  # fmt: skip
         rule = CompactionRule(token_budget=self.context_token_budget, keep_recent=0,
                               window_limit=self.window_limit)  # fmt: skip
-        reason = rule.reason(WindowState(rows=shown + len(new_rows), tokens=tokens))
+        # the turn's rows formatted on their own differ by a few characters from how the next
+        # turn shows them (a day separator, the split into stamped and aged rows): a margin
+        # keeps this estimate from landing a token under the budget the next context exceeds
+        reason = rule.reason(
+            WindowState(rows=shown + len(new_rows), tokens=tokens + ESTIMATE_MARGIN_TOKENS)
+        )
         if reason is None:
             return False
         log.info("agent.over_budget", chat_id=chat_id, reason=reason, tokens=tokens,
