@@ -17,6 +17,7 @@ callback query a person's tap on a shown button produces, and returns it for a w
 
 from __future__ import annotations
 
+import abc
 import json
 import re
 from collections.abc import Mapping
@@ -135,7 +136,7 @@ class Edit:
     reply_markup: Any
 
 
-class KeyboardMethods:
+class KeyboardMethods(abc.ABC):
     """The fake's methods for keyboards, edits and commands (a mixin of FakeBotApi, which
     provides ``sent``, ``push_update``, ``check_text``, ``chat``, ``new_query_id``)."""
 
@@ -147,20 +148,25 @@ class KeyboardMethods:
         self.commands: dict[str, list[dict[str, str]]] = {}
 
     # helpers FakeBotApi provides
+    @abc.abstractmethod
     def push_update(self, update: Mapping[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError
+        """Provided by FakeBotApi."""
 
+    @abc.abstractmethod
     def check_text(self, text: str, mode: str | None) -> str:
-        raise NotImplementedError
+        """Provided by FakeBotApi."""
 
+    @abc.abstractmethod
     def chat(self, value: int | str) -> int | str:
-        raise NotImplementedError
+        """Provided by FakeBotApi."""
 
+    @abc.abstractmethod
     def new_query_id(self) -> str:
-        raise NotImplementedError
+        """Provided by FakeBotApi."""
 
+    @abc.abstractmethod
     def is_user_message(self, chat_id: int | str, message_id: int) -> bool:
-        raise NotImplementedError
+        """Provided by FakeBotApi."""
 
     # --- for tests -----------------------------------------------------------------------------
 
