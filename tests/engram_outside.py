@@ -27,15 +27,18 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import trio
-from fakes.anthropic_api import DEFAULT_API_KEY, FakeAnthropic, RecordedRequest
+from fakes.anthropic_api import (
+    DEFAULT_API_KEY,
+    FakeAnthropic,
+    RecordedRequest,
+    run_fake_anthropic,
+)
 from fakes.bot_api import DEFAULT_TOKEN
-from hypercorn.config import Config
 from quart import Response
 
 REPO = Path(__file__).resolve().parent.parent
@@ -258,18 +261,5 @@ class EchoAnthropic(FakeAnthropic):
 @asynccontextmanager
 async def run_echo_anthropic() -> AsyncIterator[EchoAnthropic]:
     """An :class:`EchoAnthropic` on 127.0.0.1 (free port) for the block."""
-    import hypercorn.trio
-
-    fake = EchoAnthropic()
-    config = Config()
-    config.bind = ["127.0.0.1:0"]
-    config.accesslog = None
-    config.errorlog = None
-    config.graceful_timeout = 0.5
-    async with trio.open_nursery() as nursery:
-        binds: list[str] = await nursery.start(partial(hypercorn.trio.serve, fake.app, config))
-        fake.base_url = binds[0]
-        try:
-            yield fake
-        finally:
-            nursery.cancel_scope.cancel()
+    async with run_fake_anthropic(fake=EchoAnthropic()) as fake:
+        yield cast(EchoAnthropic, fake)

@@ -872,13 +872,17 @@ class FakeAnthropic:
 
 @asynccontextmanager
 async def run_fake_anthropic(
-    api_key: str = DEFAULT_API_KEY, models: Mapping[str, int] | None = DEFAULT_MODELS
+    api_key: str = DEFAULT_API_KEY,
+    models: Mapping[str, int] | None = DEFAULT_MODELS,
+    *,
+    fake: FakeAnthropic | None = None,
 ) -> AsyncIterator[FakeAnthropic]:
-    """Serve a fresh FakeAnthropic on 127.0.0.1 (free port) for the duration of the block.
+    """Serve a fresh FakeAnthropic (or ``fake``, e.g. a subclass) on 127.0.0.1 (free port)
+    for the duration of the block.
 
     ``models`` maps the accepted models to their output caps (None: any model, no cap).
     """
-    fake = FakeAnthropic(api_key, models)
+    fake = fake if fake is not None else FakeAnthropic(api_key, models)
     config = Config()
     config.bind = ["127.0.0.1:0"]
     config.accesslog = None
