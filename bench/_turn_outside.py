@@ -33,6 +33,35 @@ from _turn_data import user_message
 HOST = "127.0.0.1"
 SECRET = "bench-turn-secret_token"
 TURN_TIMEOUT = 30.0
+
+
+class OutsideEnded(RuntimeError):
+    """The outside process closed its stdout (it ended)."""
+
+
+class Outside:
+    """This process seen from the bench (the parent): JSON lines over the child's
+    stdin/stdout."""
+
+    def __init__(self, process: trio.Process) -> None:
+        assert process.stdin is not None and process.stdout is not None
+        self.process, self.inp, self.out = process, process.stdout, process.stdin
+        self.buf = bytearray()
+
+    async def send(self, **message: Any) -> None:
+        await self.out.send_all(json.dumps(message).encode() + b"\n")
+
+    async def receive(self) -> dict[str, Any]:
+        with trio.fail_after(TURN_TIMEOUT + 10):
+            while (end := self.buf.find(b"\n")) < 0:
+                data = await self.inp.receive_some(65536)
+                if not data:
+                    raise OutsideEnded(f"the outside process ended ({self.process.poll()})")
+                self.buf += data
+        line = bytes(self.buf[:end])
+        del self.buf[: end + 1]
+        value: dict[str, Any] = json.loads(line)
+        return value
 now = time.perf_counter
 
 

@@ -31,7 +31,6 @@ Last line: ``commands p95_ms_memory=<a> p95_ms_search=<b> p95_ms_forget=<c>``.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import secrets
 import statistics
@@ -50,7 +49,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _turn_outside import HOST, SECRET, TURN_TIMEOUT
+from _turn_outside import HOST, SECRET, Outside
 from retrieval import NOW, QueryVectors, World, pct, with_database
 from retrieval import build as build_patterns
 
@@ -119,26 +118,6 @@ def command_texts(world: World, n: int, seed: int) -> tuple[list[str], list[str]
     return [t for t, _ in searches], forgets, QueryVectors(known)
 
 
-class Outside:
-    def __init__(self, process: trio.Process) -> None:
-        assert process.stdin is not None and process.stdout is not None
-        self.process, self.inp, self.out = process, process.stdout, process.stdin
-        self.buf = bytearray()
-
-    async def send(self, **message: Any) -> None:
-        await self.out.send_all(json.dumps(message).encode() + b"\n")
-
-    async def receive(self) -> dict[str, Any]:
-        with trio.fail_after(TURN_TIMEOUT + 10):
-            while (end := self.buf.find(b"\n")) < 0:
-                data = await self.inp.receive_some(65536)
-                if not data:
-                    raise BenchError(f"the outside process ended ({self.process.poll()})")
-                self.buf += data
-        line = bytes(self.buf[:end])
-        del self.buf[: end + 1]
-        value: dict[str, Any] = json.loads(line)
-        return value
 
 
 async def drive(

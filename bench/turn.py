@@ -100,7 +100,7 @@ from _turn_data import (
     chat_history,
     user_message,
 )
-from _turn_outside import HOST, SECRET, TURN_TIMEOUT
+from _turn_outside import HOST, SECRET, TURN_TIMEOUT, Outside
 
 from actors.agent.handler import sql_agent
 from actors.agent.turn import TurnHandler, TurnInput, TurnReply
@@ -711,29 +711,6 @@ async def load_chats(db: dbmod.Database, chats: Sequence[int], history: int, see
 # --- one size ------------------------------------------------------------------------------------
 
 
-class Outside:
-    """Telegram's side (``bench/_turn_outside.py``) in its own process: the webhook sender
-    and the stub Bot API, talking JSON lines over the child's stdin/stdout."""
-
-    def __init__(self, process: trio.Process) -> None:
-        assert process.stdin is not None and process.stdout is not None
-        self.process, self.inp, self.out = process, process.stdout, process.stdin
-        self.buf = bytearray()
-
-    async def send(self, **message: Any) -> None:
-        await self.out.send_all(json.dumps(message).encode() + b"\n")
-
-    async def receive(self) -> dict[str, Any]:
-        with trio.fail_after(TURN_TIMEOUT + 10):
-            while (end := self.buf.find(b"\n")) < 0:
-                data = await self.inp.receive_some(65536)
-                if not data:
-                    raise BenchError(f"the outside process ended ({self.process.poll()})")
-                self.buf += data
-        line = bytes(self.buf[:end])
-        del self.buf[: end + 1]
-        value: dict[str, Any] = json.loads(line)
-        return value
 
 
 async def drive(
