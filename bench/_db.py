@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import tempfile
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+import trio
 
 from memory.embeddings.store import ensure_vector_index
 from runtime import db as dbmod
+from runtime.embedded_pg import DEFAULT_SHARED_BUFFERS, tune
 from runtime.errors import DatabaseError
 
 
@@ -65,3 +71,29 @@ async def checkpoint(db: dbmod.Database, when: str = "") -> None:
         await db.execute("CHECKPOINT")
     except DatabaseError as exc:
         print(f"  (no CHECKPOINT{when}: {exc})")
+
+
+def run_on_database(
+    url: str, prefix: str, run: Callable[[str], Awaitable[None]]
+) -> None:
+    """``trio.run`` ``run(url)`` under the asyncio loop every database user needs: on ``url``,
+    or (empty) on a throwaway embedded server tuned as ``engram serve`` tunes its own."""
+
+    async def go(database_url: str) -> None:
+        async with dbmod.asyncio_loop():
+            await run(database_url)
+
+    if url:
+        trio.run(go, url)
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pgserver
+
+            server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="delete")  # type: ignore[attr-defined]
+            tune(server, DEFAULT_SHARED_BUFFERS)  # as engram serve runs its embedded server
+        try:
+            trio.run(go, server.get_uri())
+        finally:
+            server.cleanup()

@@ -36,9 +36,7 @@ import secrets
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -49,6 +47,7 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _db import run_on_database
 from _turn_outside import HOST, SECRET, Outside
 from retrieval import NOW, QueryVectors, World, pct, with_database
 from retrieval import build as build_patterns
@@ -62,7 +61,6 @@ from actors.system import BotSystem
 from memory.embeddings.thresholds import SEED
 from memory.patterns.retrieval import LexiconCache
 from runtime import db as dbmod
-from runtime.embedded_pg import DEFAULT_SHARED_BUFFERS, tune
 from runtime.logs import configure_logging
 from runtime.migrate import apply_migrations
 from runtime.serve import serve
@@ -247,23 +245,9 @@ def main() -> None:
     configure_logging("WARNING", "json", [], stream=open("/dev/null", "w"))  # noqa: SIM115
 
     async def go(url: str) -> None:
-        async with dbmod.asyncio_loop():
-            await run(url, args)
+        await run(url, args)
 
-    if args.url:
-        trio.run(go, args.url)
-        return
-    with tempfile.TemporaryDirectory(prefix="engram-bench-commands-") as tmp:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import pgserver
-
-            server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="delete")  # type: ignore[attr-defined]
-            tune(server, DEFAULT_SHARED_BUFFERS)  # as engram serve runs its embedded server
-        try:
-            trio.run(go, server.get_uri())
-        finally:
-            server.cleanup()
+    run_on_database(args.url, "engram-bench-commands-", go)
 
 
 if __name__ == "__main__":

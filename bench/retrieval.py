@@ -39,9 +39,7 @@ import argparse
 import secrets
 import statistics
 import sys
-import tempfile
 import time
-import warnings
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -49,16 +47,14 @@ from typing import Any
 
 import attrs
 import numpy as np
-import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from _db import build_indexes, checkpoint, drop_secondary_indexes
+from _db import build_indexes, checkpoint, drop_secondary_indexes, run_on_database
 
 from memory.embeddings.thresholds import SEED
 from memory.patterns.retrieval import SqlPatternRetriever, VectorPlanner, ensure_chat_indexes
 from runtime import db as dbmod
-from runtime.embedded_pg import DEFAULT_SHARED_BUFFERS, tune
 from runtime.logs import configure_logging
 from runtime.migrate import apply_migrations
 
@@ -366,23 +362,9 @@ def main() -> None:
     configure_logging("WARNING", "json", [], stream=open("/dev/null", "w"))  # noqa: SIM115
 
     async def go(url: str) -> None:
-        async with dbmod.asyncio_loop():
-            await run_all(url, args)
+        await run_all(url, args)
 
-    if args.url:
-        trio.run(go, args.url)
-        return
-    with tempfile.TemporaryDirectory(prefix="engram-bench-retrieval-") as tmp:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import pgserver
-
-            server = pgserver.get_server(Path(tmp) / "pg", cleanup_mode="delete")  # type: ignore[attr-defined]
-            tune(server, DEFAULT_SHARED_BUFFERS)  # as engram serve runs its embedded server
-        try:
-            trio.run(go, server.get_uri())
-        finally:
-            server.cleanup()
+    run_on_database(args.url, "engram-bench-retrieval-", go)
 
 
 if __name__ == "__main__":
