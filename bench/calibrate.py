@@ -1,6 +1,6 @@
 """Calibrate the similarity thresholds of an embedding model on the paraphrase set.
 
-    .venv/bin/python bench/calibrate.py [--set bench/data/paraphrases.jsonl]
+    .venv/bin/python bench/calibrate.py [--set bench/data/paraphrases.jsonl] [--smoke]
 
 ``bench/data/paraphrases.jsonl`` (written for engram, not derived from any evaluation set) holds
 short first-person-memory claims in the style of patterns, in pairs labelled:
@@ -49,6 +49,8 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from _smoke import add_smoke_flag
+
 from memory.embeddings.providers import Embedder, LocalEmbedder, OpenAIEmbedder
 from memory.embeddings.thresholds import Thresholds, default_thresholds
 
@@ -59,6 +61,7 @@ MERGE_MAX_RELATED = 0.05
 ADJUDICATE_SAME_RECALL = 0.90
 FLOOR_QUERY_RECALL = 0.90
 INDISTINGUISHABLE = 0.999
+SMOKE_PAIRS = 12
 
 
 @attrs.frozen
@@ -148,12 +151,14 @@ def report(
         print(f"(memory.embeddings.thresholds has {current} for this model)", file=out)
 
 
-async def calibrate(path: Path) -> list[tuple[str, Thresholds]]:
+async def calibrate(path: Path, smoke: bool = False) -> list[tuple[str, Thresholds]]:
     pairs = load_pairs(path)
+    if smoke:  # the first SMOKE_PAIRS of each label; the local model only
+        pairs = [p for lb in LABELS for p in [q for q in pairs if q.label == lb][:SMOKE_PAIRS]]
     counts = {lb: sum(p.label == lb for p in pairs) for lb in LABELS}
     print(f"{len(pairs)} pairs from {path}: {counts}")
     embedders: list[Embedder] = [LocalEmbedder()]
-    if os.environ.get("OPENAI_API_KEY"):
+    if os.environ.get("OPENAI_API_KEY") and not smoke:
         embedders.append(OpenAIEmbedder(api_key=os.environ["OPENAI_API_KEY"]))
     results = []
     for embedder in embedders:
@@ -167,8 +172,9 @@ async def calibrate(path: Path) -> list[tuple[str, Thresholds]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--set", type=Path, default=DEFAULT_SET, help="paraphrase set (JSONL)")
+    add_smoke_flag(parser)
     args = parser.parse_args()
-    results = trio.run(calibrate, args.set)
+    results = trio.run(calibrate, args.set, args.smoke)
     print()
     for model, t in results:
         print(

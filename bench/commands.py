@@ -23,7 +23,7 @@ The three commands take turns, one chat, at least ``--spacing`` s apart (the sen
 message per chat per second: pacing is kept out of the figures); the first ``--warmup`` of each
 are not measured.
 
-    python bench/commands.py [--url postgresql://...] [--per 100] [--patterns 100000]
+    python bench/commands.py [--url postgresql://...] [--per 100] [--patterns 100000] [--smoke]
 
 Last line: ``commands p95_ms_memory=<a> p95_ms_search=<b> p95_ms_forget=<c>``.
 """
@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _db import run_on_database
+from _smoke import add_smoke_flag, shrink
 from _turn_outside import HOST, SECRET, Outside
 from retrieval import NOW, QueryVectors, World, pct, with_database
 from retrieval import build as build_patterns
@@ -239,9 +240,12 @@ def main() -> None:
     parser.add_argument("--patterns", type=int, default=100_000, help="patterns in the chat")
     parser.add_argument("--spacing", type=float, default=1.05, help="seconds between commands")
     parser.add_argument("--seed", type=int, default=11)
+    add_smoke_flag(parser)
     args = parser.parse_args()
-    if not 10 <= args.per <= 10_000 or not 1_000 <= args.patterns <= 2_000_000:
-        parser.error("--per 10..10000, --patterns 1000..2000000")
+    shrink(parser, args, per=2, warmup=1, patterns=2_000)
+    least_per, least_patterns = (1, 100) if args.smoke else (10, 1_000)
+    if not least_per <= args.per <= 10_000 or not least_patterns <= args.patterns <= 2_000_000:
+        parser.error(f"--per {least_per}..10000, --patterns {least_patterns}..2000000")
     configure_logging("WARNING", "json", [], stream=open("/dev/null", "w"))  # noqa: SIM115
 
     async def go(url: str) -> None:

@@ -66,6 +66,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from _smoke import add_smoke_flag, shrink
 from _turn_data import THEME_WORDS, THEMES, HashEmbedder
 from fakes.anthropic_api import RecordedRequest, Reply, new_id, run_fake_anthropic
 from turn import admin, load_journal, with_database
@@ -534,7 +535,9 @@ def main() -> None:
         default=[],
         help="an integer Agent option, e.g. recent_rows=8 (repeatable)",
     )
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    shrink(parser, args, turns=12, journal=100)
     args.variants = [v.strip() for v in args.only.split(",") if v.strip()] or list(VARIANTS)
     args.agent_options = {}
     for option in args.agent:

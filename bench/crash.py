@@ -23,7 +23,7 @@ may be), ``exits``: times engram exited on its own (escalation), ``sorry``: "som
 wrong" replies. Goal: lost 0, duplicated 0, skipped 0, stuck 0, uncertain <= in_flight.
 
     python bench/crash.py [--updates 400] [--chats 20] [--kills 20] [--outage 30]
-                          [--scenarios abc] [--seed 1] [--keep-logs]
+                          [--scenarios abc] [--seed 1] [--keep-logs] [--smoke]
 
 Last line: ``crash updates=… lost=… duplicated=… uncertain=… skipped=… stuck=…`` (all scenarios).
 """
@@ -57,6 +57,7 @@ from engram_outside import (  # noqa: E402
     serve_env,
     update_body,
 )
+from _smoke import add_smoke_flag, shrink  # noqa: E402
 from fakes.bot_api import Failure, FakeBotApi, run_fake_bot_api  # noqa: E402
 
 from runtime import db as dbmod  # noqa: E402
@@ -78,6 +79,8 @@ class Config:
     settle: float = 180.0
     keep_logs: bool = False
     quiet: bool = False
+    #: seconds each scenario's updates are spread over (0: :func:`durations`' own)
+    duration: float = 0.0
 
 
 @attrs.define
@@ -354,7 +357,7 @@ def durations(cfg: Config) -> dict[str, float]:
 async def run_scenario(name: str, cfg: Config, pg: Postgres, work: Path) -> Result:
     sc = Scenario(name, cfg, pg, work)
     started = time.monotonic()
-    duration = durations(cfg)[name]
+    duration = cfg.duration or durations(cfg)[name]
     sc.say(f"scenario {name}: {cfg.updates} updates over {cfg.chats} chats in ~{duration:.0f} s")
     async with (
         run_fake_bot_api() as fake,
@@ -426,9 +429,14 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--settle", type=float, default=180.0)
     parser.add_argument("--keep-logs", action="store_true")
+    parser.add_argument("--duration", type=float, default=0.0,
+                        help="seconds each scenario's updates are spread over (default: its own)")
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    # smoke: scenario a alone (SIGKILLs), a few updates over a few seconds
+    shrink(parser, args, updates=12, chats=3, kills=1, scenarios="a", settle=30.0, duration=4.0)
     cfg = Config(args.updates, args.chats, args.kills, args.outage, args.scenarios, args.seed,
-                 args.settle, args.keep_logs)  # fmt: skip
+                 args.settle, args.keep_logs, duration=args.duration)  # fmt: skip
     results = trio.run(run_all, cfg)
     print(summary(results))
 

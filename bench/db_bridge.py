@@ -4,7 +4,7 @@ Runs against one PostgreSQL server (``--url``, else a throwaway embedded server)
 per-query time of ``SELECT 1`` and of a 10-row fetch, through engram's ``runtime.db`` under trio
 and through asyncpg directly under asyncio, interleaved in rounds so drift hits both alike.
 
-    python bench/db_bridge.py [--url postgresql://...] [--queries 3000] [--rounds 5]
+    python bench/db_bridge.py [--url postgresql://...] [--queries 3000] [--rounds 5] [--smoke]
 
 Last line: ``db_bridge ratio=<ours/native> ours_us=<x> native_us=<y>`` (ratio over SELECT 1 and
 the 10-row fetch together).
@@ -25,6 +25,8 @@ import asyncpg
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from _smoke import add_smoke_flag, shrink
 
 from runtime import db as dbmod
 
@@ -100,7 +102,9 @@ def main() -> None:
     parser.add_argument("--url", default="", help="PostgreSQL URL (default: embedded server)")
     parser.add_argument("--queries", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    shrink(parser, args, queries=200, rounds=1)
     if args.url:
         run(args.url, args.queries, args.rounds)
         return

@@ -1,7 +1,10 @@
 """LoCoMo evidence recall of pattern retrieval: vector only, full-text only, the product's hybrid.
 
     .venv/bin/python bench/locomo.py ../shared/data/locomo/locomo_dev5.json [--url URL]
-        [--experiments] [--synthetic]
+        [--experiments] [--synthetic] [--smoke]
+
+``--smoke``: the first conversation's first 12 questions, or, when the path is absent, a tiny
+two-session conversation built here (no LoCoMo data is ever copied into the repository).
 
 Each conversation's observations (LLM-extracted atomic claims with the dialog ids they rest on)
 become the active patterns of one chat (kind ``behavior``, confidence 0.5, strength 1,
@@ -66,6 +69,8 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
 
+from _smoke import add_smoke_flag
+
 from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.store import store_vectors
 from memory.embeddings.thresholds import SEED, Thresholds
@@ -84,6 +89,7 @@ KIND = "behavior"
 CONFIDENCE = 0.5
 SYNTHETIC_SET = Path(__file__).resolve().parent / "data" / "paraphrases.jsonl"
 DIALOG_SET = Path(__file__).resolve().parent / "data" / "dialog_recall.json"
+SMOKE_QUESTIONS = 12  # --smoke: the first conversation's first questions
 
 
 @attrs.frozen
@@ -154,6 +160,40 @@ def load_locomo(path: Path) -> tuple[list[Conversation], int]:
             )
         )  # fmt: skip
     return conversations, dropped
+
+
+#: --smoke without the LoCoMo file: (session date, speaker's claims, question about each claim)
+TINY_SESSIONS = (
+    ("2023-05-08", (("Mia adopted a grey cat called Pepper", "What pet did Mia adopt?"),
+                    ("Leo started running before work", "When does Leo go running?"),
+                    ("Mia works as a nurse at the city hospital", "What is Mia's job?"))),
+    ("2023-06-20", (("Leo ran his first half marathon in June", "What race did Leo run?"),
+                    ("Mia's sister moved to Lisbon", "Where did Mia's sister move?"),
+                    ("Leo is learning to bake sourdough bread", "What is Leo learning to bake?"))),
+)  # fmt: skip
+
+
+def tiny_locomo() -> Conversation:
+    """A two-session conversation built here, in LoCoMo's shape (``--smoke`` when the data is
+    absent): one claim per dialog id, one category-1 question citing it."""
+    observations, questions = [], []
+    for n, (day, items) in enumerate(TINY_SESSIONS, start=1):
+        at = datetime.fromisoformat(day).replace(tzinfo=UTC)
+        for m, (claim, question) in enumerate(items, start=1):
+            observations.append(Observation(claim, frozenset({f"D{n}:{m}"}), at))
+            questions.append(Question(question, 1, frozenset({f"D{n}:{m}"})))
+    at = observations[-1].at
+    return Conversation("tiny", 1, tuple(observations), tuple(questions), at)
+
+
+def smoke_conversations(path: Path | None) -> tuple[list[Conversation], int]:
+    """The first conversation of ``path`` with its first questions, or :func:`tiny_locomo`."""
+    if path is None or not path.is_file():
+        print(f"LoCoMo data not at {path}: a tiny conversation built here instead", flush=True)
+        return [tiny_locomo()], 0
+    conversations, dropped = load_locomo(path)
+    first = conversations[0]
+    return [attrs.evolve(first, questions=first.questions[:SMOKE_QUESTIONS])], dropped
 
 
 def load_synthetic(path: Path = SYNTHETIC_SET) -> Conversation:
@@ -628,9 +668,10 @@ async def run(url: str, args: argparse.Namespace) -> None:
             ):
                 syn, _ = await evaluate(db, embedder, [conv], args.experiments, min_sim)
                 print_table(title, syn, arms)
-        if args.path is None:
+        if args.path is None and not args.smoke:
             return
-        conversations, dropped = load_locomo(args.path)
+        load = smoke_conversations if args.smoke else load_locomo
+        conversations, dropped = load(args.path)
         print(f"LoCoMo: {len(conversations)} conversations ({dropped} questions without"
               " evidence ids skipped)", flush=True)  # fmt: skip
         recall, have_hybrid = await evaluate(db, embedder, conversations, args.experiments, min_sim)
@@ -650,8 +691,9 @@ def main() -> None:
     parser.add_argument("--url", default="", help="PostgreSQL URL (default: embedded, temporary)")
     parser.add_argument("--experiments", action="store_true", help="also fusion variants")
     parser.add_argument("--synthetic", action="store_true", help="also the paraphrase set")
+    add_smoke_flag(parser)
     args = parser.parse_args()
-    if args.path is None and not args.synthetic:
+    if args.path is None and not args.synthetic and not args.smoke:
         parser.error("a LoCoMo path (or --synthetic) is required")
 
     async def start() -> None:

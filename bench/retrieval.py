@@ -27,6 +27,7 @@ graph-walk plans), the relevance mix (cosine + BM25 over cached per-chat statist
 chat sizes cached as they are in service).
 
     python bench/retrieval.py [--url postgresql://...] [--queries 300] [--million] [--explain]
+                               [--smoke]
 
 ``--url`` must allow CREATE DATABASE (each scenario gets a new database, dropped after); without
 it a throwaway embedded PostgreSQL (pgserver) runs in a temp dir. Last line:
@@ -51,6 +52,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from _db import build_indexes, checkpoint, drop_secondary_indexes, run_on_database
+from _smoke import add_smoke_flag, shrink
 
 from memory.embeddings.thresholds import SEED
 from memory.patterns.retrieval import SqlPatternRetriever, VectorPlanner, ensure_chat_indexes
@@ -327,7 +329,9 @@ async def wordllama_ms(n: int = 50) -> float | None:
 async def run_all(url: str, args: argparse.Namespace) -> None:
     world = World.make(args.seed)
     p95: dict[str, str] = {}
-    layouts = {"10k": [(1, 10_000)], "100k": [(1, 100_000)]}
+    # --smoke: the scenarios keep their names, with 500 and 1,000 patterns
+    small, large = (500, 1_000) if args.smoke else (10_000, 100_000)
+    layouts = {"10k": [(1, small)], "100k": [(1, large)]}
     if args.million:
         per = 1_000_000 // args.chats_1m
         layouts["1m"] = [(1000 + c, per) for c in range(args.chats_1m)]
@@ -356,7 +360,11 @@ def main() -> None:
     parser.add_argument("--wordllama", action="store_true", help="time the local model too")
     parser.add_argument("--only", default="", help="scenarios to run, e.g. 10k,100k")
     parser.add_argument("--seed", type=int, default=11)
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    shrink(parser, args, queries=20)
+    if args.smoke and args.million:
+        parser.error("--smoke runs the 10k and 100k scenarios only (tiny)")
     if not 10 <= args.queries <= 100_000 or not 1 <= args.chats_1m <= 10_000:
         parser.error("--queries 10..100000, --chats-1m 1..10000")
     configure_logging("WARNING", "json", [], stream=open("/dev/null", "w"))  # noqa: SIM115

@@ -10,7 +10,7 @@ started against the fake Bot API and an echo model (``tests/fakes``), and the be
 
 and, separately, the wall time of ``engram --help``. Each figure is the median of ``--runs``.
 
-    python bench/startup.py [--runs 5]
+    python bench/startup.py [--runs 5] [--smoke]
 
 Last line: ``startup ready_s=<x> first_reply_s=<y> help_s=<z>``.
 """
@@ -41,6 +41,7 @@ from engram_outside import (  # noqa: E402
     serve_env,
     update_body,
 )
+from _smoke import add_smoke_flag, shrink  # noqa: E402
 from fakes.bot_api import FakeBotApi, run_fake_bot_api  # noqa: E402
 
 from actors.queues import inbox  # noqa: E402
@@ -124,4 +125,7 @@ if __name__ == "__main__":
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))  # warnings up
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5)
-    trio.run(main, parser.parse_args().runs)
+    add_smoke_flag(parser)
+    args = parser.parse_args()
+    shrink(parser, args, runs=1)
+    trio.run(main, args.runs)

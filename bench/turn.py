@@ -91,6 +91,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _db import build_indexes, checkpoint, drop_secondary_indexes
+from _smoke import add_smoke_flag, shrink
 from _turn_data import (
     HISTORY_COLUMNS,
     THEMES,
@@ -1171,7 +1172,10 @@ def main() -> None:
     parser.add_argument(
         "--log-level", default="INFO", help="engram log level (JSON lines to a temp file)"
     )
+    add_smoke_flag(parser)
     args = parser.parse_args()
+    shrink(parser, args, sizes="200", turns=6, warmup=2, chats=2, history=10, patterns=20,
+           spacing=0.55, log_level="WARNING")  # fmt: skip
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if not args.sizes or min(args.sizes) < 1 or max(args.sizes) > 1_000_000:
         parser.error("--sizes: between 1 and 1,000,000 entries each")
