@@ -48,6 +48,7 @@ import numpy as np
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _smoke import add_smoke_flag
 

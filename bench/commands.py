@@ -117,8 +117,6 @@ def command_texts(world: World, n: int, seed: int) -> tuple[list[str], list[str]
     return [t for t, _ in searches], forgets, QueryVectors(known)
 
 
-
-
 async def drive(
     outside: Outside, texts: dict[str, list[str]], args: argparse.Namespace
 ) -> tuple[dict[str, list[float]], dict[str, int]]:

@@ -48,6 +48,7 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+from _smoke import add_smoke_flag, shrink  # noqa: E402
 from engram_outside import (  # noqa: E402
     Engram,
     answered_ids,
@@ -57,7 +58,6 @@ from engram_outside import (  # noqa: E402
     serve_env,
     update_body,
 )
-from _smoke import add_smoke_flag, shrink  # noqa: E402
 from fakes.bot_api import Failure, FakeBotApi, run_fake_bot_api  # noqa: E402
 
 from runtime import db as dbmod  # noqa: E402
@@ -429,14 +429,27 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--settle", type=float, default=180.0)
     parser.add_argument("--keep-logs", action="store_true")
-    parser.add_argument("--duration", type=float, default=0.0,
-                        help="seconds each scenario's updates are spread over (default: its own)")
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=0.0,
+        help="seconds each scenario's updates are spread over (default: its own)",
+    )
     add_smoke_flag(parser)
     args = parser.parse_args()
     # smoke: scenario a alone (SIGKILLs), a few updates over a few seconds
     shrink(parser, args, updates=12, chats=3, kills=1, scenarios="a", settle=30.0, duration=4.0)
-    cfg = Config(args.updates, args.chats, args.kills, args.outage, args.scenarios, args.seed,
-                 args.settle, args.keep_logs, duration=args.duration)  # fmt: skip
+    cfg = Config(
+        args.updates,
+        args.chats,
+        args.kills,
+        args.outage,
+        args.scenarios,
+        args.seed,
+        args.settle,
+        args.keep_logs,
+        duration=args.duration,
+    )
     results = trio.run(run_all, cfg)
     print(summary(results))
 

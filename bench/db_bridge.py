@@ -25,6 +25,7 @@ import asyncpg
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _smoke import add_smoke_flag, shrink
 

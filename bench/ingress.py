@@ -700,7 +700,7 @@ def bench(args: argparse.Namespace, tmp: Path, children: list[Child]) -> None:
     wait_quiet(watch, args.quiet_timeout)
     results: dict[str, list[dict[str, Any]]] = {"ours": [], "aiogram": []}
     for r in range(args.rounds):
-        order = ("ours", "aiogram") if r % 2 == 0 else ("aiogram", "ours")
+        order: tuple[str, ...] = ("ours", "aiogram") if r % 2 == 0 else ("aiogram", "ours")
         if aio is None:
             order = ("ours",)
         print(f"round {r + 1}:", flush=True)
@@ -837,8 +837,16 @@ def main() -> None:
     parser.add_argument("--stub-port", type=int, help=argparse.SUPPRESS)
     add_smoke_flag(parser)
     args = parser.parse_args()
-    shrink(parser, args, requests=200, warmup=20, concurrency=4, rounds=1, deadline=30.0,
-           quiet_timeout=10.0)  # fmt: skip
+    shrink(
+        parser,
+        args,
+        requests=200,
+        warmup=20,
+        concurrency=4,
+        rounds=1,
+        deadline=30.0,
+        quiet_timeout=10.0,
+    )
     # the peer needs the ``bench`` extra; a smoke run goes on without it
     args.peer = not args.smoke or importlib.util.find_spec("aiogram") is not None
 

@@ -67,6 +67,7 @@ import numpy as np
 import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
 
 from _smoke import add_smoke_flag
@@ -164,13 +165,23 @@ def load_locomo(path: Path) -> tuple[list[Conversation], int]:
 
 #: --smoke without the LoCoMo file: (session date, speaker's claims, question about each claim)
 TINY_SESSIONS = (
-    ("2023-05-08", (("Mia adopted a grey cat called Pepper", "What pet did Mia adopt?"),
-                    ("Leo started running before work", "When does Leo go running?"),
-                    ("Mia works as a nurse at the city hospital", "What is Mia's job?"))),
-    ("2023-06-20", (("Leo ran his first half marathon in June", "What race did Leo run?"),
-                    ("Mia's sister moved to Lisbon", "Where did Mia's sister move?"),
-                    ("Leo is learning to bake sourdough bread", "What is Leo learning to bake?"))),
-)  # fmt: skip
+    (
+        "2023-05-08",
+        (
+            ("Mia adopted a grey cat called Pepper", "What pet did Mia adopt?"),
+            ("Leo started running before work", "When does Leo go running?"),
+            ("Mia works as a nurse at the city hospital", "What is Mia's job?"),
+        ),
+    ),
+    (
+        "2023-06-20",
+        (
+            ("Leo ran his first half marathon in June", "What race did Leo run?"),
+            ("Mia's sister moved to Lisbon", "Where did Mia's sister move?"),
+            ("Leo is learning to bake sourdough bread", "What is Leo learning to bake?"),
+        ),
+    ),
+)
 
 
 def tiny_locomo() -> Conversation:

@@ -171,7 +171,6 @@ class QueryVectors:
 # --- building -----------------------------------------------------------------------------
 
 
-
 async def build(db: dbmod.Database, world: World, layout: Sequence[tuple[int, int]],
                 seed: int) -> dict[str, float]:  # fmt: skip
     """COPY the patterns of ``layout`` [(chat_id, size)] and their vectors; index afterwards."""

@@ -12,6 +12,18 @@ export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 # the repository (never in it; LOCOMO_DATA overrides where); bench/locomo.py --smoke builds a
 # tiny conversation without it.
 LOCOMO="${LOCOMO_DATA:-../shared/data/locomo/locomo_dev5.json}"
+
+# The processes a smoke left behind: those still carrying its BENCH_SMOKE_ID (children inherit
+# the environment: servers, the embedded PostgreSQL, helpers), waited for up to 10 s.
+leftovers() {
+    local pids=""
+    for _ in $(seq 20); do
+        pids="$(grep -lsxz "BENCH_SMOKE_ID=$1" /proc/[0-9]*/environ | cut -d/ -f3 || true)"
+        [[ -z "$pids" ]] && return 0
+        sleep 0.5
+    done
+    echo "$pids"
+}
 failed=()
 total=$SECONDS
 for script in bench/[!_]*.py; do
@@ -25,9 +37,20 @@ for script in bench/[!_]*.py; do
     out="$(mktemp)" err="$(mktemp)"
     start=$SECONDS
     status=0
-    timeout -k 15 300 "$PYTHON" "$script" "${args[@]}" >"$out" 2>"$err" || status=$?
+    id="$name-$$-$RANDOM"
+    BENCH_SMOKE_ID="$id" timeout -k 15 300 "$PYTHON" "$script" "${args[@]}" >"$out" 2>"$err" \
+        || status=$?
     last="$(grep -v '^[[:space:]]*$' "$out" | tail -n 1 || true)"
     echo "smoke $name: $((SECONDS - start)) s, exit $status: $last"
+    left="$(leftovers "$id")"
+    if [[ -n "$left" ]]; then
+        echo "smoke $name left processes behind (now killed):"
+        for pid in $left; do
+            tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null && echo
+            kill -9 "$pid" 2>/dev/null || true
+        done
+        status=1
+    fi
     if [[ $status -ne 0 || ! "$last" =~ ^$prefix\ .*= ]]; then
         echo "smoke $name FAILED; its output:"
         tail -n 30 "$out"

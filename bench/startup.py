@@ -33,6 +33,7 @@ import trio
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
+from _smoke import add_smoke_flag, shrink  # noqa: E402
 from engram_outside import (  # noqa: E402
     Engram,
     answered_ids,
@@ -41,7 +42,6 @@ from engram_outside import (  # noqa: E402
     serve_env,
     update_body,
 )
-from _smoke import add_smoke_flag, shrink  # noqa: E402
 from fakes.bot_api import FakeBotApi, run_fake_bot_api  # noqa: E402
 
 from actors.queues import inbox  # noqa: E402

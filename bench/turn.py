@@ -611,7 +611,6 @@ def admin(url: str, sql: str) -> None:
     asyncio.run(go())
 
 
-
 async def load_journal(
     db: dbmod.Database, size: int, embedder: HashEmbedder, seed: int
 ) -> dict[str, float]:
@@ -675,8 +674,7 @@ async def load_patterns(
     at = datetime.now(UTC)
     for chat in chats:
         texts = [
-            "User " + " ".join(str(w) for w in rng.choice(words, size=5, replace=False))
-            + f" ({i})"
+            "User " + " ".join(str(w) for w in rng.choice(words, size=5, replace=False)) + f" ({i})"
             for i in range(per_chat)
         ]
         rows = []
@@ -710,8 +708,6 @@ async def load_chats(db: dbmod.Database, chats: Sequence[int], history: int, see
 
 
 # --- one size ------------------------------------------------------------------------------------
-
-
 
 
 async def drive(
@@ -1174,8 +1170,18 @@ def main() -> None:
     )
     add_smoke_flag(parser)
     args = parser.parse_args()
-    shrink(parser, args, sizes="200", turns=6, warmup=2, chats=2, history=10, patterns=20,
-           spacing=0.55, log_level="WARNING")  # fmt: skip
+    shrink(
+        parser,
+        args,
+        sizes="200",
+        turns=6,
+        warmup=2,
+        chats=2,
+        history=10,
+        patterns=20,
+        spacing=0.55,
+        log_level="WARNING",
+    )
     args.sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if not args.sizes or min(args.sizes) < 1 or max(args.sizes) > 1_000_000:
         parser.error("--sizes: between 1 and 1,000,000 entries each")
