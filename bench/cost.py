@@ -37,6 +37,7 @@ turns at the built-in Sonnet 4.6 rates (input as billed, plus output); the memor
 (compaction, adjudication) on its own line, at the memory model's rates.
 
     python bench/cost.py [--turns 500] [--journal 2000] [--seed 7] [--url postgresql://...]
+                         [--smoke]
 
 Last line: ``cost tokens_per_turn_before=<a> after=<b> usd_per_100_before=<c> after=<d>`` (after =
 the variant of the default PROMPT_CACHE_TTL).

@@ -5,7 +5,8 @@ Starts, on this machine and in this run:
 * a stub Bot API server (answers getMe / sendMessage / sendChatAction / anything with
   ``ok: true``) that also answers Anthropic's ``POST /v1/messages`` with a short text reply, so
   engram's background turns and replies never wait on the network (its embeddings are local);
-* the real ``engram serve`` (webhook mode) as a subprocess, with a throwaway ``ENGRAM_HOME``
+* the real ``engram serve --webhook`` as a subprocess (without the flag and a webhook URL it
+  long-polls and answers 404 on ``/api/telegram``), with a throwaway ``ENGRAM_HOME``
   (embedded PostgreSQL) or ``--url``, ``LOG_LEVEL=WARNING``, ``TELEGRAM_API_BASE_URL`` at the
   stub; loading starts once ``/readyz`` answers 200;
 * an aiogram 3 webhook bot in its own subprocess: aiohttp web + ``SimpleRequestHandler(...,
@@ -27,7 +28,7 @@ before its handler runs.
 
     python bench/ingress.py [--url postgresql://...] [--requests 5000] [--concurrency 32]
                             [--warmup 500] [--rounds 3] [--breakdown] [--profile FILE]
-                            [--keep-logs DIR]
+                            [--keep-logs DIR] [--smoke]
 
 ``--breakdown`` adds runs against engram without the database (``GET /healthz``, and updates of
 a kind engram acknowledges without storing) and against the *hypercorn floor*: hypercorn with
@@ -38,6 +39,9 @@ top functions.
 
 Last line: ``ingress ours_rps=<x> aiogram_rps=<y> ratio=<ours/aiogram> p50_ms=<a> p99_ms=<b>``
 (medians over rounds; p50/p99 are engram's ack latency). Goal: ratio >= 1, p99 <= 20 ms.
+A run in which a server acknowledges no update ends the bench with an error. ``--smoke`` (200
+updates, 1 round) goes on without aiogram when it is not installed (the ``bench`` extra) and
+says so; the last line then has ``aiogram_rps=skipped ratio=skipped``.
 """
 
 from __future__ import annotations

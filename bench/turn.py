@@ -51,7 +51,7 @@ rendered window); "serialization" is the model request/answer JSON and the tool 
 validation + result JSON; the rest (HTTP in and out, webhook parsing, router and actor hops,
 trio <-> asyncio crossings outside the database wrapper, logging) is what remains.
 
-    python bench/turn.py [--url postgresql://...] [--sizes 1000,100000] [--turns 200]
+    python bench/turn.py [--url postgresql://...] [--sizes 1000,100000] [--turns 200] [--smoke]
 
 ``--url`` must allow CREATE DATABASE: each size runs in its own new database, dropped after.
 Without it a throwaway embedded PostgreSQL (pgserver) is used. Last line:
