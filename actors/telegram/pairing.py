@@ -375,4 +375,3 @@ class ChatAccess:
             self.outbox_ready(chat_id, None)
         if chat_id in self.allowlist:  # allowed meanwhile: do not leave it behind
             await self._release(chat_id)
-
