@@ -38,8 +38,8 @@ from actors.telegram.pairing import (
     TokenBucket,
     new_code,
 )
-from actors.telegram.types import parse_update
 from actors.telegram.poller import Poller
+from actors.telegram.types import parse_update
 from runtime import db as dbmod
 from runtime.serve import serve
 from runtime.shutdown import Shutdown
@@ -86,7 +86,8 @@ async def running(
         dotenv=None,
     )
     shutdown = Shutdown(deadline=5, signals=())
-    agent, announced, now = Echo(), [], [0.0]
+    agent, now = Echo(), [0.0]
+    announced: list[str] = []
     systems: list[BotSystem] = []
     started = trio.Event()
 

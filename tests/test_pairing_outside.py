@@ -88,7 +88,7 @@ async def test_strangers_guessing_wrong_codes_cannot_lock_out_the_owner(
 async def test_a_stranger_cannot_tell_whether_pairing_is_open_or_its_code_was_wrong(
     tmp_path: Path, database_url: str
 ) -> None:
-    async with unpaired_engram(tmp_path, database_url) as (engram, bot, code, send):
+    async with unpaired_engram(tmp_path, database_url) as (_engram, bot, code, send):
         await send(7001, "hello?")  # pairing open: no code...
         await send(7002, "/start WRONGCODE1")  # ...and a wrong one
         await replies(bot, 7001), await replies(bot, 7002)
