@@ -17,11 +17,12 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
 import trio
+import trio.testing
 from fakes.bot_api import DEFAULT_TOKEN, FakeBotApi, run_fake_bot_api
 
 from actors.agent.turn import TurnInput, TurnReply
@@ -33,6 +34,7 @@ from actors.telegram.pairing import (
     CODE_ALPHABET,
     PAIRED,
     PRIVATE,
+    Attempt,
     ChatAccess,
     PairingCode,
     TokenBucket,
@@ -173,6 +175,41 @@ def test_the_bucket_allows_a_burst_then_one_per_interval() -> None:
     assert not bucket.take(100.0)  # refilled only up to the burst
 
 
+class NoDatabase:
+    """Stands in for the database where a test must do no I/O (under MockClock)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"database used: {name}")
+
+
+async def test_guesses_beyond_the_burst_are_judged_one_per_interval_by_arrival(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    access = ChatAccess(
+        cast(dbmod.Database, NoDatabase()), frozenset(), lambda chat: None,
+        lambda chat, row: None, burst=2, attempt_interval=3.0, ttl=5.0,
+        clock=trio.current_time,
+    )  # fmt: skip
+    code = access.open_pairing()
+    for n in range(6):  # chats 1..3, two wrong codes each
+        attempt = Attempt(1 + n // 2, None, f"WRONG{n}", trio.current_time())
+        assert not await access.try_code(attempt)
+    assert sum(code.wrong.values()) == 2 and len(access.waiting) == 4  # the burst, at once
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(access.judge_waiting)
+        # one more every 3 s, though the code expired at 5 s: each is judged by when it arrived
+        for due, judged in ((3.0, 3), (6.0, 4), (9.0, 5), (12.0, 6)):
+            await trio.sleep_until(due - 0.01)
+            assert sum(code.wrong.values()) == judged - 1
+            await trio.sleep_until(due + 0.01)
+            assert sum(code.wrong.values()) == judged
+        assert not access.waiting
+        nursery.cancel_scope.cancel()
+    assert code.wrong == {1: 2, 2: 2, 3: 2}
+    late = Attempt(4, None, code.code, trio.current_time())
+    assert not await access.try_code(late) and not code.used  # arrived after the 5 s
+
+
 def start_update(update_id: int, chat_id: int, text: str) -> tuple[Any, dict[str, Any]]:
     payload = {"update_id": update_id, "message": {
         "message_id": update_id, "date": 0, "text": text,
@@ -200,9 +237,10 @@ async def test_guesses_from_many_chats_are_paced_and_the_right_code_still_pairs(
             for guess in range(6):  # the sixth is over the chat's five
                 n += 1
                 assert not await access.stranger(*start_update(n, chat, f"/start WRONG{guess}"))
-        # three judged at once (the burst), the rest wait: two of the first chat's, five of each
-        # other's; every chat's sixth is refused, it has no tries left for it
-        assert len(access.waiting) == 2 + 5 + 5
+        # three judged at once (the burst), the rest wait their turn (one every 0.1 s); every
+        # chat's sixth is refused, the chat has no tries left for it
+        assert sum(access.code.wrong.values()) + len(access.waiting) == 3 * 5
+        assert access.waiting
         assert not await access.stranger(*start_update(100, OWNER, f"/start {right}"))
         assert OWNER not in access  # waits its turn behind the guesses...
         now[0] = 601.0  # ...past the code's ten minutes: it arrived in time, so it counts

@@ -227,7 +227,7 @@ class ChatAccess:
         if not self.allowlist:
             self.open_pairing()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._judge_waiting)
+            nursery.start_soon(self.judge_waiting)
             task_status.started(self)
             await self._keep_fresh()
 
@@ -279,18 +279,26 @@ class ChatAccess:
         if chat_id is None:
             return False
         given = start_argument(update)
-        if given is not None and self.code is not None:
+        if given is not None:
             msg = update.message
             attempt = Attempt(chat_id, msg.from_user_id if msg else None, given, self.clock())
-            state = self.code.state(attempt.arrived, chat_id)
-            if state != "open":  # no token spent on an attempt that cannot pair
-                log.warning("pairing.refused", chat_id=chat_id, outcome=state)
-            elif not self.waiting and self.bucket.take(trio.current_time()):
-                if await self._judge(attempt):
-                    return True
-            else:
-                self._wait(attempt)
+            if await self.try_code(attempt):
+                return True
         await self._hold(chat_id, update, payload)
+        return False
+
+    async def try_code(self, attempt: Attempt) -> bool:
+        """Judge ``attempt`` now if the bucket allows (True: it paired the chat), else queue it
+        for :meth:`judge_waiting` (False). Raises like :meth:`_pair`."""
+        if self.code is None:
+            return False
+        state = self.code.state(attempt.arrived, attempt.chat_id)
+        if state != "open":  # no token spent on an attempt that cannot pair
+            log.warning("pairing.refused", chat_id=attempt.chat_id, outcome=state)
+        elif not self.waiting and self.bucket.take(trio.current_time()):
+            return await self._judge(attempt)
+        else:
+            self._wait(attempt)
         return False
 
     async def _judge(self, attempt: Attempt) -> bool:
@@ -325,7 +333,7 @@ class ChatAccess:
         log.info("pairing.attempt_waits", chat_id=chat_id, waiting=len(self.waiting))
         self._wake_waiting.set()
 
-    async def _judge_waiting(self) -> None:
+    async def judge_waiting(self) -> None:
         """Judge queued attempts as the bucket allows, in their order."""
         while True:
             await self._wake_waiting.wait()
