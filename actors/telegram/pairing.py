@@ -15,8 +15,10 @@ released and it is told it is paired. The code is compared in constant time
 (``hmac.compare_digest``) and works once. Wrong codes count per chat: after ``max_tries`` (5)
 a chat's codes are no longer tried, other chats' still are, so strangers cannot lock the owner
 out. Across all chats, attempts are paced by a token bucket (``burst`` at once, then one per
-``attempt_interval`` seconds): an attempt beyond it waits its turn instead of being refused, and
-is judged by the moment it arrived, so the right code sent in time always pairs.
+``attempt_interval`` seconds: 20, then one every 3 s): an attempt beyond it waits its turn (in
+memory, in order; a chat no more of them than it has tries left, ``max_waiting`` in all) instead
+of being refused, and is judged by the moment it arrived, so the right code sent in time pairs
+even behind a flood of guesses. Its update is kept meanwhile, and released when it pairs.
 
 **Strangers.** Every other update of a chat not allowed is kept (``held_updates``, 24 hours) and
 acknowledged; the chat gets the same polite "this bot is private" reply through the outbox
@@ -324,9 +326,10 @@ class ChatAccess:
         assert self.code is not None
         chat_id = attempt.chat_id
         queued = self.waiting_by_chat.get(chat_id, 0)
-        if queued >= self.code.tries_left(chat_id) or len(self.waiting) >= self.max_waiting:
-            log.warning("pairing.refused", chat_id=chat_id, outcome="no tries left",
-                        waiting=len(self.waiting))  # fmt: skip
+        full = len(self.waiting) >= self.max_waiting
+        if full or queued >= self.code.tries_left(chat_id):
+            log.warning("pairing.refused", chat_id=chat_id, waiting=len(self.waiting),
+                        outcome="queue full" if full else "no tries left")  # fmt: skip
             return
         self.waiting.append(attempt)
         self.waiting_by_chat[chat_id] = queued + 1
@@ -363,6 +366,8 @@ class ChatAccess:
                 self.code.used = False  # not stored: Telegram's retry may still pair
             raise
         self.allowlist = Allowlist(self.setting, self.allowlist.stored | {chat_id})
+        self.waiting.clear()  # the code is used: what waits cannot pair
+        self.waiting_by_chat.clear()
         log.warning("pairing.paired", chat_id=chat_id, user_id=user_id, released=released)
         self.outbox_ready(chat_id, None)
         if released:
