@@ -125,13 +125,16 @@ async def test_remember_then_the_profile(bot: Bot, local: LocalEmbedder) -> None
     assert lines[0] == "📋 Your profile"
     sections = [line for line in lines if line.endswith(":") and not line.startswith(" ")]
     assert sections == ["📌 Pinned (core):", "👤 Facts:", "⚙️ Preferences:", "🎯 Active goals:",
-                        "📅 Coming up:"]  # fmt: skip
+                        "📅 Coming up:", "🗂 Also remembered:"]  # fmt: skip
     assert f"  • User values honesty above comfort (#{core})" in lines
     assert f"  • User works as a Solution Architect at GovTech (#{job})" in lines
     assert any(line.startswith("  • I prefer Singapore Standard Time") for line in lines)
     assert f"  • User wants to launch the SingPass integration (#{goal})" in lines
     assert f"  • {local_date(day, 'Europe/Madrid')}: Team offsite (#{offsite})" in lines
-    assert f"(#{past})" not in profile and f"(#{gone})" not in profile
+    # the past event is counted among the 6 active, so it is shown too
+    past_day = local_date((NOW - timedelta(days=2)).date(), "Europe/Madrid")
+    assert lines[lines.index("🗂 Also remembered:") + 1] == f"  • {past_day}: Dentist (#{past})"
+    assert f"(#{gone})" not in profile
     assert f"(#{foreign})" not in profile and "Oslo" not in profile
     assert "🧠 Memories: 6 active, 1 forgotten" in lines
     assert ("💬 Conversation: 2 messages kept (2 not yet summarised), 1 summary of 30 earlier "

@@ -2,7 +2,9 @@
 strict fake Bot API on a real PostgreSQL, with no TELEGRAM_ALLOWED_CHAT_IDS configured.
 
 A chat pairs by sending ``/start <code>``; every other chat's updates are kept and it is told,
-at most once an hour, that the bot is private; a chat allowed later (by the code, or
+at most once an hour and in the same words whatever it sent, that the bot is private; wrong
+codes lock only the chat that sent them, and guessing is paced without ever refusing the right
+code sent in time; a chat allowed later (by the code, or
 ``engram chats allow`` from another process) gets its kept updates answered.
 """
 
@@ -15,11 +17,12 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 import pytest
 import trio
+import trio.testing
 from fakes.bot_api import DEFAULT_TOKEN, FakeBotApi, run_fake_bot_api
 
 from actors.agent.turn import TurnInput, TurnReply
@@ -31,12 +34,14 @@ from actors.telegram.pairing import (
     CODE_ALPHABET,
     PAIRED,
     PRIVATE,
-    PRIVATE_PAIRING,
+    Attempt,
     ChatAccess,
     PairingCode,
+    TokenBucket,
     new_code,
 )
 from actors.telegram.poller import Poller
+from actors.telegram.types import parse_update
 from runtime import db as dbmod
 from runtime.serve import serve
 from runtime.shutdown import Shutdown
@@ -83,7 +88,8 @@ async def running(
         dotenv=None,
     )
     shutdown = Shutdown(deadline=5, signals=())
-    agent, announced, now = Echo(), [], [0.0]
+    agent, now = Echo(), [0.0]
+    announced: list[str] = []
     systems: list[BotSystem] = []
     started = trio.Event()
 
@@ -145,15 +151,117 @@ def test_codes_are_long_random_and_readable() -> None:
     assert not set(CODE_ALPHABET) & set("01OI")
 
 
-def test_code_is_single_use_and_locks_after_five_wrong_tries() -> None:
+def test_code_is_single_use_and_five_wrong_tries_lock_only_that_chat() -> None:
     code = PairingCode("ABCDEFGHJK", expires_at=600.0)
-    assert [code.attempt("WRONG", 1.0) for _ in range(4)] == ["wrong"] * 4
-    assert code.attempt("ABCDEFGHJK", 2.0) == "paired"
-    assert code.attempt("ABCDEFGHJK", 3.0) == "used"
-    locked = PairingCode("ABCDEFGHJK", expires_at=600.0)
-    assert [locked.attempt("nope", 1.0) for _ in range(5)] == ["wrong"] * 5
-    assert locked.attempt("ABCDEFGHJK", 2.0) == "locked"
-    assert PairingCode("ABCDEFGHJK", expires_at=600.0).attempt("ABCDEFGHJK", 600.0) == "expired"
+    assert [code.attempt(STRANGER, "nope", 1.0) for _ in range(5)] == ["wrong"] * 5
+    assert code.attempt(STRANGER, "ABCDEFGHJK", 2.0) == "locked"  # this chat is done...
+    assert code.tries_left(STRANGER) == 0 and code.state(2.0) == "open"
+    assert [code.attempt(9, "nope", 2.0) for _ in range(4)] == ["wrong"] * 4
+    assert code.attempt(OWNER, "ABCDEFGHJK", 3.0) == "paired"  # ...the owner is not
+    assert code.attempt(OWNER, "ABCDEFGHJK", 4.0) == "used"
+    assert code.attempt(9, "ABCDEFGHJK", 4.0) == "used"
+    expired = PairingCode("ABCDEFGHJK", expires_at=600.0)
+    assert expired.attempt(OWNER, "ABCDEFGHJK", 600.0) == "expired"
+    assert expired.attempt(OWNER, "ABCDEFGHJK", 599.9) == "paired"  # judged by arrival
+
+
+def test_the_bucket_allows_a_burst_then_one_per_interval() -> None:
+    bucket = TokenBucket(burst=3, interval=2.0)
+    assert [bucket.take(0.0) for _ in range(4)] == [True, True, True, False]
+    assert bucket.wait(0.0) == pytest.approx(2.0)
+    assert bucket.wait(1.5) == pytest.approx(0.5)
+    assert bucket.take(2.0) and not bucket.take(2.0)
+    assert bucket.take(100.0) and bucket.take(100.0) and bucket.take(100.0)
+    assert not bucket.take(100.0)  # refilled only up to the burst
+
+
+class NoDatabase:
+    """Stands in for the database where a test must do no I/O (under MockClock)."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"database used: {name}")
+
+
+async def test_guesses_beyond_the_burst_are_judged_one_per_interval_by_arrival(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    access = ChatAccess(
+        cast(dbmod.Database, NoDatabase()), frozenset(), lambda chat: None,
+        lambda chat, row: None, burst=2, attempt_interval=3.0, ttl=5.0,
+        clock=trio.current_time,
+    )  # fmt: skip
+    code = access.open_pairing()
+    for n in range(6):  # chats 1..3, two wrong codes each
+        attempt = Attempt(1 + n // 2, None, f"WRONG{n}", trio.current_time())
+        assert not await access.try_code(attempt)
+    assert sum(code.wrong.values()) == 2 and len(access.waiting) == 4  # the burst, at once
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(access.judge_waiting)
+        # one more every 3 s, though the code expired at 5 s: each is judged by when it arrived
+        for due, judged in ((3.0, 3), (6.0, 4), (9.0, 5), (12.0, 6)):
+            await trio.sleep_until(due - 0.01)
+            assert sum(code.wrong.values()) == judged - 1
+            await trio.sleep_until(due + 0.01)
+            assert sum(code.wrong.values()) == judged
+        assert not access.waiting
+        nursery.cancel_scope.cancel()
+    assert code.wrong == {1: 2, 2: 2, 3: 2}
+    late = Attempt(4, None, code.code, trio.current_time())
+    assert not await access.try_code(late) and not code.used  # arrived after the 5 s
+
+
+def start_update(update_id: int, chat_id: int, text: str) -> tuple[Any, dict[str, Any]]:
+    payload = {"update_id": update_id, "message": {
+        "message_id": update_id, "date": 0, "text": text,
+        "chat": {"id": chat_id, "type": "private"},
+        "from": {"id": chat_id, "is_bot": False, "first_name": "T"}}}  # fmt: skip
+    return parse_update(payload), payload
+
+
+async def test_guesses_from_many_chats_are_paced_and_the_right_code_still_pairs(
+    db: dbmod.Database,
+) -> None:
+    now = [0.0]
+    woken: list[int] = []
+    access = ChatAccess(
+        db, frozenset(), woken.append, lambda chat, row: None,
+        burst=3, attempt_interval=0.1, clock=lambda: now[0], refresh_interval=60,
+    )  # fmt: skip
+    strangers = (201, 202, 203)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(access.run)
+        assert access.code is not None
+        right = access.code.code
+        n = 0
+        for chat in strangers:
+            for guess in range(6):  # the sixth is over the chat's five
+                n += 1
+                assert not await access.stranger(*start_update(n, chat, f"/start WRONG{guess}"))
+        # three judged at once (the burst), the rest wait their turn (one every 0.1 s); every
+        # chat's sixth is refused, the chat has no tries left for it
+        assert sum(access.code.wrong.values()) + len(access.waiting) == 3 * 5
+        assert access.waiting
+        assert not await access.stranger(*start_update(100, OWNER, f"/start {right}"))
+        assert OWNER not in access  # waits its turn behind the guesses...
+        now[0] = 601.0  # ...past the code's ten minutes: it arrived in time, so it counts
+        assert not await access.stranger(*start_update(101, 204, f"/start {right}"))  # too late
+        with trio.fail_after(10):
+            while OWNER not in access:  # noqa: ASYNC110
+                await trio.sleep(0.05)
+        nursery.cancel_scope.cancel()
+    assert [access.code.tries_left(c) for c in strangers] == [0, 0, 0]
+    assert woken == [OWNER]
+    rows = await db.fetch("SELECT chat_id, allowed_by FROM allowed_chats")
+    assert [(r["chat_id"], r["allowed_by"]) for r in rows] == [(OWNER, "pairing")]
+    replies = await db.fetch("SELECT chat_id, text FROM outbox ORDER BY id")
+    by_chat = {r["chat_id"]: r["text"] for r in replies if r["chat_id"] != OWNER}
+    assert by_chat == dict.fromkeys((*strangers, 204), PRIVATE)  # one notice each, same words
+    # while it waited, the owner was told what any stranger is; then that it is paired
+    assert [r["text"] for r in replies if r["chat_id"] == OWNER] == [PRIVATE, PAIRED]
+    # the owner's /start was kept while it waited, and went to the inbox when it paired
+    texts = await db.fetch("SELECT payload->'message'->>'text' AS t FROM inbox WHERE chat_id = $1",
+                           OWNER)  # fmt: skip
+    assert [r["t"] for r in texts] == [f"/start {right}"]
 
 
 # --- through the fake Bot API -----------------------------------------------------------------
@@ -168,7 +276,7 @@ async def test_right_code_pairs_the_chat_and_its_kept_updates_are_answered(
         assert f"https://t.me/engram_test_bot?start={bot.code}" in text
         fake.push_message(OWNER, "hello, are you there?")
         await wait_for(lambda: fake.sent_texts(OWNER))
-        assert fake.sent_texts(OWNER) == [PRIVATE_PAIRING]
+        assert fake.sent_texts(OWNER) == [PRIVATE]
         fake.push_message(OWNER, f"/start {bot.code}")
         await wait_for(lambda: len(fake.sent_texts(OWNER)) == 4)
         # paired; then the kept message is answered by the agent, then the /start itself
@@ -188,9 +296,9 @@ async def test_wrong_code_does_not_pair(db: dbmod.Database) -> None:
         fake.push_message(STRANGER, "/start NOTTHECODE")
         await wait_for(lambda: fake.sent_texts(STRANGER))
         await settle(fake)
-        assert fake.sent_texts(STRANGER) == [PRIVATE_PAIRING]
+        assert fake.sent_texts(STRANGER) == [PRIVATE]
         assert STRANGER not in bot.access
-        assert bot.access.code is not None and bot.access.code.tries_left == 4
+        assert bot.access.code is not None and bot.access.code.tries_left(STRANGER) == 4
     assert await db.fetchval("SELECT count(*) FROM allowed_chats") == 0
     assert await db.fetchval("SELECT count(*) FROM held_updates WHERE chat_id = $1", STRANGER) == 1
 
@@ -223,19 +331,21 @@ async def test_a_second_chat_cannot_use_the_code_again(db: dbmod.Database) -> No
 
 
 @pytest.mark.slow
-async def test_five_wrong_codes_lock_pairing(db: dbmod.Database) -> None:
+async def test_five_wrong_codes_lock_only_the_chat_that_sent_them(db: dbmod.Database) -> None:
     async with run_fake_bot_api() as fake, running(db, fake) as bot:
         for n in range(5):
             fake.push_message(STRANGER, f"/start GUESS{n}")
         await settle(fake)
-        assert bot.access.code is not None and bot.access.code.state(0.0) == "locked"
-        fake.push_message(OWNER, f"/start {bot.code}")  # the right code, too late
-        await wait_for(lambda: fake.sent_texts(OWNER))
+        assert bot.access.code is not None and bot.access.code.state(0.0, STRANGER) == "locked"
+        fake.push_message(STRANGER, f"/start {bot.code}")  # the right code, from a locked chat
         await settle(fake)
-        assert fake.sent_texts(OWNER) == [PRIVATE]
-        assert OWNER not in bot.access
-        assert fake.sent_texts(STRANGER) == [PRIVATE_PAIRING]  # one notice for five tries
-    assert await db.fetchval("SELECT count(*) FROM allowed_chats") == 0
+        assert STRANGER not in bot.access
+        fake.push_message(OWNER, f"/start {bot.code}")  # the owner still pairs
+        await wait_for(lambda: PAIRED in fake.sent_texts(OWNER))
+        assert OWNER in bot.access
+        assert fake.sent_texts(STRANGER) == [PRIVATE]  # one notice for six tries
+    rows = await db.fetch("SELECT chat_id FROM allowed_chats")
+    assert [r["chat_id"] for r in rows] == [OWNER]
 
 
 @pytest.mark.slow

@@ -63,6 +63,7 @@ from memory.patterns.episodes import EPISODE_BUDGET_TOKENS, Episode
 from memory.patterns.profile import Profile
 from memory.patterns.retrieval import DEGRADED_MARK, RetrievedMemory
 from runtime.clock import local_date, local_time
+from runtime.words import count
 
 CHARS_PER_TOKEN = 4
 SEPARATOR = "───"
@@ -122,11 +123,11 @@ def relative_time(then: datetime, now: datetime) -> str:
         return "just now"
     if seconds < 3600:
         minutes = int(seconds // 60)
-        return f"{minutes} minute{'s' if minutes != 1 else ''} ago"
+        return f"{count(minutes, 'minute')} ago"
     hours = seconds / 3600
     if hours < 24:
         n = max(1, min(23, round(hours)))
-        return f"{n} hour{'s' if n != 1 else ''} ago"
+        return f"{count(n, 'hour')} ago"
     if hours < 48:
         return "yesterday"
     return f"{max(2, round(hours / 24))} days ago"

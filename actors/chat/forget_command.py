@@ -39,6 +39,7 @@ from memory.patterns.controls import (
 from memory.patterns.views import Item, items_by_id, topic_matches
 from runtime.concurrency import both
 from runtime.db import Connection, Queries
+from runtime.words import count
 
 FORGET_USAGE = "Usage: /forget <topic> — e.g. /forget SingPass"
 MAX_TOPIC_CHARS = 200
@@ -57,8 +58,8 @@ def _flow(ids: Sequence[int], topic: str | None, mentions: Mentions | None) -> d
 
 def mentions_text(m: Mentions) -> str:
     """``3 messages and 1 summary``."""
-    parts = [f"{m.messages} message{'s' * (m.messages != 1)}"] if m.messages else []
-    parts += [f"{m.episodes} summar{'y' if m.episodes == 1 else 'ies'}"] if m.episodes else []
+    parts = [count(m.messages, "message")] if m.messages else []
+    parts += [count(m.episodes, "summary")] if m.episodes else []
     return " and ".join(parts) or "nothing"
 
 

@@ -36,6 +36,7 @@ from memory.patterns.views import Item, list_patterns, profile_view, search_patt
 from memory.patterns.why import PatternDetail, explain
 from runtime.clock import clock_text, local_date, local_datetime
 from runtime.db import Database
+from runtime.words import count
 
 USAGE = {
     "list": "/memory list [kind] — kind: " + ", ".join(KINDS),
@@ -53,6 +54,7 @@ GROUP_HEADERS = {
     "preference": "⚙️ Preferences:",
     "goal": "🎯 Active goals:",
     "event": "📅 Coming up:",
+    "other": "🗂 Also remembered:",
 }
 STATUS_WORDS = {"active": "active", "disputed": "disputed", "superseded": "superseded",
                 "deprecated": "forgotten", "merged": "merged"}  # fmt: skip
@@ -148,9 +150,9 @@ async def profile(s: MemoryServices, call: CommandCall) -> TurnReply:
     counts = ", ".join(f"{n} {STATUS_WORDS[st]}" for st, n in view.by_status.items()) or "none"
     lines += ["", f"🧠 Memories: {counts}"]
     lines.append(
-        f"💬 Conversation: {view.messages} messages kept ({view.verbatim} not yet summarised), "
-        f"{view.episodes} summar{'y' if view.episodes == 1 else 'ies'} of {view.summarized} "
-        "earlier messages"
+        f"💬 Conversation: {count(view.messages, 'message')} kept ({view.verbatim} not yet "
+        f"summarised), {count(view.episodes, 'summary')} of "
+        f"{count(view.summarized, 'earlier message')}"
     )
     lines += ["", "More: /memory list · /memory why <id> · /help"]
     return TurnReply("\n".join(lines))
@@ -163,7 +165,8 @@ async def list_command(s: MemoryServices, call: CommandCall, rest: str) -> TurnR
     items = await list_patterns(s.db, call.chat_id, now=call.now, timezone=s.timezone, kind=kind)
     if not items:
         return TurnReply(f"No active {kind or ''} memories.".replace("  ", " "))
-    title = f"Top {len(items)} active {kind + ' ' if kind else ''}memories by current weight:"
+    noun = f"active {kind} memory" if kind else "active memory"
+    title = f"Top {count(len(items), noun)} by current weight:"
     lines = [title, *(item_line(i, s.timezone, score=f" — {i.score:.2f}") for i in items)]
     return TurnReply("\n".join(lines))
 
@@ -290,14 +293,18 @@ async def summary_text(s: MemoryServices, chat_id: int) -> str:
     for e in view.episodes:
         first, last = local_date(e.started_at, s.timezone), local_date(e.ended_at, s.timezone)
         span = first if first == last else f"{first} – {last}"
-        lines += ["", f"📅 {span} ({e.message_count} messages):", f"  {one_line(e.summary, 600)}"]
+        lines += [
+            "",
+            f"📅 {span} ({count(e.message_count, 'message')}):",
+            f"  {one_line(e.summary, 600)}",
+        ]
     if view.total_episodes > len(view.episodes):
-        lines += ["", f"… and {view.total_episodes - len(view.episodes)} older summaries"]
+        lines += ["", f"… and {count(view.total_episodes - len(view.episodes), 'older summary')}"]
     if not view.episodes:
         lines += ["", "Nothing summarised yet."]
     since = "" if view.first_verbatim is None else (
         f", since {local_datetime(view.first_verbatim, s.timezone)}")  # fmt: skip
-    lines += ["", f"💬 In view now: {view.verbatim} messages{since}, not yet summarised."]
+    lines += ["", f"💬 In view now: {count(view.verbatim, 'message')}{since}, not yet summarised."]
     return "\n".join(lines)
 
 
@@ -308,7 +315,7 @@ def money(usd: float) -> str:
 async def stats_text(s: MemoryServices, chat_id: int, now: datetime) -> str:
     st = await chat_stats(s.db, chat_id, now=now, timezone=s.timezone)
     lines = ["📊 This chat", f"Cost: today {money(st.today.cost_usd)} · this month "
-             f"{money(st.month.cost_usd)} ({st.month.calls} model calls)"]  # fmt: skip
+             f"{money(st.month.cost_usd)} ({count(st.month.calls, 'model call')})"]  # fmt: skip
     if st.month_by_purpose:
         parts = [f"{p} {money(v.cost_usd)}" for p, v in st.month_by_purpose.items()]
         lines.append("This month by purpose: " + ", ".join(parts))
@@ -317,7 +324,7 @@ async def stats_text(s: MemoryServices, chat_id: int, now: datetime) -> str:
         f" · memory retrieval degraded in {st.degraded_month} ({rate:.1%})")  # fmt: skip
     lines.append(f"Turns: {st.turns_today} today · {st.turns_month} this month{degraded}")
     if st.latency_avg is not None and st.latency_p95 is not None:
-        lines.append(f"Reply time (last 30 days, {st.replies} replies): average "
+        lines.append(f"Reply time (last 30 days, {count(st.replies, 'reply')}): average "
                      f"{st.latency_avg:.1f} s · p95 {st.latency_p95:.1f} s")  # fmt: skip
     lines.append(f"Memories, last 7 days: {st.created_week} created · {st.reinforced_week} "
                  f"reinforced · {st.merged_week} merged")  # fmt: skip

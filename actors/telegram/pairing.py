@@ -12,12 +12,18 @@ code is made (:func:`new_code`: 10 characters from ``secrets``, no look-alikes) 
 (printed by ``engram serve`` and logged). The first chat that sends ``/start <code>`` within
 ``ttl`` seconds (10 minutes) becomes allowed, stored with who sent it; its kept updates are
 released and it is told it is paired. The code is compared in constant time
-(``hmac.compare_digest``), works once, and after ``max_tries`` (5) wrong codes pairing is locked
-until the process restarts.
+(``hmac.compare_digest``) and works once. Wrong codes count per chat: after ``max_tries`` (5)
+a chat's codes are no longer tried, other chats' still are, so strangers cannot lock the owner
+out. Across all chats, attempts are paced by a token bucket (``burst`` at once, then one per
+``attempt_interval`` seconds: 20, then one every 3 s): an attempt beyond it waits its turn (in
+memory, in order; a chat no more of them than it has tries left, ``max_waiting`` in all) instead
+of being refused, and is judged by the moment it arrived, so the right code sent in time pairs
+even behind a flood of guesses. Its update is kept meanwhile, and released when it pairs.
 
 **Strangers.** Every other update of a chat not allowed is kept (``held_updates``, 24 hours) and
-acknowledged; the chat gets a polite "this bot is private" reply through the outbox, at most
-once an hour (``stranger_notices``). See :mod:`actors.telegram.access` for the tables.
+acknowledged; the chat gets the same polite "this bot is private" reply through the outbox
+whether pairing is open or not and whatever code it sent, at most once an hour
+(``stranger_notices``). See :mod:`actors.telegram.access` for the tables.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from __future__ import annotations
 import hmac
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any
 
@@ -45,14 +52,14 @@ CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read off a te
 CODE_LENGTH = 10
 PAIRING_TTL = 600.0
 MAX_TRIES = 5
+ATTEMPT_BURST = 20
+ATTEMPT_INTERVAL = 3.0
+MAX_WAITING = 10_000
 REFRESH_INTERVAL = 5.0
 PURGE_INTERVAL = 3600.0
 
+#: every stranger's answer: it says nothing of whether pairing is open or a code was close
 PRIVATE = "Sorry, this bot is private."
-PRIVATE_PAIRING = (
-    "Sorry, this bot is private. If it is yours, send /start followed by the pairing code "
-    "that `engram serve` printed."
-)
 PAIRED = "Paired: this chat can now talk to engram."
 
 
@@ -86,30 +93,81 @@ def pairing_text(code: str, username: str | None, ttl: float) -> str:
 
 @attrs.define
 class PairingCode:
-    """The one-time code and its state: open, then used, expired or locked."""
+    """The one-time code and its state: open, then used or expired; per chat, locked after
+    ``max_tries`` wrong codes (other chats are not affected)."""
 
     code: str
     expires_at: float
-    tries_left: int = MAX_TRIES
+    max_tries: int = MAX_TRIES
     used: bool = False
+    #: wrong codes so far, by chat
+    wrong: dict[int, int] = attrs.field(factory=dict)
 
-    def state(self, now: float) -> str:
+    def tries_left(self, chat_id: int) -> int:
+        return max(0, self.max_tries - self.wrong.get(chat_id, 0))
+
+    def state(self, now: float, chat_id: int | None = None) -> str:
+        """``used``, ``expired``, ``locked`` (for ``chat_id``) or ``open``."""
         if self.used:
             return "used"
-        if self.tries_left <= 0:
+        if now >= self.expires_at:
+            return "expired"
+        if chat_id is not None and self.tries_left(chat_id) <= 0:
             return "locked"
-        return "expired" if now >= self.expires_at else "open"
+        return "open"
 
-    def attempt(self, given: str, now: float) -> str:
-        """``paired`` (the code is now used), ``wrong`` (a try spent) or the closed state."""
-        state = self.state(now)
+    def attempt(self, chat_id: int, given: str, now: float) -> str:
+        """``paired`` (the code is now used), ``wrong`` (one of the chat's tries spent) or the
+        closed state; ``now`` is when the attempt arrived."""
+        state = self.state(now, chat_id)
         if state != "open":
             return state
         if hmac.compare_digest(given.encode(), self.code.encode()):
             self.used = True
             return "paired"
-        self.tries_left -= 1
+        self.wrong[chat_id] = self.wrong.get(chat_id, 0) + 1
         return "wrong"
+
+
+@attrs.define
+class TokenBucket:
+    """``burst`` tokens, one more every ``interval`` seconds: how fast codes are tried."""
+
+    burst: int
+    interval: float
+    tokens: float = attrs.field(init=False)
+    stamp: float | None = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        self.tokens = float(self.burst)
+
+    def _fill(self, now: float) -> None:
+        if self.stamp is not None:
+            self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) / self.interval)
+        self.stamp = now
+
+    def take(self, now: float) -> bool:
+        """Spend a token if there is one."""
+        self._fill(now)
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+    def wait(self, now: float) -> float:
+        """Seconds until a token is there (0 when one is)."""
+        self._fill(now)
+        return max(0.0, (1.0 - self.tokens) * self.interval)
+
+
+@attrs.frozen
+class Attempt:
+    """A ``/start <code>`` waiting for its turn: judged by when it arrived."""
+
+    chat_id: int
+    user_id: int | None
+    given: str
+    arrived: float
 
 
 class Allowlist(Container[int]):
@@ -141,14 +199,23 @@ class ChatAccess:
     username: str | None = None
     ttl: float = PAIRING_TTL
     max_tries: int = MAX_TRIES
+    burst: int = ATTEMPT_BURST
+    attempt_interval: float = ATTEMPT_INTERVAL
+    max_waiting: int = MAX_WAITING
     clock: Callable[[], float] = time.monotonic
     refresh_interval: float = REFRESH_INTERVAL
     notice_interval: float = access.NOTICE_INTERVAL
     allowlist: Allowlist = attrs.field(init=False)
     code: PairingCode | None = attrs.field(init=False, default=None)
+    bucket: TokenBucket = attrs.field(init=False)
+    #: attempts beyond the bucket, in arrival order, and how many each chat has there
+    waiting: deque[Attempt] = attrs.field(init=False, factory=deque)
+    waiting_by_chat: dict[int, int] = attrs.field(init=False, factory=dict)
+    _wake_waiting: trio.Event = attrs.field(init=False, factory=trio.Event)
 
     def __attrs_post_init__(self) -> None:
         self.allowlist = Allowlist(self.setting)
+        self.bucket = TokenBucket(self.burst, self.attempt_interval)
 
     def __contains__(self, chat_id: object) -> bool:
         """Whether ``chat_id`` is allowed now (ingest's ``allowed_chat_ids``)."""
@@ -161,7 +228,12 @@ class ChatAccess:
         await self.refresh()
         if not self.allowlist:
             self.open_pairing()
-        task_status.started(self)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.judge_waiting)
+            task_status.started(self)
+            await self._keep_fresh()
+
+    async def _keep_fresh(self) -> None:
         purged_at = -PURGE_INTERVAL
         while True:
             await trio.sleep(self.refresh_interval)
@@ -178,6 +250,8 @@ class ChatAccess:
     def open_pairing(self) -> PairingCode:
         """Make and announce a fresh code."""
         self.code = PairingCode(new_code(), self.clock() + self.ttl, self.max_tries)
+        self.waiting.clear()
+        self.waiting_by_chat.clear()
         log.warning("pairing.open", code=self.code.code, expires_in=self.ttl)
         self.announce(pairing_text(self.code.code, self.username, self.ttl))
         return self.code
@@ -207,21 +281,81 @@ class ChatAccess:
         if chat_id is None:
             return False
         given = start_argument(update)
-        if given is not None and self.code is not None:
-            outcome = self.code.attempt(given, self.clock())
-            if outcome == "paired":
-                await self._pair(chat_id, update)
+        if given is not None:
+            msg = update.message
+            attempt = Attempt(chat_id, msg.from_user_id if msg else None, given, self.clock())
+            if await self.try_code(attempt):
                 return True
-            log.warning("pairing.refused", chat_id=chat_id, outcome=outcome,
-                        tries_left=self.code.tries_left)  # fmt: skip
-            if outcome == "wrong" and self.code.tries_left == 0:
-                log.warning("pairing.locked", reason=f"{self.max_tries} wrong codes")
         await self._hold(chat_id, update, payload)
         return False
 
-    async def _pair(self, chat_id: int, update: Update) -> None:
-        msg = update.message
-        user_id = msg.from_user_id if msg is not None else None
+    async def try_code(self, attempt: Attempt) -> bool:
+        """Judge ``attempt`` now if the bucket allows (True: it paired the chat), else queue it
+        for :meth:`judge_waiting` (False). Raises like :meth:`_pair`."""
+        if self.code is None:
+            return False
+        state = self.code.state(attempt.arrived, attempt.chat_id)
+        if state != "open":  # no token spent on an attempt that cannot pair
+            log.warning("pairing.refused", chat_id=attempt.chat_id, outcome=state)
+        elif not self.waiting and self.bucket.take(trio.current_time()):
+            return await self._judge(attempt)
+        else:
+            self._wait(attempt)
+        return False
+
+    async def _judge(self, attempt: Attempt) -> bool:
+        """Try the code; True when it paired the chat (stored). Raises like :meth:`_pair`."""
+        code = self.code
+        if code is None:
+            return False
+        outcome = code.attempt(attempt.chat_id, attempt.given, attempt.arrived)
+        if outcome == "paired":
+            await self._pair(attempt.chat_id, attempt.user_id)
+            return True
+        tries_left = code.tries_left(attempt.chat_id)
+        log.warning("pairing.refused", chat_id=attempt.chat_id, outcome=outcome,
+                    tries_left=tries_left)  # fmt: skip
+        if outcome == "wrong" and tries_left == 0:
+            log.warning("pairing.chat_locked", chat_id=attempt.chat_id,
+                        reason=f"{self.max_tries} wrong codes")  # fmt: skip
+        return False
+
+    def _wait(self, attempt: Attempt) -> None:
+        """Queue an attempt beyond the bucket, unless its chat has no tries left for it or
+        the queue is full (then it is dropped, logged)."""
+        assert self.code is not None
+        chat_id = attempt.chat_id
+        queued = self.waiting_by_chat.get(chat_id, 0)
+        full = len(self.waiting) >= self.max_waiting
+        if full or queued >= self.code.tries_left(chat_id):
+            log.warning("pairing.refused", chat_id=chat_id, waiting=len(self.waiting),
+                        outcome="queue full" if full else "no tries left")  # fmt: skip
+            return
+        self.waiting.append(attempt)
+        self.waiting_by_chat[chat_id] = queued + 1
+        log.info("pairing.attempt_waits", chat_id=chat_id, waiting=len(self.waiting))
+        self._wake_waiting.set()
+
+    async def judge_waiting(self) -> None:
+        """Judge queued attempts as the bucket allows, in their order."""
+        while True:
+            await self._wake_waiting.wait()
+            self._wake_waiting = trio.Event()
+            while self.waiting:
+                await trio.sleep(self.bucket.wait(trio.current_time()))
+                if not self.bucket.take(trio.current_time()):
+                    continue
+                attempt = self.waiting.popleft()
+                left = self.waiting_by_chat.pop(attempt.chat_id, 1) - 1
+                if left:
+                    self.waiting_by_chat[attempt.chat_id] = left
+                try:
+                    await self._judge(attempt)
+                except DatabaseError as exc:  # not stored: the code is open again
+                    log.warning("pairing.store_failed", chat_id=attempt.chat_id,
+                                error=str(exc)[:300])  # fmt: skip
+
+    async def _pair(self, chat_id: int, user_id: int | None) -> None:
         try:
             async with self.db.transaction() as conn:
                 await access.allow_chat(conn, chat_id, "pairing", user_id)
@@ -232,6 +366,8 @@ class ChatAccess:
                 self.code.used = False  # not stored: Telegram's retry may still pair
             raise
         self.allowlist = Allowlist(self.setting, self.allowlist.stored | {chat_id})
+        self.waiting.clear()  # the code is used: what waits cannot pair
+        self.waiting_by_chat.clear()
         log.warning("pairing.paired", chat_id=chat_id, user_id=user_id, released=released)
         self.outbox_ready(chat_id, None)
         if released:
@@ -245,14 +381,10 @@ class ChatAccess:
             )
             notify = kept and await access.claim_notice(conn, chat_id, self.notice_interval)
             if notify:
-                text = PRIVATE_PAIRING if self._pairing_open() else PRIVATE
-                await outbox.enqueue_reply(conn, chat_id, text)
+                await outbox.enqueue_reply(conn, chat_id, PRIVATE)
         log.info("access.held", chat_id=chat_id, update_id=update.update_id, kept=kept,
                  notified=notify)  # fmt: skip
         if notify:
             self.outbox_ready(chat_id, None)
         if chat_id in self.allowlist:  # allowed meanwhile: do not leave it behind
             await self._release(chat_id)
-
-    def _pairing_open(self) -> bool:
-        return self.code is not None and self.code.state(self.clock()) == "open"

@@ -5,7 +5,9 @@ model; the wording is the chat command's (:mod:`actors.chat.memory_commands`).
 
 * :func:`profile_view` — seed 004 Test 11's profile: core tenets, facts, preferences, active
   goals (each group strongest first: ``strength × confidence``, through
-  ``idx_patterns_active_rank``), the upcoming dated events, and the counts (patterns by status
+  ``idx_patterns_active_rank``), the upcoming dated events, every other active pattern
+  (beliefs, behaviours, past events...: ``other``, strongest first; so each active pattern
+  counted has a group it shows in), and the counts (patterns by status
   from ``chat_pattern_counts``, kept by triggers; messages, episodes); two short statements
   whatever the chat's size.
 * :func:`list_patterns` — the strongest active patterns (optionally of one kind) by their
@@ -66,7 +68,7 @@ class Item:
 class ProfileView:
     """Seed 004's profile: the groups and the counts."""
 
-    groups: dict[str, tuple[Item, ...]]  # core, fact, preference, goal, event
+    groups: dict[str, tuple[Item, ...]]  # core, fact, preference, goal, event, other
     by_status: dict[str, int]
     messages: int  # retained messages (the person's and the bot's), compacted or not
     verbatim: int  # of which not compacted yet (the window)
@@ -103,6 +105,11 @@ UNION ALL
 (SELECT 'event', {_COLUMNS} FROM patterns
  WHERE chat_id = $1 AND occurs_on >= $4 AND status = 'active' AND NOT is_core_tenet
  ORDER BY occurs_on, occurs_at NULLS FIRST, id LIMIT $3)
+UNION ALL
+(SELECT 'other', {_COLUMNS} FROM patterns
+ WHERE chat_id = $1 AND status = 'active' AND NOT is_core_tenet
+   AND NOT (occurs_on IS NULL AND kind = ANY($2::text[])) AND NOT coalesce(occurs_on >= $4, false)
+ ORDER BY strength * confidence DESC, id DESC LIMIT $3)
 """
 
 _COUNTS = """
@@ -124,7 +131,7 @@ async def profile_view(
     """The chat's profile (module docstring): live patterns only."""
     today = local_today(now, timezone)
     rows = await db.fetch(_PROFILE, chat_id, list(PROFILE_KINDS), per_group, today)
-    groups: dict[str, list[Item]] = {g: [] for g in ("core", *PROFILE_KINDS, "event")}
+    groups: dict[str, list[Item]] = {g: [] for g in ("core", *PROFILE_KINDS, "event", "other")}
     for r in rows:
         groups[str(r["grp"])].append(_item(r))
     counts = await db.fetchrow(_COUNTS, chat_id)
