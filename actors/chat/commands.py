@@ -28,6 +28,7 @@ from __future__ import annotations
 from actors.agent.turn import TurnReply
 from actors.chat import forget_command as forget
 from actors.chat import memory_commands as mem
+from actors.chat import model_asks
 from actors.chat.callbacks import CallbackTable
 from actors.chat.command_base import Command, CommandCall, CommandTable
 
@@ -77,6 +78,7 @@ def command_table(
         ]  # fmt: skip
         if taps is not None:
             forget.register_taps(taps)
+            model_asks.register_taps(taps)
     table = CommandTable((
         Command("start", "start talking to engram", start, menu=False),
         *memory,

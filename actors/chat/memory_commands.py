@@ -28,6 +28,7 @@ from memory.patterns.explicit import (
     clean_fact,
     guess_kind,
     keep_apart,
+    refusal,
     remember,
 )
 from memory.patterns.retrieval import LexiconCache, VectorPlanner
@@ -129,6 +130,8 @@ async def remember_command(s: MemoryServices, call: CommandCall) -> TurnReply:
     fact = clean_fact(call.args)
     if not MIN_FACT_CHARS <= len(fact) <= MAX_FACT_CHARS:
         return TurnReply(REMEMBER_USAGE)
+    if (refused := refusal(fact)) is not None:
+        return TurnReply(refused)
     done = await remember(s.db, s.embedder, keep_apart, chat_id=call.chat_id, content=fact,
                           kind=guess_kind(fact), now=call.now, thresholds=s.thresholds)  # fmt: skip
     if done.reinforced:
