@@ -55,8 +55,10 @@ class ModelAsks:
             if len(items) < 2:
                 continue  # gone meanwhile
             action = {"old": old, "new": new}
-            rows: list[list[tuple[str, Action]]] = [[("Confirm", {"name": "supersede_confirm", **action}),
-                     ("Keep", {"name": "supersede_keep", **action})]]  # fmt: skip
+            rows: list[list[tuple[str, Action]]] = [[
+                ("Confirm", {"name": "supersede_confirm", **action}),
+                ("Keep", {"name": "supersede_keep", **action}),
+            ]]
             await _enqueue(conn, self.chat_id, supersede_text(items[0], items[1]), rows, inbox_ids)
 
 
