@@ -10,8 +10,8 @@ printed by ``engram telegram info``). An unknown command gets "Unknown command /
 
 ======================  ==================================================================
 ``/memory [sub]``       the profile; ``list [kind]``, ``search``, ``why``, ``forget``, ``pin``,
-                        ``unpin``, ``merge`` (:mod:`actors.chat.memory_commands`,
-                        :mod:`actors.chat.forget_command`)
+                        ``unpin``, ``merge``, ``restore`` (:mod:`actors.chat.memory_commands`,
+                        :mod:`actors.chat.forget_command`, :mod:`actors.chat.model_asks`)
 ``/remember <fact>``    an explicit memory, at once (no model)
 ``/forget <topic>``     the memories about a topic, with buttons
 ``/summary``            the episode summaries and the window
@@ -51,7 +51,7 @@ def command_table(
     memory: list[Command] = []
     if services is not None:
         s = services
-        subs = {**mem.SUBCOMMANDS, **forget.confirmations()}
+        subs = {**mem.SUBCOMMANDS, **forget.confirmations(), **model_asks.subcommands()}
 
         async def memory_command(call: CommandCall) -> TurnReply:
             return await mem.memory(s, call, subs)

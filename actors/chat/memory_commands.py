@@ -46,6 +46,7 @@ USAGE = {
     "pin": "/memory pin <id>",
     "unpin": "/memory unpin <id>",
     "merge": "/memory merge <id1> <id2>",
+    "restore": "/memory restore <id> — undo a replacement (within 24 h)",
 }
 REMEMBER_USAGE = f"Usage: /remember <fact> ({MIN_FACT_CHARS}-{MAX_FACT_CHARS} characters)"
 GROUP_HEADERS = {

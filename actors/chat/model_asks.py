@@ -8,7 +8,10 @@ the turn's commit, before its reply:
   (:func:`actors.chat.forget_command.render`: ``[Forget]`` ``[Keep]``, or ``[Forget n]`` …
   ``[Forget all]`` for several), handled by the ``/forget`` flow's own taps;
 * a supersede: both memories named, ``[Confirm]`` (the newer one supersedes the older one,
-  by the person, audited; ``/memory restore`` undoes it within a day) or ``[Keep]``.
+  by the person, audited) or ``[Keep]``.
+
+``/memory restore <id>`` undoes a supersede within 24 hours
+(:func:`memory.patterns.restore.restore_superseded`); a forgotten memory is gone.
 """
 
 from __future__ import annotations
@@ -18,11 +21,14 @@ from typing import cast
 
 import attrs
 
+from actors.agent.turn import TurnReply
 from actors.chat.callbacks import Action, CallbackContext, CallbackTable, Rows, keyboard
+from actors.chat.command_base import CommandCall
 from actors.chat.forget_command import render
-from actors.chat.memory_commands import one_line
+from actors.chat.memory_commands import MemoryServices, Sub, one_line, parse_ids, usage
 from actors.queues import outbox
 from memory.patterns.controls import link_patterns
+from memory.patterns.restore import restore_superseded
 from memory.patterns.views import Item, items_by_id
 from runtime.db import Connection, Queries
 
@@ -88,6 +94,26 @@ def supersede_text(old: Item, new: Item) -> str:
         f"New: {one_line(new.content, 200)} (#{new.id})",
         "Confirm: the old one is no longer used (/memory restore undoes it within a day).",
     ])  # fmt: skip
+
+
+# --- /memory restore -------------------------------------------------------------------------
+
+
+async def memory_restore(s: MemoryServices, call: CommandCall, rest: str) -> TurnReply:
+    """``/memory restore <id>``: a memory replaced less than a day ago is active again."""
+    ids = parse_ids(rest, 1)
+    if ids is None:
+        return usage("restore")
+    async with s.db.transaction() as conn:
+        done = await restore_superseded(conn, call.chat_id, ids[0], now=call.now)
+    if done.problem:
+        return TurnReply(done.problem)
+    return TurnReply(f"✓ Restored: {one_line(done.content, 200)} (#{done.pattern_id})")
+
+
+def subcommands() -> dict[str, Sub]:
+    """The ``/memory`` sub-commands of this module (for :func:`memory_commands`)."""
+    return {"restore": memory_restore}
 
 
 # --- the taps ---------------------------------------------------------------------------------
