@@ -268,8 +268,13 @@ async def _forget(ctx: ToolContext, inp: ForgetMemoryInput) -> dict[str, Any]:
         raise ToolError(f"no memory with id {inp.id}", "id")
     item = found[0]
     if item.status == "merged":
-        raise ToolError(f"memory {inp.id} was merged into another memory; forget that one instead",
-                        "id")  # fmt: skip
+        note = await ctx.db.fetchval(
+            "SELECT status_reason FROM patterns WHERE id = $1 AND chat_id = $2", inp.id, ctx.chat_id
+        )
+        why = f" ({note})" if note else ""
+        raise ToolError(
+            f"memory {inp.id} was merged into another memory{why}; forget that one instead", "id"
+        )
     out: dict[str, Any] = {"id": inp.id, "content": item.content}
     if item.status not in FORGETTABLE:
         return {**out, "forgotten": True, "note": "it was already forgotten"}
