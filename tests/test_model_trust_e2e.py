@@ -106,9 +106,12 @@ class Person:
         before = len(self.bot.sent_texts(CHAT))
         assert await post_update(self.client, self.engram.port, update) == 200
         with trio.fail_after(30):
-            while len(self.bot.sent_texts(CHAT)) < before + replies:  # noqa: ASYNC110
+            while True:  # all of them, or the turn's answer (the model's is last)
+                new = self.bot.sent_texts(CHAT)[before:]
+                if len(new) >= replies or any(t.startswith("Tool said") for t in new):
+                    break
                 await trio.sleep(0.05)
-        await trio.sleep(0.3)  # nothing more comes
+        await trio.sleep(0.5)  # nothing more comes
         sent = self.bot.sent_texts(CHAT)
         assert len(sent) == before + replies, sent[before:]
         return sent[before:]
