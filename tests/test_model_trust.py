@@ -5,6 +5,7 @@ instruction-like text, the model's asks sent with buttons and confirmed by a tap
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -25,7 +26,7 @@ from memory.patterns.extraction_prompt import format_message
 from memory.patterns.guardrails import check_extraction
 from memory.patterns.restore import restore_superseded
 from memory.untrusted import escape_own, own_words, split_forwarded, wrap_forwarded
-from runtime.db import Connection, Database
+from runtime.db import Database
 
 CHAT, OTHER = 4020101, 4020102
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
@@ -63,7 +64,9 @@ def test_the_origin_of_a_forward_is_named(message: dict[str, Any], origin: str |
 
 
 def test_a_long_origin_name_is_cut() -> None:
-    name = forward_origin({"forward_origin": {"type": "hidden_user", "sender_user_name": "x" * 500}})
+    name = forward_origin(
+        {"forward_origin": {"type": "hidden_user", "sender_user_name": "x" * 500}}
+    )
     assert name is not None and len(name) < 90 and name.endswith("…”")
 
 
@@ -157,10 +160,8 @@ async def tap(db: Database, callbacks: Callbacks, data: str, message_id: int = 5
 
 
 def button_data(markup: str, label: str) -> str:
-    import json
-
     rows = json.loads(markup)["inline_keyboard"]
-    return next(b["callback_data"] for row in rows for b in row if b["text"] == label)
+    return str(next(b["callback_data"] for row in rows for b in row if b["text"] == label))
 
 
 async def test_a_forget_ask_sends_the_forget_buttons_and_a_tap_forgets(db: Database) -> None:
@@ -215,7 +216,7 @@ async def test_restore_undoes_a_supersede_within_a_day(db: Database) -> None:
     assert await link_patterns(db, CHAT, new, old, "supersedes", actor="person") == ""
     now = datetime.now(UTC)
     async with db.transaction() as conn:
-        foreign = await restore_superseded(cast(Connection, conn), OTHER, old, now=now)
+        foreign = await restore_superseded(conn, OTHER, old, now=now)
     assert foreign.problem == f"Memory #{old} not found." and await status(db, old) == "superseded"
     services = MemoryServices(db, cast(Any, None))
     call = CommandCall(CHAT, "memory", f"restore {old}", sender_id=CHAT, now=now,
@@ -228,7 +229,9 @@ async def test_restore_undoes_a_supersede_within_a_day(db: Database) -> None:
         "SELECT action, old_status, new_status, actor, other_pattern_id, reason FROM pattern_audit "
         "WHERE pattern_id = $1 ORDER BY id DESC LIMIT 1", old,
     )  # fmt: skip
-    assert row is not None and tuple(row)[:5] == ("restore", "superseded", "active", "person", new)
+    assert row is not None and row["action"] == "restore" and row["actor"] == "person"
+    assert (row["old_status"], row["new_status"], row["other_pattern_id"]) == (
+        "superseded", "active", new)  # fmt: skip
     again = await memory_restore(services, call, str(old))
     assert again.text.startswith(f"Memory #{old} was not replaced")
     assert (await memory_restore(services, call, "x1")).text.startswith("Usage: /memory restore")
@@ -239,14 +242,12 @@ async def test_restore_refuses_after_a_day_and_for_a_forgotten_memory(db: Databa
     assert await link_patterns(db, CHAT, new, old, "supersedes", actor="person") == ""
     later = datetime.now(UTC) + timedelta(hours=24, minutes=1)
     async with db.transaction() as conn:
-        done = await restore_superseded(cast(Connection, conn), CHAT, old, now=later)
+        done = await restore_superseded(conn, CHAT, old, now=later)
     assert done.problem == (f"Memory #{old} was replaced more than 24 hours ago: it can no "
                             "longer be restored.")  # fmt: skip
     assert await status(db, old) == "superseded"
-    await db.execute(
-        "UPDATE patterns SET status = 'deprecated' WHERE id = $1", new
-    )
+    await db.execute("UPDATE patterns SET status = 'deprecated' WHERE id = $1", new)
     async with db.transaction() as conn:
-        gone = await restore_superseded(cast(Connection, conn), CHAT, new, now=later)
+        gone = await restore_superseded(conn, CHAT, new, now=later)
     assert gone.problem == f"Memory #{new} was forgotten: that is final."
     assert await status(db, new) == "deprecated"

@@ -61,10 +61,12 @@ class ModelAsks:
             if len(items) < 2:
                 continue  # gone meanwhile
             action = {"old": old, "new": new}
-            rows: list[list[tuple[str, Action]]] = [[
-                ("Confirm", {"name": "supersede_confirm", **action}),
-                ("Keep", {"name": "supersede_keep", **action}),
-            ]]
+            rows: list[list[tuple[str, Action]]] = [
+                [
+                    ("Confirm", {"name": "supersede_confirm", **action}),
+                    ("Keep", {"name": "supersede_keep", **action}),
+                ]
+            ]
             await _enqueue(conn, self.chat_id, supersede_text(items[0], items[1]), rows, inbox_ids)
 
 

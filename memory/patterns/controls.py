@@ -164,9 +164,7 @@ async def merge_two(
     return Merged(done[0], done[1])
 
 
-async def check_link(
-    db: Queries, chat_id: int, from_id: int, to_id: int, relation: str
-) -> str:
+async def check_link(db: Queries, chat_id: int, from_id: int, to_id: int, relation: str) -> str:
     """Why ``from_id -relation-> to_id`` cannot be recorded between two of the chat's patterns
     ('' when it can); a supersede needs the older one still live."""
     if relation not in RELATIONS:
