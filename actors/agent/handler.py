@@ -15,7 +15,9 @@ One turn:
    with identical arguments twice in a row, tool_use/tool_result pairs repaired before every
    request;
 4. return the reply; its ``persist`` hook stores the assistant and tool_result rows (results
-   truncated for storage) in the chat actor's outbox transaction.
+   truncated for storage) in the chat actor's outbox transaction, with the messages asking the
+   person to confirm what the model's ``forget_memory``/supersede asked for (``confirmations``,
+   :class:`~actors.agent.turn.TurnConfirmations`: the model never forgets on its own).
 
 A model that is down (unreachable, timeout, 429, 5xx, 529) is retried inside the turn (see
 :mod:`actors.agent.tool_loop`); still down at the turn's deadline, the turn raises

@@ -10,6 +10,8 @@ there; it loads the open rows it has not taken yet (by id) and, for each:
   already acted on by the router, which cancelled the running turn), never by the model;
 * voice: downloaded and transcribed, then handled as text; too large or failed -> a reply
   saying so;
+* a forwarded message (text, caption or voice): someone else's words, never a command, handed to
+  the model inside ``<untrusted>`` tags naming its origin (:func:`memory.untrusted.wrap_forwarded`);
 * edited messages: handled as text; button presses (callback queries, already answered by the
   router): the handler their token names (:mod:`actors.chat.callbacks`), nothing without
   ``callbacks``; anything else is skipped with a reason.
