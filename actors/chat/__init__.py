@@ -14,5 +14,6 @@ Imports the turn's interface (:mod:`actors.agent.turn`), the queues, the Telegra
 memory domain (the commands' reads and actions); not the sender, the system or the CLI. Public:
 ``actor.chat_factory``, ``actor.ChatDeps``, ``store.SqlChatStore``, ``wakes.Wake``,
 ``fragments.FragmentBuffer``, ``callbacks.keyboard``, ``callbacks.CallbackTable``,
-``callbacks.CallbackContext``, ``commands.command_table``, ``memory_commands.MemoryServices``, ``model_asks.model_asks``.
+``callbacks.CallbackContext``, ``commands.command_table``, ``memory_commands.MemoryServices``,
+``model_asks.model_asks``.
 """
