@@ -202,6 +202,7 @@ async def test_bad_input_gets_one_usage_line_and_changes_nothing(bot: Bot) -> No
         "/memory forget": "Usage: /memory forget <id>",
         "/memory pin 1 2": "Usage: /memory pin <id>",
         "/memory merge 3": "Usage: /memory merge <id1> <id2>",
+        "/memory restore": "Usage: /memory restore <id> — undo a replacement (within 24 h)",
         "/memory list mood": "Usage: /memory list [kind] — kind: behavior, emotion, belief, goal, "
         "preference, temporal, causal, fact, event",
         "/memory search": "Usage: /memory search <words>",
@@ -213,7 +214,9 @@ async def test_bad_input_gets_one_usage_line_and_changes_nothing(bot: Bot) -> No
         [answer] = await bot.say(text)
         assert answer == expected and "\n" not in answer
     [subs] = await bot.say("/memory frobnicate")
-    assert subs.startswith("Usage: /memory [list | search | why | forget | pin | unpin | merge]")
+    assert subs.startswith(
+        "Usage: /memory [list | search | why | forget | pin | unpin | merge | restore]"
+    )
     assert await db.fetchval("SELECT count(*) FROM patterns") == before == 0
     assert await db.fetchval("SELECT count(*) FROM pattern_audit") == 0
     await model_silent(bot)

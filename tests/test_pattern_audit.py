@@ -68,20 +68,21 @@ async def call(name: str, raw: dict[str, Any], c: ToolContext) -> tuple[Any, boo
     return json.loads(outcome.content), outcome.is_error
 
 
-async def test_the_model_forgets_through_the_persons_path(db: Database) -> None:
+async def test_the_model_cannot_forget_only_the_person_can(db: Database) -> None:
     pid = await add(db, "User is allergic to peanuts")
     body, err = await call("forget_memory", {"id": pid, "reason": "a joke"}, ctx(db, OTHER))
     assert err and body["error"] == f"no memory with id {pid}"
     assert await audit_rows(db, pid) == [] and await status(db, pid) == "active"
     body, err = await call("forget_memory", {"id": pid, "reason": "a joke"}, ctx(db))
-    assert not err and body["forgotten"] is True
-    assert await audit_rows(db, pid) == [
-        ("forget", "active", "deprecated", "forget_memory: a joke", "model", None)]  # fmt: skip
+    assert err and "confirmation" in body["error"]  # no way to ask: refused, nothing changed
+    assert await audit_rows(db, pid) == [] and await status(db, pid) == "active"
+    done = await forget_pattern(db, CHAT, pid, reason="forgotten by the person", actor="person")
+    assert done is not None and done.outcome == "forgotten"
     again = await forget_pattern(db, CHAT, pid, reason="forgotten by the person", actor="person")
     assert again is not None and again.outcome == "already"
     assert len(await audit_rows(db, pid)) == 1  # no change, no row
     [row] = await history(db, CHAT, pid)
-    assert row.actor == "model" and row.at is not None
+    assert row.actor == "person" and row.at is not None
     assert await history(db, OTHER, pid) == []
 
 

@@ -15,7 +15,9 @@ One turn:
    with identical arguments twice in a row, tool_use/tool_result pairs repaired before every
    request;
 4. return the reply; its ``persist`` hook stores the assistant and tool_result rows (results
-   truncated for storage) in the chat actor's outbox transaction.
+   truncated for storage) in the chat actor's outbox transaction, with the messages asking the
+   person to confirm what the model's ``forget_memory``/supersede asked for (``confirmations``,
+   :class:`~actors.agent.turn.TurnConfirmations`: the model never forgets on its own).
 
 A model that is down (unreachable, timeout, 429, 5xx, 529) is retried inside the turn (see
 :mod:`actors.agent.tool_loop`); still down at the turn's deadline, the turn raises
@@ -59,7 +61,7 @@ from actors.agent.tool_loop import (
     tool_specs,
     transcript_rows,
 )
-from actors.agent.turn import TurnInput, TurnReply
+from actors.agent.turn import AskFactory, TurnInput, TurnReply
 from actors.agent.turn_links import link_cited_entries
 from actors.errors import ModelUnavailable
 from memory.conversation.messages import (
@@ -141,6 +143,8 @@ class Agent:
     #: the window split (:func:`actors.agent.context.split_window`)
     recent_rows: int = RECENT_ROWS
     block_rows: int = BLOCK_ROWS
+    #: how the model's forget/supersede ask the person (None: those tools refuse)
+    confirmations: AskFactory | None = None
 
     async def run_turn(self, turn: TurnInput) -> TurnReply:
         """Answer one user message (see the module docstring)."""
@@ -159,9 +163,10 @@ class Agent:
             profile=profile, cache=self.prompt_cache, recent_rows=self.recent_rows,
             block_rows=self.block_rows,
         )  # fmt: skip
+        asks = None if self.confirmations is None else self.confirmations(chat_id)
         tool_ctx = ToolContext(
             db=self.tool_db, embedder=self.embedder, chat_id=chat_id, timezone=self.timezone,
-            now=now,
+            now=now, confirm=asks,
         )  # fmt: skip
         loop_cache = TOOL_LOOP_CACHE if self.prompt_cache else None
         loop = ToolLoop(self.llm, self.tools, specs, context.blocks, tool_ctx, self.guardrails,
@@ -189,9 +194,11 @@ class Agent:
                 await self.conversation.add_rows(conn, chat_id, rows)
             if stats is not None:
                 await stats(conn, chat_id, day, degraded=memory.degraded)
+            if asks is not None:
+                await asks.send(conn, turn.inbox_ids)
 
         compact = partial(self._request_compaction, chat_id) if over else None
-        keep = bool(rows) or stats is not None
+        keep = bool(rows) or stats is not None or asks is not None
         return TurnReply(text, persist=persist if keep else None, after_commit=compact)
 
     async def _store_and_recall(

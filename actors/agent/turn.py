@@ -9,13 +9,14 @@ reply text in the outbox and marks the inbox rows done. The agent (Claude tool l
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import attrs
 
 from actors.queues.outbox import ParseMode
 from actors.telegram.keyboards import InlineKeyboard
+from memory.tools.registry import Confirmations
 from runtime.db import Connection
 
 
@@ -45,6 +46,17 @@ class TurnReply:
     persist: Callable[[Connection], Awaitable[Any]] | None = None
     after_commit: Callable[[], Awaitable[Any]] | None = None
     keyboard: InlineKeyboard | None = None
+
+
+class TurnConfirmations(Confirmations, Protocol):
+    """One turn's asks (:class:`memory.tools.registry.Confirmations`), sent with the turn's
+    commit: ``send`` queues their messages and buttons in the outbox transaction."""
+
+    async def send(self, conn: Connection, inbox_ids: Sequence[int]) -> None: ...
+
+
+#: a chat's asks for one turn (:func:`actors.chat.model_asks.model_asks`)
+AskFactory = Callable[[int], TurnConfirmations]
 
 
 class TurnHandler(Protocol):

@@ -6,11 +6,14 @@ its view of the inbox and outbox in :mod:`~actors.chat.store`; what it shares wi
 buttons (tokens, the table of callback handlers, the tap) in :mod:`~actors.chat.callbacks`; the
 chat commands — the table in :mod:`~actors.chat.commands` (what a command is in
 :mod:`~actors.chat.command_base`), the memory commands in :mod:`~actors.chat.memory_commands`
-and those confirmed with buttons in :mod:`~actors.chat.forget_command`.
+and those confirmed with buttons in :mod:`~actors.chat.forget_command`; what the model asked
+to forget or supersede, confirmed by the person (and ``/memory restore``), in
+:mod:`~actors.chat.model_asks`.
 
 Imports the turn's interface (:mod:`actors.agent.turn`), the queues, the Telegram types and the
 memory domain (the commands' reads and actions); not the sender, the system or the CLI. Public:
 ``actor.chat_factory``, ``actor.ChatDeps``, ``store.SqlChatStore``, ``wakes.Wake``,
 ``fragments.FragmentBuffer``, ``callbacks.keyboard``, ``callbacks.CallbackTable``,
-``callbacks.CallbackContext``, ``commands.command_table``, ``memory_commands.MemoryServices``.
+``callbacks.CallbackContext``, ``commands.command_table``, ``memory_commands.MemoryServices``,
+``model_asks.model_asks``.
 """

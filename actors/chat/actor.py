@@ -10,6 +10,8 @@ there; it loads the open rows it has not taken yet (by id) and, for each:
   already acted on by the router, which cancelled the running turn), never by the model;
 * voice: downloaded and transcribed, then handled as text; too large or failed -> a reply
   saying so;
+* a forwarded message (text, caption or voice): someone else's words, never a command, handed to
+  the model inside ``<untrusted>`` tags naming its origin (:func:`memory.untrusted.wrap_forwarded`);
 * edited messages: handled as text; button presses (callback queries, already answered by the
   router): the handler their token names (:mod:`actors.chat.callbacks`), nothing without
   ``callbacks``; anything else is skipped with a reason.
@@ -53,6 +55,7 @@ from actors.errors import ModelUnavailable
 from actors.queues import inbox, outbox
 from actors.telegram.errors import MalformedUpdate, VoiceError
 from actors.telegram.types import Message, Voice, parse_update
+from memory.untrusted import wrap_forwarded
 from runtime.backoff import backoff_delay
 from runtime.errors import (
     DatabaseError,
@@ -219,7 +222,10 @@ class ChatActor:
 
     async def _message(self, inbox_id: int, ext: str, msg: Message) -> None:
         text = msg.text
-        if text is not None and text.startswith("/"):
+        if msg.forwarded_from is not None:  # someone else's words: never a command, untrusted
+            said = text if text is not None else msg.caption
+            text = None if said is None else wrap_forwarded(msg.forwarded_from, said)
+        elif text is not None and text.startswith("/"):
             await self._command(inbox_id, ext, text, msg)
             return
         if msg.voice is not None:
@@ -262,6 +268,8 @@ class ChatActor:
         except VoiceError as exc:  # too large / failed: str(exc) is meant for the person
             await self._commit(TurnReply(str(exc)), [inbox_id])
             return
+        if msg.forwarded_from is not None:
+            text = wrap_forwarded(msg.forwarded_from, text)
         await self._flush_then_turn(inbox_id, ext, text, msg, kind="voice")
 
     async def _flush_then_turn(

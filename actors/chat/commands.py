@@ -10,8 +10,8 @@ printed by ``engram telegram info``). An unknown command gets "Unknown command /
 
 ======================  ==================================================================
 ``/memory [sub]``       the profile; ``list [kind]``, ``search``, ``why``, ``forget``, ``pin``,
-                        ``unpin``, ``merge`` (:mod:`actors.chat.memory_commands`,
-                        :mod:`actors.chat.forget_command`)
+                        ``unpin``, ``merge``, ``restore`` (:mod:`actors.chat.memory_commands`,
+                        :mod:`actors.chat.forget_command`, :mod:`actors.chat.model_asks`)
 ``/remember <fact>``    an explicit memory, at once (no model)
 ``/forget <topic>``     the memories about a topic, with buttons
 ``/summary``            the episode summaries and the window
@@ -28,6 +28,7 @@ from __future__ import annotations
 from actors.agent.turn import TurnReply
 from actors.chat import forget_command as forget
 from actors.chat import memory_commands as mem
+from actors.chat import model_asks
 from actors.chat.callbacks import CallbackTable
 from actors.chat.command_base import Command, CommandCall, CommandTable
 
@@ -50,7 +51,7 @@ def command_table(
     memory: list[Command] = []
     if services is not None:
         s = services
-        subs = {**mem.SUBCOMMANDS, **forget.confirmations()}
+        subs = {**mem.SUBCOMMANDS, **forget.confirmations(), **model_asks.subcommands()}
 
         async def memory_command(call: CommandCall) -> TurnReply:
             return await mem.memory(s, call, subs)
@@ -77,6 +78,7 @@ def command_table(
         ]  # fmt: skip
         if taps is not None:
             forget.register_taps(taps)
+            model_asks.register_taps(taps)
     table = CommandTable((
         Command("start", "start talking to engram", start, menu=False),
         *memory,

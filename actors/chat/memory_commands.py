@@ -28,6 +28,7 @@ from memory.patterns.explicit import (
     clean_fact,
     guess_kind,
     keep_apart,
+    refusal,
     remember,
 )
 from memory.patterns.retrieval import LexiconCache, VectorPlanner
@@ -46,6 +47,7 @@ USAGE = {
     "pin": "/memory pin <id>",
     "unpin": "/memory unpin <id>",
     "merge": "/memory merge <id1> <id2>",
+    "restore": "/memory restore <id> — undo a replacement (within 24 h)",
 }
 REMEMBER_USAGE = f"Usage: /remember <fact> ({MIN_FACT_CHARS}-{MAX_FACT_CHARS} characters)"
 GROUP_HEADERS = {
@@ -131,6 +133,8 @@ async def remember_command(s: MemoryServices, call: CommandCall) -> TurnReply:
     fact = clean_fact(call.args)
     if not MIN_FACT_CHARS <= len(fact) <= MAX_FACT_CHARS:
         return TurnReply(REMEMBER_USAGE)
+    if (refused := refusal(fact)) is not None:
+        return TurnReply(refused)
     done = await remember(s.db, s.embedder, keep_apart, chat_id=call.chat_id, content=fact,
                           kind=guess_kind(fact), now=call.now, thresholds=s.thresholds)  # fmt: skip
     if done.reinforced:

@@ -114,6 +114,7 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     from actors.chat.callbacks import CallbackTable
     from actors.chat.commands import command_table
     from actors.chat.memory_commands import MemoryServices
+    from actors.chat.model_asks import model_asks
     from actors.compactor import sql_compactor
     from actors.system import BotSystem
     from memory.conversation.purge import PurgeJob
@@ -170,6 +171,7 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
             tools=tools,
             on_over_budget=compactor.request,
             prompt_cache=settings.prompt_cache(),
+            confirmations=model_asks,
         )
 
         def build(s: Settings, db: Database, shutdown: Shutdown) -> BotSystem:

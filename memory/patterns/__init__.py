@@ -9,7 +9,8 @@ episodes (summaries of compacted spans) a turn shows in ``episodes``, the search
 chat's past behind ``recall_conversation`` in ``recall``, and the compaction sweep (idle chats,
 old backlogs) in ``backlog``. What a person sees and does (the chat commands, and the model's
 memory tools, one path): ``views`` and ``why`` (reads), ``controls`` (forget, pin, merge one
-pair, link), ``stats``; every status change and pin is written with its audit row by ``audit``.
+pair, link), ``restore`` (undo a supersede within a day), ``stats``; every status change and
+pin is written with its audit row by ``audit``.
 
 Imports conversation, embeddings, llm and ``runtime``; not tools, journal or actors.
 Public: ``compaction.compact_chat``, ``retrieval.rank_patterns``, ``retrieval.SqlPatternRetriever``,

@@ -29,7 +29,7 @@ import attrs
 from runtime.db import Queries
 
 Actor = Literal["person", "model", "compaction", "merge_job", "maintenance"]
-Action = Literal["forget", "merge", "supersede", "dispute", "pin", "unpin", "expire"]
+Action = Literal["forget", "merge", "supersede", "dispute", "pin", "unpin", "expire", "restore"]
 ACTORS: tuple[Actor, ...] = ("person", "model", "compaction", "merge_job", "maintenance")
 #: statuses a pattern may be forgotten, superseded or disputed from
 LIVE: tuple[str, ...] = ("active", "disputed")

@@ -164,6 +164,22 @@ async def merge_two(
     return Merged(done[0], done[1])
 
 
+async def check_link(db: Queries, chat_id: int, from_id: int, to_id: int, relation: str) -> str:
+    """Why ``from_id -relation-> to_id`` cannot be recorded between two of the chat's patterns
+    ('' when it can); a supersede needs the older one still live."""
+    if relation not in RELATIONS:
+        return f"unknown relation {relation!r} (one of {', '.join(RELATIONS)})"
+    if from_id == to_id:
+        return "a memory cannot be linked to itself"
+    rows = {int(r["id"]): r for r in await db.fetch(_PAIR, chat_id, [from_id, to_id])}
+    for pid in (from_id, to_id):
+        if pid not in rows:
+            return f"memory #{pid} not found"
+    if relation == "supersedes" and rows[to_id]["status"] not in ("active", "disputed"):
+        return f"memory #{to_id} is {rows[to_id]['status']}, not active"
+    return ""
+
+
 async def link_patterns(
     db: Database | Connection,
     chat_id: int,
@@ -174,16 +190,11 @@ async def link_patterns(
     actor: Actor,
 ) -> str:
     """Record ``from_id -relation-> to_id`` between two of the chat's patterns; '' when done,
-    else why not. ``supersedes`` also retires ``to_id`` (``superseded``, audited)."""
-    if relation not in RELATIONS:
-        return f"unknown relation {relation!r} (one of {', '.join(RELATIONS)})"
-    if from_id == to_id:
-        return "a memory cannot be linked to itself"
-    rows = await db.fetch(_PAIR, chat_id, [from_id, to_id])
-    found = {int(r["id"]) for r in rows}
-    for pid in (from_id, to_id):
-        if pid not in found:
-            return f"memory #{pid} not found"
+    else why not (:func:`check_link`). ``supersedes`` also retires ``to_id`` (``superseded``,
+    audited)."""
+    problem = await check_link(db, chat_id, from_id, to_id, relation)
+    if problem:
+        return problem
     async with db.transaction() as conn:
         if relation == "supersedes":
             await supersede_pattern(conn, to_id, from_id, chat_id, f"superseded by #{from_id}",

@@ -6,7 +6,7 @@ reinforced). Same dedup as compaction (canonical hash, then similarity, adjudica
 zone; an event only against events of its day), source ``explicit``, signal explicit,
 confidence :data:`EXPLICIT_CONFIDENCE`. The command calls no model: its adjudicator is
 :func:`keep_apart` (a near duplicate in the grey zone is stored as new), and its kind is
-:func:`guess_kind`'s.
+:func:`guess_kind`'s. Both refuse instruction-like text first (:func:`refusal`).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import attrs
 from memory.embeddings.providers import Embedder
 from memory.embeddings.thresholds import Thresholds, thresholds_for
 from memory.patterns.dedup import Adjudicator, DedupDecision, find_duplicate
+from memory.patterns.grounding import instruction_reason
 from memory.patterns.writes import (
     Evidence,
     Vectors,
@@ -68,6 +69,16 @@ def guess_kind(fact: str) -> str:
 def clean_fact(text: str) -> str:
     """The fact on one line (whitespace collapsed)."""
     return " ".join(text.split())
+
+
+def refusal(fact: str) -> str | None:
+    """The one-line answer refusing ``fact`` when it reads like an instruction (compaction's
+    rule, :func:`memory.patterns.grounding.instruction_reason`: it would be shown as trusted
+    "About the person" in every turn); None when it may be stored."""
+    rule = instruction_reason(fact)
+    if rule is None:
+        return None
+    return f"I won't remember that: it reads like an instruction, not a fact about you ({rule})."
 
 
 @attrs.frozen

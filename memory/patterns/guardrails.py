@@ -32,6 +32,7 @@ from memory.patterns.grounding import (
     is_grounded,
     overlap,
 )
+from memory.untrusted import own_words
 
 CITABLE_ROLES = ("user", "tool_result")
 Linked = TypeVar("Linked", "NewPattern", "Reinforcement", "Supersede")
@@ -76,7 +77,11 @@ class _Guard:
     def __init__(
         self, chunk: Sequence[ChunkMessage], known: Sequence[KnownPattern], uuids: Collection[str]
     ) -> None:
-        self.rows = {m.id: m for m in chunk}
+        # a user row's evidence is the person's own words: forwarded blocks are someone else's
+        self.rows = {
+            m.id: attrs.evolve(m, content=own_words(m.content)) if m.role == "user" else m
+            for m in chunk
+        }
         self.known = {p.id: p for p in known}
         self.uuids = set(uuids)
         self.tainted: dict[int, str] = {}  # tool results holding an injection attempt
@@ -103,6 +108,9 @@ class _Guard:
                     f"{what} evidence #{message_id}",
                     f"{row.role} row (only user and tool_result rows are evidence)",
                 )
+            elif row.role == "user" and not row.content:
+                self.reject(f"{what} evidence #{message_id}",
+                            "a forwarded message (not the person's own words)")  # fmt: skip
             elif message_id in self.tainted:
                 self.reject(f"{what} evidence #{message_id}",
                             f"tool result holds instruction-like text "

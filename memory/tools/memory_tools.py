@@ -13,13 +13,16 @@ chat's patterns (an id from another chat reads exactly like an unknown id).
   whether it is new or reinforced an existing id. An ``event`` needs its ``date``
   (``YYYY-MM-DD``, the model resolves "next Friday" against the prompt's date) and may have a
   local ``time`` (``HH:MM``); no other kind takes either.
-* ``forget_memory(id, reason)`` deprecates one of this chat's patterns (``status='deprecated'``,
-  the reason kept in ``status_reason``) through :func:`memory.patterns.controls.forget_pattern`,
-  the path of the person's ``/memory forget`` (audited, by the model).
-* ``link_memories(from_id, to_id, relation)`` records a relation the person states between two
-  of this chat's patterns (supports, contradicts, parent_of, causes, supersedes — the last also
-  retires the older one) through :func:`memory.patterns.controls.link_patterns` (seed 002
-  ``memory_link``).
+* ``forget_memory(id, reason)`` and ``link_memories(..., "supersedes")`` never act on the
+  model's word (journal text or a forwarded message may have asked for it): they check the ids
+  and ask the person through :attr:`ToolContext.confirm <memory.tools.registry.ToolContext>` —
+  the buttons of ``/forget``, or a supersede's [Confirm]/[Keep] — and answer that the person
+  was asked; only a tap forgets or supersedes. Without a ``confirm`` they refuse.
+* ``link_memories(from_id, to_id, relation)`` records the other relations the person states
+  between two of this chat's patterns (supports, contradicts, parent_of, causes) through
+  :func:`memory.patterns.controls.link_patterns` (seed 002 ``memory_link``).
+* ``remember`` refuses instruction-like text (:func:`memory.patterns.explicit.refusal`, the
+  compaction's rule).
 
 :func:`memory_registry` returns them as a :class:`memory.tools.registry.ToolRegistry`;
 :func:`memory_tools`
@@ -38,10 +41,17 @@ import numpy as np
 
 from memory.embeddings.thresholds import Thresholds
 from memory.patterns.claims import EVENT
-from memory.patterns.controls import Relation, forget_pattern, link_patterns
+from memory.patterns.controls import FORGETTABLE, Relation, check_link, link_patterns
 from memory.patterns.dedup import Adjudicator
-from memory.patterns.explicit import MAX_FACT_CHARS, MIN_FACT_CHARS, keep_apart, remember
+from memory.patterns.explicit import (
+    MAX_FACT_CHARS,
+    MIN_FACT_CHARS,
+    keep_apart,
+    refusal,
+    remember,
+)
 from memory.patterns.retrieval import LexiconCache, VectorPlanner, rank_patterns
+from memory.patterns.views import items_by_id
 from memory.tools.conversation_tools import conversation_tools
 from memory.tools.registry import (
     Tool,
@@ -63,7 +73,9 @@ Kind = Literal[
 ]
 TIME_PATTERN = r"^\d{2}:\d{2}$"
 RECALL_CANDIDATES = 60
-FORGET_PREFIX = "forget_memory: "
+ASKED = "asked the person to confirm"
+ASKED_NOTE = "Nothing changes unless the person taps the button; tell them you asked."
+NO_CONFIRM = "this needs the person's confirmation, which cannot be asked here: tell them to use "
 
 
 class _NoEmbedder:
@@ -207,6 +219,8 @@ async def _remember(
     fact = " ".join(inp.fact.split())
     if len(fact) < 3:
         raise ToolError("fact must say something", "fact")
+    if (refused := refusal(fact)) is not None:
+        raise ToolError(refused, "fact")
     day, at = _event_day(inp)
     embedder: Any = ctx.embedder
     done = await remember(
@@ -248,33 +262,49 @@ def _event_day(inp: RememberInput) -> tuple[date | None, time | None]:
 
 
 async def _forget(ctx: ToolContext, inp: ForgetMemoryInput) -> dict[str, Any]:
-    reason = FORGET_PREFIX + " ".join(inp.reason.split())
-    done = await forget_pattern(ctx.db, ctx.chat_id, inp.id, reason=reason, actor="model")
-    if done is None:
+    """Checks the id and asks the person (see the module docstring); forgets nothing."""
+    found = await items_by_id(ctx.db, ctx.chat_id, [inp.id])
+    if not found:
         raise ToolError(f"no memory with id {inp.id}", "id")
-    if done.outcome == "merged":
-        why = f" ({done.note})" if done.note else ""
-        raise ToolError(
-            f"memory {inp.id} was merged into another memory{why}; forget that one instead",
-            "id",
+    item = found[0]
+    if item.status == "merged":
+        note = await ctx.db.fetchval(
+            "SELECT status_reason FROM patterns WHERE id = $1 AND chat_id = $2", inp.id, ctx.chat_id
         )
-    out: dict[str, Any] = {"id": inp.id, "content": done.content, "forgotten": True}
-    if done.outcome == "already":
-        out["note"] = "it was already forgotten"
-    else:
-        log.info("memory.forget", chat_id=ctx.chat_id, pattern_id=inp.id)
-    return out
+        why = f" ({note})" if note else ""
+        raise ToolError(
+            f"memory {inp.id} was merged into another memory{why}; forget that one instead", "id"
+        )
+    out: dict[str, Any] = {"id": inp.id, "content": item.content}
+    if item.status not in FORGETTABLE:
+        return {**out, "forgotten": True, "note": "it was already forgotten"}
+    if ctx.confirm is None:
+        raise ToolError(NO_CONFIRM + f"/memory forget {inp.id}", "id")
+    await ctx.confirm.ask_forget([inp.id])
+    log.info("memory.forget_asked", chat_id=ctx.chat_id, pattern_id=inp.id)
+    return {**out, "forgotten": False, "status": ASKED, "note": ASKED_NOTE}
 
 
 async def _link(ctx: ToolContext, inp: LinkMemoriesInput) -> dict[str, Any]:
-    db: Any = ctx.db  # the Database (a supersede is two writes in one transaction)
+    out: dict[str, Any] = {"from_id": inp.from_id, "to_id": inp.to_id, "relation": inp.relation}
+    if inp.relation == "supersedes":
+        problem = await check_link(ctx.db, ctx.chat_id, inp.from_id, inp.to_id, inp.relation)
+        if problem:
+            raise ToolError(problem, "to_id" if str(inp.to_id) in problem else "from_id")
+        if ctx.confirm is None:
+            raise ToolError(NO_CONFIRM + "/forget for the outdated memory", "relation")
+        await ctx.confirm.ask_supersede(inp.to_id, inp.from_id)
+        log.info("memory.supersede_asked", chat_id=ctx.chat_id, from_id=inp.from_id,
+                 to_id=inp.to_id)  # fmt: skip
+        return {**out, "linked": False, "status": ASKED, "note": ASKED_NOTE}
+    db: Any = ctx.db  # the Database (link_patterns opens a transaction)
     problem = await link_patterns(db, ctx.chat_id, inp.from_id, inp.to_id, inp.relation,
                                   actor="model")  # fmt: skip
     if problem:
         raise ToolError(problem, "to_id" if str(inp.to_id) in problem else "from_id")
     log.info("memory.link", chat_id=ctx.chat_id, from_id=inp.from_id, to_id=inp.to_id,
              relation=inp.relation)  # fmt: skip
-    return {"from_id": inp.from_id, "to_id": inp.to_id, "relation": inp.relation, "linked": True}
+    return {**out, "linked": True}
 
 
 # --- the tools --------------------------------------------------------------------------------
@@ -314,15 +344,17 @@ def memory_tools(
 
     @tool(tools, "forget_memory", ForgetMemoryInput)
     async def forget_memory(ctx: ToolContext, inp: ForgetMemoryInput) -> dict[str, Any]:
-        """Forget a memory by id (from recall_memory or the prompt) when the person asks you
-        to, or when it is wrong. It is no longer used afterwards."""
+        """Offer the person to forget a memory by id (from recall_memory or the prompt) when
+        they ask you to, or when it is wrong: they get a button to confirm, and nothing is
+        forgotten until they tap it."""
         return await _forget(ctx, inp)
 
     @tool(tools, "link_memories", LinkMemoriesInput)
     async def link_memories(ctx: ToolContext, inp: LinkMemoriesInput) -> dict[str, Any]:
         """Record how two memories (ids from recall_memory or the prompt) relate, when the
         person says so: one supports, contradicts or causes the other, is a broader memory
-        (parent_of) of it, or supersedes it (the older one is then no longer used)."""
+        (parent_of) of it, or supersedes it (the person is asked to confirm; once they do, the
+        older one is no longer used)."""
         return await _link(ctx, inp)
 
     tools += conversation_tools(thresholds=thresholds)

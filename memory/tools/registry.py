@@ -52,6 +52,7 @@ __all__ = [
     "CHECK_META",
     "DATE_PATTERN",
     "SCHEMA_META",
+    "Confirmations",
     "Queries",
     "QueryEmbedder",
     "Tool",
@@ -71,6 +72,15 @@ TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 # --- context ---------------------------------------------------------------------------------
 
+
+class Confirmations(Protocol):
+    """Asks the person to confirm what the model may not do on its own (issue 20, row 6): the
+    person gets the buttons of ``/forget`` (or a supersede's [Confirm]/[Keep]) and only a tap
+    acts. Implemented by the chat (:mod:`actors.chat.model_asks`); the tool only asks."""
+
+    async def ask_forget(self, ids: Sequence[int]) -> None: ...
+
+    async def ask_supersede(self, old: int, new: int) -> None: ...
 
 
 class QueryEmbedder(Protocol):
@@ -108,6 +118,8 @@ class ToolContext:
     chat_id: int
     timezone: str = attrs.field(validator=_valid_timezone)
     now: datetime = attrs.field(validator=_aware)
+    #: how the model asks the person before forgetting or superseding (None: it cannot)
+    confirm: Confirmations | None = None
 
     @property
     def tz(self) -> ZoneInfo:
