@@ -150,7 +150,7 @@ WHERE chat_id = $1 AND status = ANY($3::text[]) AND (text <> '' OR reply_markup 
 _FLOW_TAPS = """
 UPDATE inbox SET payload = '{}'::jsonb
 WHERE chat_id = $1 AND kind = 'callback_query' AND payload <> '{}'::jsonb
-  AND status <> 'pending' AND payload #>> '{callback_query,message,message_id}' = $2::text
+  AND status <> 'pending' AND (payload #>> '{callback_query,message,message_id}') = $2::bigint::text
 """
 
 
