@@ -143,15 +143,14 @@ async def test_forget_is_scoped_to_the_chat(db: Database, local: LocalEmbedder) 
         "content": "User is allergic to peanuts",
         "forgotten": True,
     }
-    row = await db.fetchrow("SELECT status, status_reason FROM patterns WHERE id = $1", pid)
-    assert row is not None and row["status"] == "deprecated"
-    assert row["status_reason"] == "forget_memory: user says it was a joke"
+    # forgotten is gone (issue 20): the row went, the audit row (no text) stays
+    assert await db.fetchval("SELECT count(*) FROM patterns WHERE id = $1", pid) == 0
+    reason = await db.fetchval("SELECT reason FROM pattern_audit WHERE pattern_id = $1", pid)
+    assert reason == "forget_memory: user says it was a joke"
     gone, _ = await call(registry, "recall_memory", {"query": "peanuts allergy"}, as_a)
     assert gone["memories"] == []
     again, err = await call(registry, "forget_memory", {"id": pid, "reason": "again"}, as_a)
-    assert not err and again["note"] == "it was already forgotten"
-    row = await db.fetchrow("SELECT status_reason FROM patterns WHERE id = $1", pid)
-    assert row is not None and row["status_reason"] == "forget_memory: user says it was a joke"
+    assert err and again["error"] == f"no memory with id {pid}"
 
 
 async def test_forget_a_merged_pattern_points_at_the_survivor(

@@ -78,7 +78,7 @@ class Mentions:
 # what a chat_messages row says: its text, and an assistant row's tool calls (their input)
 _ROW_TEXT = "to_tsvector('english', m.content || ' ' || coalesce(m.tool_calls::text, ''))"
 _MESSAGES = f"""
-SELECT m.id, m.role, m.tool_calls FROM chat_messages m
+SELECT m.id, m.role, m.content, m.tool_calls FROM chat_messages m
 WHERE m.chat_id = $1 AND $2 <> '' AND {_ROW_TEXT} @@ to_tsquery('english', $2)
 """
 _COUNT_EPISODES = """
@@ -88,7 +88,8 @@ WHERE chat_id = $1 AND $2 <> '' AND text_search @@ to_tsquery('english', $2)
 
 
 def _said(rows: Sequence[Mapping[str, Any]]) -> int:
-    return sum(1 for r in rows if r["role"] in ("user", "assistant"))
+    """The messages the person saw: user and assistant rows with text (not a bare tool call)."""
+    return sum(1 for r in rows if r["role"] in ("user", "assistant") and r["content"].strip())
 
 
 async def count_messages_mentioning(db: Queries, chat_id: int, topic: str) -> Mentions:
@@ -109,7 +110,7 @@ calls AS (
 DELETE FROM chat_messages m WHERE m.chat_id = $1 AND (
     m.id IN (SELECT id FROM hit)
     OR (m.role = 'tool_result' AND m.tool_call_id IN (SELECT call_id FROM calls))
-) RETURNING m.role
+) RETURNING m.role, m.content
 """
 _DELETE_EPISODES = """
 DELETE FROM episodes
