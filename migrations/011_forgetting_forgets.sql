@@ -24,6 +24,8 @@ CREATE TABLE forget_flows (
     PRIMARY KEY (chat_id, id)
 );
 CREATE INDEX idx_forget_flows_age ON forget_flows (created_at);
+-- Buttons issued before carried the topic itself: they keep working, without it.
+UPDATE callback_tokens SET action = action - 'topic' WHERE action ? 'topic';
 
 -- Retention of the queues' copies of message text (the purge job): a finished inbox row keeps
 -- its key (dedupe) but its payload becomes {} after MESSAGE_RETENTION_DAYS; a sent outbox row

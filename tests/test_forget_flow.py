@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from chat_bot import CHAT, OTHER, Bot, add_messages, add_pattern, model_silent, running_bot
+from db_scan import rows_containing
 from fakes.anthropic_api import FakeAnthropic
 from fakes.bot_api import run_fake_bot_api
 
@@ -99,6 +100,8 @@ async def test_forget_one_then_the_rest_then_the_messages(bot: Bot, local: Local
     assert bot.buttons(message) == []
     kept = await db.fetch("SELECT content FROM chat_messages WHERE chat_id = $1 ORDER BY id", CHAT)
     assert [r["content"] for r in kept] == ["Noted.", "The weather is nice"]
+    # issue 20: the topic is in no column of any table (tokens, queues, audit, vectors' owners)
+    assert await rows_containing(db, ["SingPass", "launch the", "login flows"]) == {}
     await model_silent(bot)
 
     # "What are my current goals?" — the model is told nothing about SingPass any more
