@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 
 from actors.queues import inbox
 from memory.conversation.purge import scrub_queues
-from memory.patterns.controls import FORGOTTEN_BY_PERSON, forget_patterns
+from memory.patterns.controls import FORGOTTEN_BY_PERSON, forget_pattern, forget_patterns
 from memory.patterns.forgetting import (
     REASON_GONE,
+    RESULT_GONE,
     Mentions,
     count_messages_mentioning,
     delete_messages_mentioning,
@@ -264,3 +265,28 @@ async def test_retention_drops_the_queues_text_and_keeps_the_keys(db: Database) 
                                        ("secret words", False)]  # fmt: skip
     assert await db.fetchval("SELECT array_agg(update_key) FROM held_updates") == ["h1"]
     assert await inbox.insert_update(db, "u:old", None, CHAT, "message", {"x": 1}) is None
+
+
+async def test_forgetting_only_the_memory_removes_it_from_stored_tool_results(
+    db: Database,
+) -> None:
+    """The person kept the messages: the memory still goes from what recall results stored
+    (the next turn's window would show it), the messages stay."""
+    content = f'User calls the {WORD} app "a maze"'
+    pid = await add_pattern(db, CHAT, content)
+    other = await add_pattern(db, CHAT, "User enjoys hiking on weekends")
+    said = await add_message(db, CHAT, "user", "How do I log in again?")
+    await add_message(db, CHAT, "assistant", "", calls=[{"id": "t1", "name": "recall"}])
+    quoted = json.dumps({"memories": [{"id": pid, "content": content}]}, ensure_ascii=False)
+    result = await add_message(db, CHAT, "tool_result", quoted, answers="t1")
+    kept = await add_message(db, CHAT, "tool_result", '{"content": "User enjoys hiking"}')
+    done = await forget_pattern(db, CHAT, pid, reason=FORGOTTEN_BY_PERSON, actor="person")
+    assert done is not None and done.outcome == "forgotten"
+    assert await rows_containing(db, [WORD, "a maze"]) == {}
+    assert await db.fetchval("SELECT content FROM chat_messages WHERE id = $1", result) == (
+        RESULT_GONE
+    )
+    rows = await db.fetch("SELECT id FROM chat_messages WHERE chat_id = $1 ORDER BY id", CHAT)
+    assert rows[0]["id"] == said and len(rows) == 4
+    assert "hiking" in await db.fetchval("SELECT content FROM chat_messages WHERE id = $1", kept)
+    assert await db.fetchval("SELECT count(*) FROM patterns WHERE id = $1", other) == 1

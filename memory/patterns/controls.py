@@ -62,8 +62,17 @@ async def forget_pattern(
     db: Queries, chat_id: int, pattern_id: int, *, reason: str, actor: Actor
 ) -> Forgotten | None:
     """Forget one of the chat's patterns (audited, then deleted with everything derived from
-    it; give a transaction's connection for all or nothing); None when it is not one of them.
-    A merged pattern is not forgotten (its survivor is the one to forget)."""
+    it, in one transaction); None when it is not one of them. A merged pattern is not
+    forgotten (its survivor is the one to forget)."""
+    if isinstance(db, Database):
+        async with db.transaction() as conn:
+            return await _forget_one(conn, chat_id, pattern_id, reason=reason, actor=actor)
+    return await _forget_one(db, chat_id, pattern_id, reason=reason, actor=actor)
+
+
+async def _forget_one(
+    db: Queries, chat_id: int, pattern_id: int, *, reason: str, actor: Actor
+) -> Forgotten | None:
     change = await change_status(db, chat_id, pattern_id, "deprecated", action="forget",
                                  actor=actor, reason=reason, allowed_from=FORGETTABLE)  # fmt: skip
     if change is None:

@@ -6,8 +6,10 @@ their text the queues keep.
   (:func:`memory.patterns.controls.forget_patterns`), deletes the pattern rows and, through
   their cascades, the observations (evidence text), aliases and their vectors, embeddings,
   relations and journal links; the patterns merged into them (their text lives on in the
-  survivor) go too. Only the audit rows stay (id, action, who, when, why): their free-text
-  reasons other than the forget's are replaced by :data:`REASON_GONE`.
+  survivor) go too, and the chat's stored tool results quoting them say :data:`RESULT_GONE`
+  instead (else the next turn's window would bring the text back). Only the audit rows stay
+  (id, action, who, when, why): their free-text reasons other than the forget's are replaced
+  by :data:`REASON_GONE`.
 * :func:`count_messages_mentioning` / :func:`delete_messages_mentioning` — every row of the
   chat's conversation that mentions the topic (user, assistant, tool call and tool result rows,
   with the results of a deleted call), the episodes (their vectors cascade), and the text of
@@ -36,6 +38,8 @@ REASON_GONE = "(removed: the memory was forgotten)"
 #: statuses of rows whose text may be scrubbed: finished, never read again for their text
 INBOX_FINISHED = ("done", "skipped", "failed")
 OUTBOX_FINISHED = ("sent", "failed", "uncertain")
+#: what a stored tool result quoting a forgotten pattern says instead (the model saw a recall)
+RESULT_GONE = '{"removed": "this result quoted a memory the person has since forgotten"}'
 
 # $1 chat, $2 pattern ids, $3 the reason kept: the patterns, the ones merged into them
 # (recursively, through the merges' audit rows), their audit reasons, then the rows
@@ -50,6 +54,16 @@ WITH RECURSIVE gone(id) AS (
 reasons AS (
     UPDATE pattern_audit SET reason = $3
     WHERE chat_id = $1 AND pattern_id IN (SELECT id FROM gone) AND action <> 'forget'
+),
+texts AS (
+    SELECT p.content, btrim(to_json(p.content)::text, '"') AS quoted
+    FROM patterns p WHERE p.id IN (SELECT id FROM gone) AND length(p.content) > 0
+),
+results AS (
+    UPDATE chat_messages m SET content = $4
+    WHERE m.chat_id = $1 AND m.role = 'tool_result' AND EXISTS (
+        SELECT 1 FROM texts t
+        WHERE strpos(m.content, t.content) > 0 OR strpos(m.content, t.quoted) > 0)
 )
 DELETE FROM patterns WHERE chat_id = $1 AND id IN (SELECT id FROM gone) RETURNING id
 """
@@ -61,7 +75,7 @@ async def erase_patterns(conn: Queries, chat_id: int, pattern_ids: Sequence[int]
     ids deleted."""
     if not pattern_ids:
         return []
-    rows = await conn.fetch(_ERASE, chat_id, list(pattern_ids), REASON_GONE)
+    rows = await conn.fetch(_ERASE, chat_id, list(pattern_ids), REASON_GONE, RESULT_GONE)
     return sorted(int(r["id"]) for r in rows)
 
 
