@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from chat_bot import CHAT, OTHER, Bot, add_messages, add_pattern, model_silent, running_bot
+from db_scan import rows_containing
 from fakes.anthropic_api import FakeAnthropic
 from fakes.bot_api import run_fake_bot_api
 
@@ -29,7 +30,8 @@ async def bot(db: Database, fake_claude: FakeAnthropic, local: LocalEmbedder) ->
 
 
 async def status(db: Database, pid: int) -> str:
-    return str(await db.fetchval("SELECT status FROM patterns WHERE id = $1", pid))
+    """The pattern's status; "gone" once forgotten (deleted, its audit rows kept)."""
+    return str(await db.fetchval("SELECT status FROM patterns WHERE id = $1", pid) or "gone")
 
 
 async def audit(db: Database) -> list[tuple[int, str, str, str]]:
@@ -76,7 +78,7 @@ async def test_forget_one_then_the_rest_then_the_messages(bot: Bot, local: Local
 
     answer = await bot.tap(message, first)
     assert answer == "Forgetting…"
-    assert await status(db, first_id) == "deprecated"
+    assert await status(db, first_id) == "gone"
     shown = bot.shown(message)
     assert "✓ Forgotten: " in shown and "Still remembered:" in shown
     assert bot.buttons(message)[0].startswith("Forget") and "Forget all" not in bot.buttons(message)
@@ -87,7 +89,7 @@ async def test_forget_one_then_the_rest_then_the_messages(bot: Bot, local: Local
 
     answer = await bot.tap(message, "Forget")
     assert answer == "Forgetting…"
-    assert await status(db, goal) == await status(db, login) == "deprecated"
+    assert await status(db, goal) == await status(db, login) == "gone"
     assert await status(db, other) == "active"
     assert [(a[1], a[2], a[3]) for a in await audit(db)] == [
         ("forget", "forgotten by the person", "person")] * 2  # fmt: skip
@@ -98,6 +100,8 @@ async def test_forget_one_then_the_rest_then_the_messages(bot: Bot, local: Local
     assert bot.buttons(message) == []
     kept = await db.fetch("SELECT content FROM chat_messages WHERE chat_id = $1 ORDER BY id", CHAT)
     assert [r["content"] for r in kept] == ["Noted.", "The weather is nice"]
+    # issue 20: the topic is in no column of any table (tokens, queues, audit, vectors' owners)
+    assert await rows_containing(db, ["SingPass", "launch the", "login flows"]) == {}
     await model_silent(bot)
 
     # "What are my current goals?" — the model is told nothing about SingPass any more
@@ -121,7 +125,8 @@ async def test_forget_all_keep_expired_and_foreign_taps(bot: Bot, local: LocalEm
 
     # a tap on a button of this chat coming from another chat: not found there
     forged = bot.data_of(first, "Forget all")
-    other_message = (await bot.say("/help", chat=OTHER)) and bot.last_id(OTHER)
+    await bot.say("/help", chat=OTHER)
+    other_message = bot.last_id(OTHER)
     assert await bot.press(forged, other_message, chat=OTHER) == EXPIRED
     assert await status(db, goal) == "active"
 
@@ -140,9 +145,12 @@ async def test_forget_all_keep_expired_and_foreign_taps(bot: Bot, local: LocalEm
 
     # Forget all (the third message's buttons were issued before the expiry's rewind: live)
     assert await bot.tap(third, "Forget all") == "Forgetting all of them…"
-    assert await status(db, goal) == await status(db, login) == "deprecated"
+    assert await status(db, goal) == await status(db, login) == "gone"
     shown = bot.shown(third)
-    assert shown.count("✓ Forgotten: ") == 2
+    assert f"✓ Forgotten: 2 memories (#{goal}, #{login})." in shown or (
+        f"✓ Forgotten: 2 memories (#{login}, #{goal})." in shown
+    )
+    assert "SingPass" not in shown.split("\n", 1)[1]  # the forgotten text is not quoted
     assert [b for b in bot.buttons(third) if not b.startswith("Also delete")] == []
     assert {a[0] for a in await audit(db)} == {goal, login}
     await model_silent(bot)
@@ -178,9 +186,12 @@ async def test_memory_forget_and_merge_ask_first(bot: Bot, local: LocalEmbedder)
     [asked] = await bot.say(f"/memory forget {tea}")
     message = bot.last_id()
     assert await bot.tap(message, "Forget") == "Forgetting…"
-    assert bot.shown(message) == f"Memory:\n✓ Forgotten: User drinks green tea daily (#{tea})"
-    assert await status(db, tea) == "deprecated"
+    assert bot.shown(message) == f"Memory:\n✓ Forgotten: 1 memory (#{tea})."
+    assert await status(db, tea) == "gone"
+    assert await status(db, tea2) == "gone"  # merged into it: its text lived on in it
     [why] = await bot.say(f"/memory why {tea}")
+    assert why.startswith(f"#{tea} was forgotten: its text and evidence are gone.")
     assert "forget: active → forgotten by you — forgotten by the person" in why
+    assert "green tea" not in why
     assert json.dumps(why)  # a plain text reply
     await model_silent(bot)

@@ -179,7 +179,7 @@ async def test_a_forget_ask_sends_the_forget_buttons_and_a_tap_forgets(db: Datab
     register_forget_taps(table)
     register_taps(table)
     await tap(db, Callbacks(db, table), button_data(row["markup"], "Forget"))
-    assert await status(db, pid) == "deprecated"
+    assert await status(db, pid) == "None"  # forgotten is gone: the row was deleted
     actor = await db.fetchval("SELECT actor FROM pattern_audit WHERE pattern_id = $1", pid)
     assert actor == "person"
 

@@ -78,8 +78,10 @@ async def test_the_model_cannot_forget_only_the_person_can(db: Database) -> None
     assert await audit_rows(db, pid) == [] and await status(db, pid) == "active"
     done = await forget_pattern(db, CHAT, pid, reason="forgotten by the person", actor="person")
     assert done is not None and done.outcome == "forgotten"
+    # forgotten is gone (issue 20): the pattern row went, its audit row stays
+    assert await db.fetchval("SELECT count(*) FROM patterns WHERE id = $1", pid) == 0
     again = await forget_pattern(db, CHAT, pid, reason="forgotten by the person", actor="person")
-    assert again is not None and again.outcome == "already"
+    assert again is None
     assert len(await audit_rows(db, pid)) == 1  # no change, no row
     [row] = await history(db, CHAT, pid)
     assert row.actor == "person" and row.at is not None
@@ -225,6 +227,7 @@ async def test_counts_by_status_follow_every_change(db: Database) -> None:
     await db.execute("DELETE FROM patterns WHERE id = $1 OR content LIKE 'bulk 2%'", b)
     await agree()
     rows = await db.fetch("SELECT status, n FROM chat_pattern_counts WHERE chat_id = $1", CHAT)
-    assert {r["status"]: r["n"] for r in rows}["deprecated"] == 1
+    # a forgotten pattern is deleted (issue 20): counted nowhere
+    assert {r["status"]: r["n"] for r in rows}.get("deprecated", 0) == 0
     await db.execute("TRUNCATE patterns CASCADE")
     assert await db.fetchval("SELECT count(*) FROM chat_pattern_counts") == 0

@@ -11,7 +11,7 @@ buttons (:mod:`actors.chat.forget_command`). Dates are shown in ``TIMEZONE``
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 
 import attrs
@@ -20,6 +20,7 @@ from actors.agent.turn import TurnReply
 from actors.chat.command_base import CommandCall
 from memory.embeddings.providers import Embedder
 from memory.embeddings.thresholds import Thresholds
+from memory.patterns.audit import AuditRow, history
 from memory.patterns.claims import KINDS
 from memory.patterns.controls import pin_pattern
 from memory.patterns.explicit import (
@@ -200,8 +201,15 @@ async def why_command(s: MemoryServices, call: CommandCall, rest: str) -> TurnRe
         return usage("why")
     detail = await explain(s.db, call.chat_id, ids[0])
     if detail is None:
-        return not_found(ids[0])
+        rows = await history(s.db, call.chat_id, ids[0])
+        return TurnReply(gone_text(ids[0], rows, s.timezone)) if rows else not_found(ids[0])
     return TurnReply(why_text(detail, s.timezone))
+
+
+def gone_text(pattern_id: int, rows: Sequence[AuditRow], tz: str) -> str:
+    """A forgotten pattern's story: its text is gone, its audit rows stay."""
+    return "\n".join([f"#{pattern_id} was forgotten: its text and evidence are gone.",
+                      "", "History:", *_history_lines(rows, tz)])  # fmt: skip
 
 
 def why_text(d: PatternDetail, tz: str) -> str:
@@ -242,14 +250,19 @@ def why_text(d: PatternDetail, tz: str) -> str:
     if d.aliases:
         lines += ["", "Also worded as:", *(f"  • {one_line(a, 160)}" for a in d.aliases)]
     if d.audit:
-        lines += ["", "History:"]
-        for a in d.audit:
-            by = ACTOR_WORDS.get(a.actor, a.actor)
-            change = a.action if a.old_status == a.new_status else (
-                f"{a.action}: {STATUS_WORDS.get(a.old_status)} → {STATUS_WORDS.get(a.new_status)}"
-            )  # fmt: skip
-            lines.append(f"  • {local_datetime(a.at, tz)} {change} by {by} — {one_line(a.reason)}")
+        lines += ["", "History:", *_history_lines(d.audit, tz)]
     return "\n".join(lines)
+
+
+def _history_lines(rows: Sequence[AuditRow], tz: str) -> list[str]:
+    lines = []
+    for a in rows:
+        by = ACTOR_WORDS.get(a.actor, a.actor)
+        change = a.action if a.old_status == a.new_status else (
+            f"{a.action}: {STATUS_WORDS.get(a.old_status)} → {STATUS_WORDS.get(a.new_status)}"
+        )  # fmt: skip
+        lines.append(f"  • {local_datetime(a.at, tz)} {change} by {by} — {one_line(a.reason)}")
+    return lines
 
 
 async def pin_command(s: MemoryServices, call: CommandCall, rest: str, *, pin: bool) -> TurnReply:

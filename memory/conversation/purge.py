@@ -1,4 +1,7 @@
-"""The retention purge: compacted messages are hard-deleted after ``MESSAGE_RETENTION_DAYS``.
+"""The retention purge: compacted messages are hard-deleted after ``MESSAGE_RETENTION_DAYS``,
+and the queues keep no message text longer (:func:`scrub_queues`): a finished inbox row keeps
+its key (dedupe) but its payload becomes ``{}``, a finished outbox row keeps no text or
+keyboard, a stranger's held update is deleted (the pairing job already drops them after 24 h).
 
 Compaction only soft-deletes (``compacted_at``), leaving time to audit what the extractor made
 of a span (seed 000, "Concurrency safety" step 5, "Extraction reliability"). The patterns keep
@@ -21,7 +24,6 @@ from runtime.periodic import PeriodicJob
 log = get_logger(__name__)
 
 BATCH = 5000  # rows per DELETE: short transactions, no long lock on a big backlog
-
 
 
 _DELETE = """
@@ -52,6 +54,38 @@ async def purge_compacted(
             return total
 
 
+# $1 cutoff, $2 batch
+_SCRUB = (
+    """UPDATE inbox SET payload = '{}'::jsonb WHERE id IN (
+        SELECT id FROM inbox WHERE status IN ('done', 'skipped', 'failed')
+          AND payload <> '{}'::jsonb AND received_at < $1 LIMIT $2)""",
+    """UPDATE outbox SET text = '', reply_markup = NULL WHERE id IN (
+        SELECT id FROM outbox WHERE status IN ('sent', 'failed', 'uncertain')
+          AND (text <> '' OR reply_markup IS NOT NULL) AND created_at < $1 LIMIT $2)""",
+    """DELETE FROM held_updates WHERE (chat_id, id) IN (
+        SELECT chat_id, id FROM held_updates WHERE received_at < $1 LIMIT $2)""",
+)
+
+
+async def scrub_queues(
+    db: Queries, retention_days: int, now: datetime | None = None, *, batch: int = BATCH
+) -> int:
+    """Drop the message text the queues still keep of rows older than ``retention_days``
+    (finished inbox payloads, finished outbox texts, held updates); how many rows.
+    ``retention_days <= 0`` drops nothing."""
+    if retention_days <= 0:
+        return 0
+    cutoff = (now or datetime.now(UTC)) - timedelta(days=retention_days)
+    total = 0
+    for statement in _SCRUB:
+        while True:
+            done = int((await db.execute(statement, cutoff, batch)).split()[-1])
+            total += done
+            if done < batch:
+                break
+    return total
+
+
 class PurgeJob(PeriodicJob):
     """Background job: :func:`purge_compacted` at start, then every ``interval`` seconds."""
 
@@ -64,9 +98,11 @@ class PurgeJob(PeriodicJob):
 
     async def run_once(self) -> int:
         count = await purge_compacted(self.db, self.retention_days)
+        scrubbed = await scrub_queues(self.db, self.retention_days)
         self.deleted += count
-        if count:
-            log.info("purge.deleted", messages=count, retention_days=self.retention_days)
+        if count or scrubbed:
+            log.info("purge.deleted", messages=count, queue_rows_scrubbed=scrubbed,
+                     retention_days=self.retention_days)  # fmt: skip
         return count
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

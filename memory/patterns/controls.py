@@ -1,15 +1,16 @@
 """What a person (through a chat command) or the model (through a tool) does to memory: the one
 path for each action, scoped to one chat (another chat's id reads exactly like an unknown id).
 
-* :func:`forget_pattern` / :func:`forget_patterns` — deprecate (``/memory forget``, ``/forget``,
-  the ``forget_memory`` tool), audited;
+* :func:`forget_pattern` / :func:`forget_patterns` — forget (``/memory forget``, ``/forget``,
+  the ``forget_memory`` tool once the person confirmed): the audit row (no text), then the
+  pattern and everything derived from it are deleted
+  (:func:`memory.patterns.forgetting.erase_patterns`);
 * :func:`pin_pattern` — make a core tenet, or an ordinary pattern again (``/memory pin|unpin``);
 * :func:`merge_two` — the merge job's merge of one pair (:func:`memory.patterns.merge.merge_pair`)
   for ``/memory merge``, without the model's adjudication (the person decided);
 * :func:`link_patterns` — a relation the person states (the ``link_memories`` tool);
-* :func:`count_messages_mentioning` / :func:`delete_messages_mentioning` — the retained
-  messages and episode summaries that mention a topic, so the window and the episodes do not
-  bring a forgotten topic back (``/forget``).
+* the messages that mention a topic (``/forget``'s "also delete the messages") are
+  :mod:`memory.patterns.forgetting`'s.
 
 Explicit patterns (``/remember`` and the ``remember`` tool) are
 :func:`memory.patterns.explicit.remember`; every status change is written by
@@ -24,6 +25,7 @@ from typing import Literal
 import attrs
 
 from memory.patterns.audit import Actor, StatusChange, change_status, set_pin
+from memory.patterns.forgetting import erase_patterns
 from memory.patterns.merge import merge_pair
 from memory.patterns.writes import add_relation, supersede_pattern
 from runtime.db import Connection, Database, Queries
@@ -59,8 +61,18 @@ def _outcome(change: StatusChange, note: str = "") -> Forgotten:
 async def forget_pattern(
     db: Queries, chat_id: int, pattern_id: int, *, reason: str, actor: Actor
 ) -> Forgotten | None:
-    """Deprecate one of the chat's patterns (one statement, audited); None when it is not one
-    of them."""
+    """Forget one of the chat's patterns (audited, then deleted with everything derived from
+    it, in one transaction); None when it is not one of them. A merged pattern is not
+    forgotten (its survivor is the one to forget)."""
+    if isinstance(db, Database):
+        async with db.transaction() as conn:
+            return await _forget_one(conn, chat_id, pattern_id, reason=reason, actor=actor)
+    return await _forget_one(db, chat_id, pattern_id, reason=reason, actor=actor)
+
+
+async def _forget_one(
+    db: Queries, chat_id: int, pattern_id: int, *, reason: str, actor: Actor
+) -> Forgotten | None:
     change = await change_status(db, chat_id, pattern_id, "deprecated", action="forget",
                                  actor=actor, reason=reason, allowed_from=FORGETTABLE)  # fmt: skip
     if change is None:
@@ -71,13 +83,15 @@ async def forget_pattern(
             "SELECT coalesce(status_reason, '') FROM patterns WHERE id = $1 AND chat_id = $2",
             pattern_id, chat_id,
         ))  # fmt: skip
+    if change.changed or change.old_status == "deprecated":
+        await erase_patterns(db, chat_id, [pattern_id])
     return _outcome(change, note)
 
 
 async def forget_patterns(
     conn: Queries, chat_id: int, pattern_ids: Sequence[int], *, reason: str, actor: Actor
 ) -> list[Forgotten]:
-    """Deprecate several of the chat's patterns (``/forget``'s "Forget all"; give a
+    """Forget several of the chat's patterns (``/forget``'s "Forget all"; give a
     transaction's connection for all or nothing); the ones found, in the order given."""
     out: list[Forgotten] = []
     for pattern_id in dict.fromkeys(pattern_ids):
@@ -86,6 +100,7 @@ async def forget_patterns(
                                      allowed_from=FORGETTABLE)  # fmt: skip
         if change is not None:
             out.append(_outcome(change))
+    await erase_patterns(conn, chat_id, [f.pattern_id for f in out if f.outcome != "merged"])
     return out
 
 
@@ -202,49 +217,3 @@ async def link_patterns(
         else:
             await add_relation(conn, chat_id, from_id, to_id, relation)
     return ""
-
-
-# --- messages that mention a topic ------------------------------------------------------------
-
-_MENTIONS = """
-SELECT
-  (SELECT count(*) FROM chat_messages
-   WHERE chat_id = $1 AND role IN ('user', 'assistant')
-     AND text_search @@ websearch_to_tsquery('english', $2)) AS messages,
-  (SELECT count(*) FROM episodes
-   WHERE chat_id = $1 AND text_search @@ websearch_to_tsquery('english', $2)) AS episodes
-"""
-
-
-@attrs.frozen
-class Mentions:
-    messages: int
-    episodes: int
-
-    @property
-    def total(self) -> int:
-        return self.messages + self.episodes
-
-
-async def count_messages_mentioning(db: Queries, chat_id: int, topic: str) -> Mentions:
-    """How many of the chat's retained messages (said by the person or the bot) and episode
-    summaries mention ``topic`` (its words, full text)."""
-    row = await db.fetchrow(_MENTIONS, chat_id, topic)
-    return Mentions(0, 0) if row is None else Mentions(int(row["messages"]), int(row["episodes"]))
-
-
-async def delete_messages_mentioning(conn: Queries, chat_id: int, topic: str) -> Mentions:
-    """Delete the chat's retained messages and episode summaries that mention ``topic`` (what
-    :func:`count_messages_mentioning` counts; give a transaction's connection for all or
-    nothing); how many."""
-    messages = await conn.execute(
-        "DELETE FROM chat_messages WHERE chat_id = $1 AND role IN ('user', 'assistant') "
-        "AND text_search @@ websearch_to_tsquery('english', $2)",
-        chat_id, topic,
-    )  # fmt: skip
-    episodes = await conn.execute(
-        "DELETE FROM episodes WHERE chat_id = $1 "
-        "AND text_search @@ websearch_to_tsquery('english', $2)",
-        chat_id, topic,
-    )  # fmt: skip
-    return Mentions(int(messages.split()[-1]), int(episodes.split()[-1]))

@@ -41,6 +41,7 @@ from memory.patterns.retrieval import (
     VectorPlanner,
     rank_patterns,
 )
+from memory.patterns.topic import topic_tsquery, topic_words
 from runtime.concurrency import both
 from runtime.db import Queries
 
@@ -210,7 +211,7 @@ async def search_patterns(
 _WORDS = f"""
 SELECT {_COLUMNS} FROM patterns
 WHERE chat_id = $1 AND status = ANY($2::text[])
-  AND text_search @@ websearch_to_tsquery('english', $3)
+  AND $3 <> '' AND text_search @@ to_tsquery('english', $3)
 ORDER BY strength * confidence DESC, id DESC
 LIMIT $4
 """
@@ -231,13 +232,18 @@ async def topic_matches(
     statuses: Sequence[str] = ("active", "disputed"),
 ) -> list[Item]:
     """The chat's live patterns about ``topic``: the retrieval's best, then those whose words
-    contain it (full text), at most ``limit``; both searches at once."""
+    contain its positive words (full text, :func:`memory.patterns.topic.topic_tsquery`: no
+    negation; the retrieval is asked those words too), at most ``limit``; both searches at
+    once. A topic without such words matches nothing."""
+    words = " ".join(topic_words(topic))
+    if not words:
+        return []
     (ranked, _), rows = await both(
         lambda: search_patterns(
-            db, embedder, chat_id, topic, now=now, timezone=timezone, thresholds=thresholds,
+            db, embedder, chat_id, words, now=now, timezone=timezone, thresholds=thresholds,
             lexicons=lexicons, planner=planner, limit=limit,
         ),
-        lambda: db.fetch(_WORDS, chat_id, list(statuses), topic, limit),
+        lambda: db.fetch(_WORDS, chat_id, list(statuses), topic_tsquery(topic), limit),
     )  # fmt: skip
     found = [i for i in ranked if i.status in statuses]
     seen = {i.id for i in found}
