@@ -46,6 +46,7 @@ from actors.telegram.client import BotApiClient
 from actors.telegram.errors import BadRequest, TelegramError, TokenRejected, Unauthorized
 from actors.telegram.pairing import ChatAccess
 from actors.telegram.types import ALLOWED_UPDATES
+from actors.journal_owner import assign_unowned_entries
 from actors.telegram.webhook import WEBHOOK_PATH, webhook_handler
 from runtime.actor import Address
 from runtime.asgi import AsgiApp
@@ -111,6 +112,8 @@ class BotSystem:
 
     async def run(self, *, task_status: trio.TaskStatus[SystemHandle]) -> None:
         settings, policy = self.settings, restart_policy(self.settings)
+        # entries imported before each chat owned its journal (migration 012)
+        await assign_unowned_entries(self.db, settings.telegram_allowed_chat_ids)
         async with self._bot() as bot, trio.open_nursery() as nursery:
             username = await _check_bot(bot)
             await _register_commands(bot, self.commands)

@@ -103,7 +103,8 @@ async def cmd_revoke(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _chat_id(text: str) -> int:
+def chat_id_arg(text: str) -> int:
+    """A chat id on the command line (argparse ``type``)."""
     try:
         return int(text)
     except ValueError:
@@ -118,8 +119,8 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=cmd_chats)
     sub = parser.add_subparsers(dest="chats_command", metavar="ACTION")
     p = sub.add_parser("allow", help="allow a chat by id (its kept updates are answered)")
-    p.add_argument("chat_id", type=_chat_id, metavar="ID")
+    p.add_argument("chat_id", type=chat_id_arg, metavar="ID")
     p.set_defaults(handler=cmd_allow)
     p = sub.add_parser("revoke", help="remove a chat allowed in the database")
-    p.add_argument("chat_id", type=_chat_id, metavar="ID")
+    p.add_argument("chat_id", type=chat_id_arg, metavar="ID")
     p.set_defaults(handler=cmd_revoke)
