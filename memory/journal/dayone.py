@@ -316,7 +316,8 @@ async def embed_entries(
     rows = await db.fetch(_UNEMBEDDED, list(uuids), embedder.model, chat_id)
     if not rows:
         return 0
-    vectors = await embedder.embed([str(r["text"]) for r in rows], purpose=PURPOSE)
+    texts = [str(r["text"]) for r in rows]
+    vectors = await embedder.embed(texts, purpose=PURPOSE, chat_id=chat_id)  # the chat's cost
     pairs = [(int(r["id"]), v, chat_id) for r, v in zip(rows, vectors, strict=True)]
     return await store_vectors(db, "entry_embeddings", "entry_id", pairs, embedder.model)
 
