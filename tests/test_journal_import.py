@@ -395,3 +395,29 @@ def test_cli_journal_import_end_to_end(database_url: str, tmp_path: Path) -> Non
     (tmp_path / "other.json").write_text('{"posts": []}')
     wrong = _cli(["journal", "import", str(tmp_path / "other.json")], database_url, tmp_path)
     assert wrong.returncode == 1 and "not a Day One export" in wrong.stderr
+
+
+@pytest.mark.slow
+def test_cli_journal_import_chat(database_url: str, tmp_path: Path) -> None:
+    def one_error(run: subprocess.CompletedProcess[str]) -> str:
+        assert run.returncode == 2, run.stderr
+        [line] = [line for line in run.stderr.splitlines() if line.strip()]
+        return line
+
+    args = ["journal", "import", str(FIXTURE), "--embeddings", "none"]
+    nobody = one_error(_cli(args, database_url, tmp_path, chats=""))
+    assert nobody.startswith("engram: no chat is allowed yet")
+    both = one_error(_cli(args, database_url, tmp_path, chats="5,6"))
+    assert both == "engram: several chats are allowed (5, 6): say whose journal with --chat ID"
+    stranger = one_error(_cli([*args, "--chat", "7"], database_url, tmp_path, chats="5,6"))
+    assert stranger.startswith("engram: chat 7 is not allowed")
+    assert not _cli(args[:1] + ["--help"], database_url, tmp_path).returncode
+
+    into_6 = _cli([*args, "--chat", "6"], database_url, tmp_path, chats="5,6")
+    assert into_6.returncode == 0, into_6.stderr
+    assert into_6.stdout.startswith("chat 6's journal:\n")
+    assert f"{VALID} imported" in into_6.stdout
+    into_5 = _cli([*args, "--chat", "5"], database_url, tmp_path, chats="5,6")
+    assert f"{VALID} imported" in into_5.stdout  # chat 5's own copy, not "unchanged"
+    only = _cli(args, database_url, tmp_path, chats="6")  # the only allowed chat
+    assert f"{VALID} unchanged" in only.stdout and only.stdout.startswith("chat 6's journal:")
