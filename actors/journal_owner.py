@@ -53,7 +53,9 @@ def import_chat(requested: int | None, allowed: Sequence[int]) -> int:
         )
     if len(allowed) > 1:
         ids = ", ".join(str(c) for c in sorted(allowed))
-        raise JournalChatError(f"several chats are allowed ({ids}): say whose journal with --chat ID")
+        raise JournalChatError(
+            f"several chats are allowed ({ids}): say whose journal with --chat ID"
+        )
     return allowed[0]
 
 

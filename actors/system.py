@@ -35,6 +35,7 @@ from actors.chat.commands import command_table
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import RunningTurns
 from actors.compactor import CompactorActor
+from actors.journal_owner import assign_unowned_entries
 from actors.queues.dedupe import DedupeCache
 from actors.queues.inbox_writer import InboxWriter
 from actors.queues.outbox import OutboxRow
@@ -46,7 +47,6 @@ from actors.telegram.client import BotApiClient
 from actors.telegram.errors import BadRequest, TelegramError, TokenRejected, Unauthorized
 from actors.telegram.pairing import ChatAccess
 from actors.telegram.types import ALLOWED_UPDATES
-from actors.journal_owner import assign_unowned_entries
 from actors.telegram.webhook import WEBHOOK_PATH, webhook_handler
 from runtime.actor import Address
 from runtime.asgi import AsgiApp

@@ -610,7 +610,6 @@ def admin(url: str, sql: str) -> None:
     asyncio.run(go())
 
 
-
 async def load_journal(
     db: dbmod.Database, size: int, embedder: HashEmbedder, seed: int, chat_id: int
 ) -> dict[str, float]:
@@ -679,8 +678,7 @@ async def load_patterns(
     at = datetime.now(UTC)
     for chat in chats:
         texts = [
-            "User " + " ".join(str(w) for w in rng.choice(words, size=5, replace=False))
-            + f" ({i})"
+            "User " + " ".join(str(w) for w in rng.choice(words, size=5, replace=False)) + f" ({i})"
             for i in range(per_chat)
         ]
         rows = []
@@ -714,8 +712,6 @@ async def load_chats(db: dbmod.Database, chats: Sequence[int], history: int, see
 
 
 # --- one size ------------------------------------------------------------------------------------
-
-
 
 
 async def drive(

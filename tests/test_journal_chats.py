@@ -42,6 +42,10 @@ SECRET = "lighthouse"  # a word only chat A's journal holds
 NOW = datetime(2024, 6, 15, 10, 0, tzinfo=UTC)
 
 
+def rows_of(records: Any) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in records]
+
+
 def texts(result: Any) -> str:
     return repr(result).lower()
 
@@ -227,10 +231,10 @@ async def test_backfill_and_reembed_keep_each_vectors_chat(db: Database) -> None
         "SELECT e.uuid, v.chat_id FROM entries e JOIN entry_embeddings v ON v.entry_id = e.id "
         "ORDER BY e.uuid"
     )
-    assert [tuple(r) for r in await db.fetch(query)] == [("A-1", A), ("B-1", B)]
+    assert rows_of(await db.fetch(query)) == [("A-1", A), ("B-1", B)]
     report = await reembed(db, embedder, tables=["entry_embeddings"], all_rows=True)
     assert report.embedded == {"entry_embeddings": 2}
-    assert [tuple(r) for r in await db.fetch(query)] == [("A-1", A), ("B-1", B)]
+    assert rows_of(await db.fetch(query)) == [("A-1", A), ("B-1", B)]
 
 
 # --- migration 012 and the entries from before it ----------------------------------------------
@@ -273,7 +277,7 @@ async def test_migration_012_leaves_old_entries_to_no_chat_until_assigned(
         "SELECT e.chat_id, v.chat_id AS vector_chat FROM entries e "
         "LEFT JOIN entry_embeddings v ON v.entry_id = e.id ORDER BY e.uuid"
     )
-    assert [tuple(r) for r in rows] == [(A, A), (A, None)]
+    assert rows_of(rows) == [(A, A), (A, None)]
     found = await call(make_ctx(raw_db, chat_id=A), "search_entries", query=SECRET)
     assert [r["uuid"] for r in found["results"]] == ["OLD-1"]
     assert (await call(make_ctx(raw_db, chat_id=B), "search_entries", query=SECRET))["count"] == 0
@@ -295,7 +299,7 @@ async def test_old_entries_go_to_the_first_paired_chat_or_wait_for_one(raw_db: D
         assert await assign_unowned_entries(raw_db, set()) == (1, B)
     assert [e["entries"] for e in logs if e["event"] == "journal.entries_left_unowned"] == [1]
     rows = await raw_db.fetch("SELECT uuid, chat_id, text FROM entries ORDER BY uuid, chat_id")
-    assert [tuple(r) for r in rows] == [
+    assert rows_of(rows) == [
         ("OLD-1", B, f"{SECRET} before the upgrade"),
         ("OLD-2", B, "B's copy"),
         ("OLD-2", None, "second"),

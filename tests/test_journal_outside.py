@@ -19,7 +19,7 @@ import attrs
 import httpx
 import pytest
 import trio
-from engram_outside import Engram, REPO, free_port, post_update, serve_env, update_body
+from engram_outside import REPO, Engram, free_port, post_update, serve_env, update_body
 from fakes.anthropic_api import Reply, new_id, run_fake_anthropic
 from fakes.bot_api import run_fake_bot_api
 
@@ -103,8 +103,12 @@ async def test_chat_b_cannot_read_chat_as_journal(tmp_path: Path, database_url: 
             await engram.wait_ready()
             for update_id, chat in ((1, B), (2, A)):
                 text = "What did the lighthouse keeper tell me about the blue door?"
-                assert await post_update(client, engram.port, update_body(update_id, chat=chat,
-                                                                          text=text)) == 200
+                assert (
+                    await post_update(
+                        client, engram.port, update_body(update_id, chat=chat, text=text)
+                    )
+                    == 200
+                )
                 with trio.fail_after(60):
                     while not bot.sent_texts(chat):  # noqa: ASYNC110 (another process)
                         await trio.sleep(0.05)

@@ -49,7 +49,6 @@ _MOMENT = re.compile(r"!\[[^\]]*\]\(dayone-moment:[^)]*\)")  # inline photo refe
 _WORD = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*")
 
 
-
 @attrs.define
 class ImportReport:
     """What an import did; ``skipped`` holds (uuid or index, reason) per malformed entry."""
@@ -308,9 +307,7 @@ async def _upsert_batch(
                 report.updated += 1
 
 
-async def embed_entries(
-    db: Queries, embedder: Embedder, chat_id: int, uuids: Sequence[str]
-) -> int:
+async def embed_entries(db: Queries, embedder: Embedder, chat_id: int, uuids: Sequence[str]) -> int:
     """Embed the chat's entries of ``uuids`` lacking a vector for the embedder's model; the
     count stored (the vectors carry the chat)."""
     rows = await db.fetch(_UNEMBEDDED, list(uuids), embedder.model, chat_id)
@@ -359,7 +356,9 @@ async def import_dayone(
         await _upsert_batch(db, chat_id, batch, report)
         if embedder is not None and report.embedding_error is None:
             try:  # new, changed, and earlier-imported entries still lacking a vector
-                report.embedded += await embed_entries(db, embedder, chat_id, [e.uuid for e in batch])
+                report.embedded += await embed_entries(
+                    db, embedder, chat_id, [e.uuid for e in batch]
+                )
             except Exception as exc:  # the entries are committed; the backfill embeds them
                 report.embedding_error = f"{type(exc).__name__}: {exc}"
                 log.warning("journal.embedding_failed", model=embedder.model, error=str(exc))

@@ -45,7 +45,6 @@ _TEXT_KEYS = ("snippet", "text")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
-
 @attrs.frozen
 class ToolExchange:
     """One tool call of the turn and its result (a JSON object, or its JSON text)."""
