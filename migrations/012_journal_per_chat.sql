@@ -19,4 +19,3 @@ CREATE INDEX idx_entries_chat_city ON entries (chat_id, lower(city));
 -- The vectors carry their entry's chat (as pattern/alias/episode vectors do); kept equal to
 -- entries.chat_id by the writers (memory/embeddings/store.py, memory/journal/owner.py).
 ALTER TABLE entry_embeddings ADD COLUMN chat_id BIGINT;
-CREATE INDEX idx_entry_embeddings_chat ON entry_embeddings (chat_id, entry_id);

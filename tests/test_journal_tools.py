@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from memory.embeddings.providers import LocalEmbedder
-from memory.embeddings.store import ensure_vector_index
+from memory.embeddings.store import ensure_vector_index, index_name
 from memory.journal import search as journal_search
 from memory.journal.dayone import import_dayone, word_count
 from memory.journal.search import (
@@ -631,7 +631,8 @@ async def test_vector_arm_uses_the_hnsw_index_with_more_than_40_rows(db: Databas
         plan = await conn.fetch(
             f"EXPLAIN {LOCAL} {vector_arm(sql, q, MODEL, DIMS, exact=False)}", *sql.args
         )
-        assert any("idx_entry_embeddings" in r["QUERY PLAN"] for r in plan), plan
+        hnsw = index_name("entry_embeddings", MODEL, DIMS)
+        assert any(hnsw in r["QUERY PLAN"] for r in plan), plan
         _, vec_ids = await search_candidates(make_ctx(conn), "zzz", q)
     # pgvector returns at most hnsw.ef_search rows (40 by default): raised for the statement
     assert len(vec_ids) == CANDIDATES_PER_ARM
