@@ -76,7 +76,8 @@ async def assign_unowned_entries(db: Database, setting: Collection[int]) -> tupl
     moved = await assign_unowned(db, chats[0])
     log.info(
         "journal.entries_assigned", entries=moved, chat_id=chats[0],
-        message=f"assigned {moved} journal entries to chat {chats[0]} (the first allowed chat)",
+        message=f"assigned {moved} journal {'entry' if moved == 1 else 'entries'} to chat "
+        f"{chats[0]} (the first allowed chat)",
     )  # fmt: skip
     if moved < unowned:
         log.warning(
