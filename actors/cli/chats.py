@@ -1,6 +1,7 @@
 """``engram chats``: who may talk to the bot, and what the database holds per chat.
 
-    engram chats                 every chat: allowed (by what), messages, patterns, kept updates
+    engram chats                 every chat: allowed (by what), messages, patterns, kept updates,
+                                 journal entries
     engram chats allow ID        store ID as allowed; its kept updates are answered
     engram chats revoke ID       remove a stored chat (the setting's chats stay allowed)
 
@@ -52,10 +53,18 @@ async def cmd_chats(settings: Settings, args: argparse.Namespace) -> int:
         print("no chats yet (pair one: run `engram serve` and send it the code it prints)")
         return 0
     rows = [
-        (c.chat_id, allowed_by(c, setting, settings.timezone), c.messages, c.patterns, c.held)
+        (
+            c.chat_id,
+            allowed_by(c, setting, settings.timezone),
+            c.messages,
+            c.patterns,
+            c.held,
+            c.journal,
+        )
         for c in chats
     ]
-    print(render_table(("chat", "allowed", "messages", "patterns", "kept updates"), rows))
+    header = ("chat", "allowed", "messages", "patterns", "kept updates", "journal")
+    print(render_table(header, rows))
     return 0
 
 
