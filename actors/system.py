@@ -35,6 +35,7 @@ from actors.chat.commands import command_table
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import RunningTurns
 from actors.compactor import CompactorActor
+from actors.journal_owner import assign_unowned_entries
 from actors.queues.dedupe import DedupeCache
 from actors.queues.inbox_writer import InboxWriter
 from actors.queues.outbox import OutboxRow
@@ -111,6 +112,8 @@ class BotSystem:
 
     async def run(self, *, task_status: trio.TaskStatus[SystemHandle]) -> None:
         settings, policy = self.settings, restart_policy(self.settings)
+        # entries imported before each chat owned its journal (migration 012)
+        await assign_unowned_entries(self.db, settings.telegram_allowed_chat_ids)
         async with self._bot() as bot, trio.open_nursery() as nursery:
             username = await _check_bot(bot)
             await _register_commands(bot, self.commands)

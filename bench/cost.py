@@ -338,7 +338,7 @@ async def play(url: str, args: argparse.Namespace, name: str, ttl: CacheTTL | No
         run_fake_anthropic() as fake,
     ):
         await apply_migrations(db)
-        await load_journal(db, args.journal, embedder, args.seed)
+        await load_journal(db, args.journal, embedder, args.seed, CHAT)
         fake.clock = lambda: (sim["now"] - start).total_seconds()
         responder = Responder(np.random.default_rng(args.seed + 1))
         fake.responder = responder

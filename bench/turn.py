@@ -612,9 +612,10 @@ def admin(url: str, sql: str) -> None:
 
 
 async def load_journal(
-    db: dbmod.Database, size: int, embedder: HashEmbedder, seed: int
+    db: dbmod.Database, size: int, embedder: HashEmbedder, seed: int, chat_id: int
 ) -> dict[str, float]:
-    """COPY ``size`` entries and their vectors; secondary indexes are (re)built afterwards."""
+    """COPY ``size`` entries and their vectors into ``chat_id``'s journal (each chat owns its
+    journal); secondary indexes are (re)built afterwards."""
     took: dict[str, float] = defaultdict(float)
     indexes = await drop_secondary_indexes(db, ("entries",))
     journal = Journal(embedder, seed=seed)
@@ -628,11 +629,15 @@ async def load_journal(
             break
         rows, vectors = chunk
         start = now()
-        await db.copy_records("entries", rows, Journal.COLUMNS)
+        await db.copy_records(
+            "entries", [(*r, chat_id) for r in rows], (*Journal.COLUMNS, "chat_id")
+        )
         took["copy entries"] += now() - start
         start = now()
         await db.copy_records(
-            "entry_embeddings", vectors, ("entry_id", "model", "dims", "embedding")
+            "entry_embeddings",
+            [(*v, chat_id) for v in vectors],
+            ("entry_id", "model", "dims", "embedding", "chat_id"),
         )
         took["copy vectors"] += now() - start
         loaded += len(rows)
@@ -1094,7 +1099,8 @@ async def run_size(
     async with dbmod.asyncio_loop(), dbmod.open_database(url, max_size=10) as database:
         await apply_migrations(database)
         start = now()
-        took = await load_journal(database, size, embedder, args.seed)
+        # the journal is the first chat's: turns in the other chats search an empty one
+        took = await load_journal(database, size, embedder, args.seed, chats[0])
         await load_chats(database, chats, args.history, args.seed)
         await load_patterns(database, chats, embedder, args.patterns, args.seed)
         parts = ", ".join(f"{k} {v:.1f} s" for k, v in took.items())

@@ -54,8 +54,9 @@ RUNS = [
 async def add_runs(db: Database) -> None:
     for uuid, at, text in RUNS:
         await db.execute(
-            "INSERT INTO entries (uuid, created_at, timezone, text) VALUES ($1, $2, $3, $4)",
-            uuid, datetime.fromisoformat(at), TZ, text,
+            "INSERT INTO entries (uuid, created_at, timezone, text, chat_id)"
+            " VALUES ($1, $2, $3, $4, $5)",
+            uuid, datetime.fromisoformat(at), TZ, text, CHAT,
         )  # fmt: skip
 
 

@@ -83,9 +83,12 @@ def test_date_forms() -> None:
 # --- the upsert -----------------------------------------------------------------------------
 
 
-async def add_entry(db: Database, uuid: str) -> None:
+async def add_entry(db: Database, uuid: str, chat_id: int = 1) -> None:
     await db.execute(
-        "INSERT INTO entries (uuid, created_at, text) VALUES ($1, $2, 'text')", uuid, NOW
+        "INSERT INTO entries (uuid, created_at, text, chat_id) VALUES ($1, $2, 'text', $3)",
+        uuid,
+        NOW,
+        chat_id,
     )
 
 
@@ -155,11 +158,12 @@ async def test_compaction_link_is_never_downgraded(db: Database) -> None:
 
 async def test_links_stay_in_the_chat_and_need_real_entries(db: Database) -> None:
     await add_entry(db, U1)
+    await add_entry(db, U2, chat_id=2)  # another chat's entry: never linked from chat 1
     mine = await add_pattern(db, 1)
     theirs = await add_pattern(db, 2)
     dead = await add_pattern(db, 1, status="superseded")
     disputed = await add_pattern(db, 1, status="disputed")
-    n = await record_tool_loop_links(db, 1, [mine, theirs, dead, disputed], [U1, "invented"])
+    n = await record_tool_loop_links(db, 1, [mine, theirs, dead, disputed], [U1, U2, "invented"])
     assert n == 2
     assert set(await links(db)) == {(mine, U1), (disputed, U1)}
     chats = await db.fetch("SELECT DISTINCT chat_id FROM pattern_entries")
@@ -170,7 +174,7 @@ async def test_links_stay_in_the_chat_and_need_real_entries(db: Database) -> Non
 
 async def test_link_turn(db: Database) -> None:
     for u in (U1, U2):
-        await add_entry(db, u)
+        await add_entry(db, u, chat_id=7)
     p = await add_pattern(db, 7)
     calls = [search(item(U1, "2024-03-05", "a"), item(U2, "2024-03-09", "b"))]
     assert await link_turn(db, 7, [p], calls, "Nothing to do with those.", now=NOW) == 0

@@ -34,6 +34,7 @@ from runtime.progress import Progress, format_duration, render_line
 FIXTURE = Path(__file__).parent / "fixtures" / "dayone_small.json"
 VALID = 28
 MODEL = "wordllama-l2-supercat-256"
+CHAT, OTHER = 1, 2
 
 
 def export() -> dict[str, Any]:
@@ -137,7 +138,7 @@ def test_read_export_errors(tmp_path: Path) -> None:
 
 async def test_import_counts_fields_and_embeddings(db: Database, local: LocalEmbedder) -> None:
     doc = export()
-    report = await import_dayone(db, FIXTURE, embedder=local)
+    report = await import_dayone(db, FIXTURE, chat_id=CHAT, embedder=local)
     assert (report.total, report.imported, report.updated, report.unchanged) == (30, VALID, 0, 0)
     assert report.embedded == VALID and report.embedding_error is None
     skipped = dict(report.skipped)
@@ -193,9 +194,9 @@ async def test_import_counts_fields_and_embeddings(db: Database, local: LocalEmb
 
 
 async def test_reimport_is_idempotent(db: Database, local: LocalEmbedder) -> None:
-    await import_dayone(db, FIXTURE, embedder=local)
+    await import_dayone(db, FIXTURE, chat_id=CHAT, embedder=local)
     before = await db.fetch("SELECT entry_id, created_at FROM entry_embeddings ORDER BY 1")
-    report = await import_dayone(db, FIXTURE, embedder=local)
+    report = await import_dayone(db, FIXTURE, chat_id=CHAT, embedder=local)
     assert (report.imported, report.updated, report.unchanged) == (0, 0, VALID)
     assert report.embedded == 0 and len(report.skipped) == 2
     after = await db.fetch("SELECT entry_id, created_at FROM entry_embeddings ORDER BY 1")
@@ -207,7 +208,7 @@ async def test_modified_entry_is_updated_and_re_embedded(
     db: Database, local: LocalEmbedder
 ) -> None:
     doc = export()
-    await import_dayone(db, doc, embedder=local)
+    await import_dayone(db, doc, chat_id=CHAT, embedder=local)
     edited = copy.deepcopy(doc)
     entry = find(edited, "Leap day")
     entry["text"] = "Leap day. Swam in the lake with Sofia and ate ice cream afterwards."
@@ -220,7 +221,7 @@ async def test_modified_entry_is_updated_and_re_embedded(
     old_vec = as_array(
         await db.fetchval("SELECT embedding FROM entry_embeddings WHERE entry_id=$1", old_row["id"])
     )
-    report = await import_dayone(db, edited, embedder=local)
+    report = await import_dayone(db, edited, chat_id=CHAT, embedder=local)
     assert (report.imported, report.updated, report.unchanged) == (0, 2, VALID - 2)
     assert report.embedded == 1  # only the entry whose text changed
     row = await entry_row(db, entry["uuid"])
@@ -234,14 +235,14 @@ async def test_modified_entry_is_updated_and_re_embedded(
     assert (await entry_row(db, tagged["uuid"]))["tags"] == ["work", "sleep", "milestone"]
 
     # an older export does not overwrite newer edits
-    report = await import_dayone(db, doc, embedder=local)
+    report = await import_dayone(db, doc, chat_id=CHAT, embedder=local)
     assert (report.imported, report.updated, report.unchanged) == (0, 0, VALID)
     assert (await entry_row(db, entry["uuid"]))["tags"] == ["leap day", "swimming"]
 
 
 async def test_embedding_outage_imports_then_backfills(db: Database, local: LocalEmbedder) -> None:
     down = DownEmbedder()
-    report = await import_dayone(db, FIXTURE, embedder=down, batch_size=10)
+    report = await import_dayone(db, FIXTURE, chat_id=CHAT, embedder=down, batch_size=10)
     assert report.imported == VALID and report.embedded == 0
     assert report.embedding_error is not None and "provider down" in report.embedding_error
     assert down.calls == 1  # no more attempts after the first failure
@@ -250,7 +251,7 @@ async def test_embedding_outage_imports_then_backfills(db: Database, local: Loca
     assert await backfill_once(db, local, tables=["entry_embeddings"]) == VALID
     assert await missing_owner_ids(db, "entry_embeddings", "entries", MODEL, 100) == []
     # a re-import with a working embedder would also have filled the gaps
-    report = await import_dayone(db, FIXTURE, embedder=local)
+    report = await import_dayone(db, FIXTURE, chat_id=CHAT, embedder=local)
     assert report.unchanged == VALID and report.embedded == 0
 
 
@@ -262,7 +263,9 @@ async def test_import_with_openai_embeddings_through_the_fake(db: Database) -> N
             api_key=DEFAULT_API_KEY, base_url=fake.base_url, usage_db=db, batch_size=16
         )
         try:
-            report = await import_dayone(db, FIXTURE, embedder=embedder, batch_size=20)
+            report = await import_dayone(
+                db, FIXTURE, chat_id=CHAT, embedder=embedder, batch_size=20
+            )
         finally:
             await embedder.aclose()
         assert report.imported == VALID and report.embedded == VALID
@@ -284,9 +287,9 @@ async def test_import_with_openai_embeddings_through_the_fake(db: Database) -> N
 
 
 async def test_reimport_embeds_what_an_outage_left(db: Database, local: LocalEmbedder) -> None:
-    await import_dayone(db, FIXTURE, embedder=None)
+    await import_dayone(db, FIXTURE, chat_id=CHAT, embedder=None)
     assert await db.fetchval("SELECT count(*) FROM entry_embeddings") == 0
-    report = await import_dayone(db, FIXTURE, embedder=local)
+    report = await import_dayone(db, FIXTURE, chat_id=CHAT, embedder=local)
     assert report.unchanged == VALID and report.embedded == VALID
 
 
@@ -297,7 +300,7 @@ async def test_zip_export_and_progress(db: Database, tmp_path: Path) -> None:
         z.writestr("photos/readme.txt", "not json")
     out = io.StringIO()
     progress = Progress(label="importing", stream=out, tty=False)
-    report = await import_dayone(db, archive, embedder=None, progress=progress)
+    report = await import_dayone(db, archive, chat_id=CHAT, embedder=None, progress=progress)
     assert report.imported == VALID
     [line] = out.getvalue().splitlines()
     assert line.startswith("importing: 30/30 in ")
@@ -346,13 +349,20 @@ _CLI = (
 )
 
 
-def _cli(args: list[str], database_url: str, home: Path) -> subprocess.CompletedProcess[str]:
+def _cli(
+    args: list[str], database_url: str, home: Path, chats: str = "1"
+) -> subprocess.CompletedProcess[str]:
     env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("ENGRAM_", "TELEGRAM_", "DATABASE_URL", "OPENAI_"))
     }
-    env.update(DATABASE_URL=database_url, ENGRAM_HOME=str(home), LOG_FORMAT="json")
+    env.update(
+        DATABASE_URL=database_url,
+        ENGRAM_HOME=str(home),
+        LOG_FORMAT="json",
+        TELEGRAM_ALLOWED_CHAT_IDS=chats,
+    )
     return subprocess.run(
         [sys.executable, "-c", _CLI, *args],
         env=env,
@@ -387,3 +397,30 @@ def test_cli_journal_import_end_to_end(database_url: str, tmp_path: Path) -> Non
     (tmp_path / "other.json").write_text('{"posts": []}')
     wrong = _cli(["journal", "import", str(tmp_path / "other.json")], database_url, tmp_path)
     assert wrong.returncode == 1 and "not a Day One export" in wrong.stderr
+
+
+@pytest.mark.slow
+def test_cli_journal_import_chat(database_url: str, tmp_path: Path) -> None:
+    def one_error(run: subprocess.CompletedProcess[str]) -> str:
+        assert run.returncode == 2, run.stderr
+        [line] = [line for line in run.stderr.splitlines() if line.strip()]
+        return line
+
+    args = ["journal", "import", str(FIXTURE), "--embeddings", "none"]
+    nobody = one_error(_cli(args, database_url, tmp_path, chats=""))
+    assert nobody.startswith("engram: no chat is allowed yet")
+    both = one_error(_cli(args, database_url, tmp_path, chats="5,6"))
+    assert both == "engram: several chats are allowed (5, 6): say whose journal with --chat ID"
+    stranger = one_error(_cli([*args, "--chat", "7"], database_url, tmp_path, chats="5,6"))
+    assert stranger.startswith("engram: chat 7 is not allowed")
+    usage = _cli(["journal", "import", "--help"], database_url, tmp_path)
+    assert usage.returncode == 0 and "--chat ID" in usage.stdout
+
+    into_6 = _cli([*args, "--chat", "6"], database_url, tmp_path, chats="5,6")
+    assert into_6.returncode == 0, into_6.stderr
+    assert into_6.stdout.startswith("chat 6's journal:\n")
+    assert f"{VALID} imported" in into_6.stdout
+    into_5 = _cli([*args, "--chat", "5"], database_url, tmp_path, chats="5,6")
+    assert f"{VALID} imported" in into_5.stdout  # chat 5's own copy, not "unchanged"
+    only = _cli(args, database_url, tmp_path, chats="6")  # the only allowed chat
+    assert f"{VALID} unchanged" in only.stdout and only.stdout.startswith("chat 6's journal:")

@@ -19,7 +19,7 @@ import pytest
 import trio
 
 from memory.embeddings.providers import LocalEmbedder
-from memory.embeddings.store import ensure_vector_index
+from memory.embeddings.store import ensure_vector_index, index_name
 from memory.journal import search as journal_search
 from memory.journal.dayone import import_dayone, word_count
 from memory.journal.search import (
@@ -77,12 +77,14 @@ async def add_entry(
     tz: str | None = "Europe/Madrid",
     vector: np.ndarray | None = None,
     embed: bool = True,
+    chat_id: int = 1,
 ) -> int:
-    """Insert one entry (``at`` is an ISO UTC instant) and, unless ``embed=False``, its vector."""
+    """Insert one entry of ``chat_id``'s journal (``at`` is an ISO UTC instant) and, unless
+    ``embed=False``, its vector."""
     created = datetime.fromisoformat(at).replace(tzinfo=UTC)
     entry_id: int = await db.fetchval(
-        "INSERT INTO entries (uuid, created_at, timezone, text, tags, city, word_count) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+        "INSERT INTO entries (uuid, created_at, timezone, text, tags, city, word_count, chat_id) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
         uuid,
         created,
         tz,
@@ -90,16 +92,18 @@ async def add_entry(
         list(tags),
         city,
         len(text.split()),
+        chat_id,
     )
     if embed:
         vec = bag_of_words(text) if vector is None else vector
         await db.execute(
-            "INSERT INTO entry_embeddings (entry_id, model, dims, embedding) "
-            "VALUES ($1, $2, $3, $4)",
+            "INSERT INTO entry_embeddings (entry_id, model, dims, embedding, chat_id) "
+            "VALUES ($1, $2, $3, $4, $5)",
             entry_id,
             MODEL,
             DIMS,
             vec.astype(np.float32),
+            chat_id,
         )
     return entry_id
 
@@ -623,11 +627,12 @@ async def test_vector_arm_uses_the_hnsw_index_with_more_than_40_rows(db: Databas
     q = rows[7][1]
     async with db.connection() as conn:
         await conn.execute("SET enable_seqscan = off")  # 300 rows: make the planner pick it
-        sql = Sql("UTC")
+        sql = Sql("UTC", 1)
         plan = await conn.fetch(
             f"EXPLAIN {LOCAL} {vector_arm(sql, q, MODEL, DIMS, exact=False)}", *sql.args
         )
-        assert any("idx_entry_embeddings" in r["QUERY PLAN"] for r in plan), plan
+        hnsw = index_name("entry_embeddings", MODEL, DIMS)
+        assert any(hnsw in r["QUERY PLAN"] for r in plan), plan
         _, vec_ids = await search_candidates(make_ctx(conn), "zzz", q)
     # pgvector returns at most hnsw.ef_search rows (40 by default): raised for the statement
     assert len(vec_ids) == CANDIDATES_PER_ARM
@@ -724,8 +729,13 @@ async def test_on_one_connection_the_arms_run_in_turn(db: Database) -> None:
 async def test_unknown_time_zones_are_stored_as_null(raw_db: Database) -> None:
     [first, *rest] = load_migrations()
     await apply_migrations(raw_db, [first])
-    await add_entry(raw_db, "old-bad", "2024-01-01T10:00", "x", tz="Mars/Base", embed=False)
-    await add_entry(raw_db, "old-abbrev", "2024-01-01T10:00", "x", tz="PST", embed=False)
+    for uuid, tz in (("old-bad", "Mars/Base"), ("old-abbrev", "PST")):  # schema 001's columns
+        await raw_db.execute(
+            "INSERT INTO entries (uuid, created_at, timezone, text) VALUES ($1, $2, $3, 'x')",
+            uuid,
+            datetime(2024, 1, 1, 10, tzinfo=UTC),
+            tz,
+        )
     await apply_migrations(raw_db, [first, *rest])  # 002 clears what the reads ignored
     await add_entry(raw_db, "new-bad", "2024-01-01T10:00", "x", tz="Nowhere/Else", embed=False)
     await add_entry(raw_db, "tokyo", "2024-01-01T10:00", "x", tz="Asia/Tokyo", embed=False)
@@ -821,7 +831,7 @@ DAYONE_ENTRIES = dayone_entries()
 @pytest.fixture
 async def dayone(db: Database, local: LocalEmbedder) -> ToolContext:
     """The fixture imported by the real importer, embedded by the local model."""
-    report = await import_dayone(db, DAYONE, embedder=local)
+    report = await import_dayone(db, DAYONE, chat_id=1, embedder=local)
     assert report.imported == report.embedded == len(DAYONE_ENTRIES)
     return ToolContext(db=db, embedder=local, chat_id=1, timezone="Europe/Madrid", now=DAYONE_NOW)
 

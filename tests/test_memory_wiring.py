@@ -93,8 +93,9 @@ async def test_an_opened_entry_becomes_a_tool_loop_link(
 ) -> None:
     pattern = await remember(db, embedder, CHAT, "User runs along the river on Sundays")
     await db.execute(
-        "INSERT INTO entries (uuid, created_at, timezone, text) VALUES ($1, $2, $3, $4)",
-        "entry-river", datetime(2025, 2, 23, 8, tzinfo=UTC), TZ, "Sunday river run, 10 km.",
+        "INSERT INTO entries (uuid, created_at, timezone, text, chat_id)"
+        " VALUES ($1, $2, $3, $4, $5)",
+        "entry-river", datetime(2025, 2, 23, 8, tzinfo=UTC), TZ, "Sunday river run, 10 km.", CHAT,
     )  # fmt: skip
     fake_claude.queue_tool_use("get_entry", {"uuid": "entry-river"})
     fake_claude.queue_text("Your Sunday river run was 10 km.")

@@ -434,17 +434,24 @@ async def test_chats_lists_counts_and_who_allowed_them(
         "INSERT INTO held_updates (chat_id, update_key, kind, payload) "
         "VALUES (33, 'update:1', 'message', '{}')"
     )
+    await db.execute(  # chat 44's journal: a chat the database knows by its entries alone
+        "INSERT INTO entries (uuid, created_at, chat_id) VALUES ('a', now(), 44), ('b', now(), 44)"
+    )
     env_setting = {"TELEGRAM_ALLOWED_CHAT_IDS": "11"}
     result = await trio.to_thread.run_sync(
         lambda: cli_env(tmp_path, database_url, env_setting, "chats")
     )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["chat", "allowed", "messages", "patterns", "kept", "updates"]
+    header = ["chat", "allowed", "messages", "patterns", "kept", "updates", "journal"]
+    assert lines[0].split() == header
     rows = {line.split()[0]: line for line in lines[1:]}
-    assert re.match(r"11\s+setting\s+2\s+0\s+0$", rows["11"])
-    assert re.match(r"22\s+paired \d{4}-\d\d-\d\d \d\d:\d\d \(user 5\)\s+1\s+0\s+0$", rows["22"])
-    assert re.match(r"33\s+no\s+0\s+0\s+1$", rows["33"])
+    assert re.match(r"11\s+setting\s+2\s+0\s+0\s+0$", rows["11"])
+    assert re.match(
+        r"22\s+paired \d{4}-\d\d-\d\d \d\d:\d\d \(user 5\)\s+1\s+0\s+0\s+0$", rows["22"]
+    )
+    assert re.match(r"33\s+no\s+0\s+0\s+1\s+0$", rows["33"])
+    assert re.match(r"44\s+no\s+0\s+0\s+0\s+2$", rows["44"])
     assert result.stderr == ""  # a command's stderr stays quiet
 
 

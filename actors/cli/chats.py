@@ -1,6 +1,7 @@
 """``engram chats``: who may talk to the bot, and what the database holds per chat.
 
-    engram chats                 every chat: allowed (by what), messages, patterns, kept updates
+    engram chats                 every chat: allowed (by what), messages, patterns, kept updates,
+                                 journal entries
     engram chats allow ID        store ID as allowed; its kept updates are answered
     engram chats revoke ID       remove a stored chat (the setting's chats stay allowed)
 
@@ -52,10 +53,18 @@ async def cmd_chats(settings: Settings, args: argparse.Namespace) -> int:
         print("no chats yet (pair one: run `engram serve` and send it the code it prints)")
         return 0
     rows = [
-        (c.chat_id, allowed_by(c, setting, settings.timezone), c.messages, c.patterns, c.held)
+        (
+            c.chat_id,
+            allowed_by(c, setting, settings.timezone),
+            c.messages,
+            c.patterns,
+            c.held,
+            c.journal,
+        )
         for c in chats
     ]
-    print(render_table(("chat", "allowed", "messages", "patterns", "kept updates"), rows))
+    header = ("chat", "allowed", "messages", "patterns", "kept updates", "journal")
+    print(render_table(header, rows))
     return 0
 
 
@@ -103,7 +112,8 @@ async def cmd_revoke(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def _chat_id(text: str) -> int:
+def chat_id_arg(text: str) -> int:
+    """A chat id on the command line (argparse ``type``)."""
     try:
         return int(text)
     except ValueError:
@@ -118,8 +128,8 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=cmd_chats)
     sub = parser.add_subparsers(dest="chats_command", metavar="ACTION")
     p = sub.add_parser("allow", help="allow a chat by id (its kept updates are answered)")
-    p.add_argument("chat_id", type=_chat_id, metavar="ID")
+    p.add_argument("chat_id", type=chat_id_arg, metavar="ID")
     p.set_defaults(handler=cmd_allow)
     p = sub.add_parser("revoke", help="remove a chat allowed in the database")
-    p.add_argument("chat_id", type=_chat_id, metavar="ID")
+    p.add_argument("chat_id", type=chat_id_arg, metavar="ID")
     p.set_defaults(handler=cmd_revoke)

@@ -3,7 +3,8 @@
 ``register(subparsers)`` adds ``journal import``; ``register_backfill(subparsers)`` adds
 ``embeddings backfill``. Handlers take ``(settings, args)`` and return the exit code: 0 on
 success, 1 when the file is unreadable or not a Day One export (one line on stderr) or when
-rows are left unembedded by ``embeddings backfill``.
+rows are left unembedded by ``embeddings backfill``, 2 when the import has no chat to go to
+(``--chat`` not allowed, or missing with several chats allowed: one line on stderr).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
+from actors.cli.chats import chat_id_arg
 from memory.embeddings.tables import ALL_TABLES
 from runtime.cli import fail, open_settings_database
 
@@ -49,7 +51,8 @@ def print_report(report: ImportReport, model: str | None, out: TextIO = sys.stdo
 
 
 async def cmd_journal_import(settings: Settings, args: argparse.Namespace) -> int:
-    """Import a Day One export into the journal (idempotent by uuid)."""
+    """Import a Day One export into a chat's journal (idempotent by uuid)."""
+    from actors.journal_owner import JournalChatError, allowed_chats, import_chat
     from memory.embeddings.providers import open_embedder
     from memory.errors import JournalFormatError
     from memory.journal.dayone import import_dayone, read_export
@@ -64,9 +67,17 @@ async def cmd_journal_import(settings: Settings, args: argparse.Namespace) -> in
     export: dict[str, Any] = {"entries": entries}
     async with open_settings_database(settings) as db:
         await apply_migrations(db)
+        try:
+            chat_id = import_chat(
+                args.chat, await allowed_chats(db, settings.telegram_allowed_chat_ids)
+            )
+        except JournalChatError as exc:
+            return fail(str(exc), 2)
         progress = Progress(label="importing")
         if args.embeddings == "none":
-            report = await import_dayone(db, export, embedder=None, progress=progress)
+            report = await import_dayone(
+                db, export, chat_id=chat_id, embedder=None, progress=progress
+            )
             model = None
         else:
             async with open_embedder(
@@ -76,8 +87,11 @@ async def cmd_journal_import(settings: Settings, args: argparse.Namespace) -> in
                 usage_db=db,
                 rates=configured_rates(settings.model_rates),
             ) as embedder:
-                report = await import_dayone(db, export, embedder=embedder, progress=progress)
+                report = await import_dayone(
+                    db, export, chat_id=chat_id, embedder=embedder, progress=progress
+                )
                 model = embedder.model
+    print(f"chat {chat_id}'s journal:")
     print_report(report, model)
     return 0
 
@@ -126,6 +140,12 @@ def register(subparsers: Any) -> None:
         help="import a Day One JSON export (.json or .zip); re-importing updates edited entries",
     )
     p.add_argument("file", metavar="FILE", help="the export (Journal.json or the .zip)")
+    p.add_argument(
+        "--chat",
+        type=chat_id_arg,
+        metavar="ID",
+        help="the chat whose journal it is (required when more than one chat is allowed)",
+    )
     _provider_option(p, PROVIDERS)
     p.set_defaults(handler=cmd_journal_import)
 

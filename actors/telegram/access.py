@@ -142,21 +142,24 @@ class ChatSummary:
     patterns: int
     held: int
     stored: AllowedChat | None
+    journal: int = 0  # journal entries the chat owns
 
 
 async def chat_summaries(db: Queries, extra: Sequence[int] = ()) -> list[ChatSummary]:
-    """Every chat the database knows (messages, patterns, allowed, kept updates) and ``extra``
-    ones (the setting's), with their counts, by chat id."""
+    """Every chat the database knows (messages, patterns, allowed, kept updates, journal) and
+    ``extra`` ones (the setting's), with their counts, by chat id."""
     rows = await db.fetch(
         "WITH ids AS ("
         "  SELECT DISTINCT chat_id FROM chat_messages UNION SELECT DISTINCT chat_id FROM patterns"
         "  UNION SELECT chat_id FROM allowed_chats UNION SELECT DISTINCT chat_id FROM held_updates"
+        "  UNION SELECT DISTINCT chat_id FROM entries WHERE chat_id IS NOT NULL"
         "  UNION SELECT unnest($1::bigint[]))"
         " SELECT i.chat_id,"
         "  (SELECT count(*) FROM chat_messages m WHERE m.chat_id = i.chat_id) AS messages,"
         "  (SELECT count(*) FROM patterns p WHERE p.chat_id = i.chat_id"
         "     AND p.status = 'active') AS patterns,"
         "  (SELECT count(*) FROM held_updates h WHERE h.chat_id = i.chat_id) AS held,"
+        "  (SELECT count(*) FROM entries e WHERE e.chat_id = i.chat_id) AS journal,"
         "  a.allowed_by, a.user_id, a.allowed_at"
         " FROM ids i LEFT JOIN allowed_chats a ON a.chat_id = i.chat_id ORDER BY i.chat_id",
         list(extra),
@@ -166,5 +169,7 @@ async def chat_summaries(db: Queries, extra: Sequence[int] = ()) -> list[ChatSum
         stored = None
         if r["allowed_by"] is not None:
             stored = AllowedChat(r["chat_id"], r["allowed_by"], r["user_id"], r["allowed_at"])
-        out.append(ChatSummary(r["chat_id"], r["messages"], r["patterns"], r["held"], stored))
+        out.append(
+            ChatSummary(r["chat_id"], r["messages"], r["patterns"], r["held"], stored, r["journal"])
+        )
     return out

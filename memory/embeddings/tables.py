@@ -21,7 +21,7 @@ class VectorTable:
 VECTOR_TABLES: dict[str, VectorTable] = {
     t.name: t
     for t in (
-        VectorTable("entry_embeddings", "entry_id", "entries", "text", False),
+        VectorTable("entry_embeddings", "entry_id", "entries", "text", True),
         VectorTable("pattern_embeddings", "pattern_id", "patterns", "content", True),
         VectorTable("alias_embeddings", "alias_id", "pattern_aliases", "content", True),
         VectorTable("episode_embeddings", "episode_id", "episodes", "summary", True),

@@ -3,7 +3,8 @@
 ``import_dayone`` reads ``{"entries": [...]}`` (a ``.json`` file, a Day One ``.zip`` export, or
 the parsed object), maps each entry onto a row — uuid, creationDate, modifiedDate, timeZone,
 text, tags, location (city/country/place/coordinates), weather, photo/video/audio counts,
-word count — and upserts it by uuid, in batches of one transaction each:
+word count — and upserts it by uuid into the journal of one chat (each chat owns its journal;
+a uuid is unique per chat), in batches of one transaction each:
 
 * new uuid -> ``imported``;
 * known uuid with a later ``modifiedDate`` -> ``updated`` (its vectors are dropped when the
@@ -46,7 +47,6 @@ MAX_UUID_CHARS = 200
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # PostgreSQL rejects NUL and lone surrogates
 _MOMENT = re.compile(r"!\[[^\]]*\]\(dayone-moment:[^)]*\)")  # inline photo references
 _WORD = re.compile(r"[^\W_]+(?:['’\-][^\W_]+)*")
-
 
 
 @attrs.define
@@ -247,14 +247,14 @@ def parse_entry(raw: Any) -> JournalEntry:
 # --- storing -----------------------------------------------------------------------------------
 
 _UPSERT = """
-WITH old AS (SELECT id, text FROM entries WHERE uuid = $1),
+WITH old AS (SELECT id, text FROM entries WHERE chat_id = $18 AND uuid = $1),
 up AS (
     INSERT INTO entries (uuid, created_at, modified_at, timezone, text, tags, city, country,
                          place_name, latitude, longitude, location, weather, photo_count,
-                         video_count, audio_count, word_count)
+                         video_count, audio_count, word_count, chat_id)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12::jsonb, $13::jsonb, $14, $15,
-            $16, $17)
-    ON CONFLICT (uuid) DO UPDATE SET
+            $16, $17, $18)
+    ON CONFLICT (chat_id, uuid) DO UPDATE SET
         created_at = EXCLUDED.created_at, modified_at = EXCLUDED.modified_at,
         timezone = EXCLUDED.timezone, text = EXCLUDED.text, tags = EXCLUDED.tags,
         city = EXCLUDED.city, country = EXCLUDED.country, place_name = EXCLUDED.place_name,
@@ -275,7 +275,7 @@ SELECT id, inserted FROM up
 
 _UNEMBEDDED = """
 SELECT e.id, e.text FROM entries e
-WHERE e.uuid = ANY($1::text[])
+WHERE e.chat_id = $3 AND e.uuid = ANY($1::text[])
   AND NOT EXISTS (SELECT 1 FROM entry_embeddings v WHERE v.entry_id = e.id AND v.model = $2)
 ORDER BY e.id
 """
@@ -293,10 +293,12 @@ def _args(e: JournalEntry) -> tuple[Any, ...]:
     )  # fmt: skip
 
 
-async def _upsert_batch(db: Database, batch: list[JournalEntry], report: ImportReport) -> None:
+async def _upsert_batch(
+    db: Database, chat_id: int, batch: list[JournalEntry], report: ImportReport
+) -> None:
     async with db.transaction() as conn:
         for entry in batch:
-            row = await conn.fetchrow(_UPSERT, *_args(entry))
+            row = await conn.fetchrow(_UPSERT, *_args(entry), chat_id)
             if row is None:
                 report.unchanged += 1
             elif row["inserted"]:
@@ -305,13 +307,15 @@ async def _upsert_batch(db: Database, batch: list[JournalEntry], report: ImportR
                 report.updated += 1
 
 
-async def embed_entries(db: Queries, embedder: Embedder, uuids: Sequence[str]) -> int:
-    """Embed the entries of ``uuids`` lacking a vector for the embedder's model; count stored."""
-    rows = await db.fetch(_UNEMBEDDED, list(uuids), embedder.model)
+async def embed_entries(db: Queries, embedder: Embedder, chat_id: int, uuids: Sequence[str]) -> int:
+    """Embed the chat's entries of ``uuids`` lacking a vector for the embedder's model; the
+    count stored (the vectors carry the chat)."""
+    rows = await db.fetch(_UNEMBEDDED, list(uuids), embedder.model, chat_id)
     if not rows:
         return 0
-    vectors = await embedder.embed([str(r["text"]) for r in rows], purpose=PURPOSE)
-    pairs = [(int(r["id"]), v) for r, v in zip(rows, vectors, strict=True)]
+    texts = [str(r["text"]) for r in rows]
+    vectors = await embedder.embed(texts, purpose=PURPOSE, chat_id=chat_id)  # the chat's cost
+    pairs = [(int(r["id"]), v, chat_id) for r, v in zip(rows, vectors, strict=True)]
     return await store_vectors(db, "entry_embeddings", "entry_id", pairs, embedder.model)
 
 
@@ -319,11 +323,13 @@ async def import_dayone(
     db: Database,
     path_or_obj: str | os.PathLike[str] | Mapping[str, Any],
     *,
+    chat_id: int,
     embedder: Embedder | None = None,
     progress: Progress | None = None,
     batch_size: int = BATCH,
 ) -> ImportReport:
-    """Import a Day One export (see the module doc); ``JournalFormatError`` if unreadable."""
+    """Import a Day One export into ``chat_id``'s journal (see the module doc);
+    ``JournalFormatError`` if unreadable."""
     raw_entries = read_export(path_or_obj)
     report = ImportReport(total=len(raw_entries))
     if progress is not None:
@@ -347,10 +353,12 @@ async def import_dayone(
         valid.append(entry)
     for start in range(0, len(valid), batch_size):
         batch = valid[start : start + batch_size]
-        await _upsert_batch(db, batch, report)
+        await _upsert_batch(db, chat_id, batch, report)
         if embedder is not None and report.embedding_error is None:
             try:  # new, changed, and earlier-imported entries still lacking a vector
-                report.embedded += await embed_entries(db, embedder, [e.uuid for e in batch])
+                report.embedded += await embed_entries(
+                    db, embedder, chat_id, [e.uuid for e in batch]
+                )
             except Exception as exc:  # the entries are committed; the backfill embeds them
                 report.embedding_error = f"{type(exc).__name__}: {exc}"
                 log.warning("journal.embedding_failed", model=embedder.model, error=str(exc))

@@ -28,23 +28,25 @@ ANN_K = 400
 #: ``hnsw.ef_search`` of a search (>= the rows asked of the index; pgvector's default is 40)
 EF_SEARCH = 100
 
-# Every query below takes the context time zone as $1 and reads entries through ``le``. An
+# Every query below takes the context time zone as $1, the turn's chat as $2 and reads entries
+# through ``le``: the chat's own entries only (each chat owns its journal, migration 012). An
 # entry's zone is a valid one or NULL (checked on import, and by the trigger of migration 002
 # for any other writer), so it is used as is: no per-query lookup in pg_timezone_names.
 # NOT MATERIALIZED: a statement that reads ``le`` twice must not copy the whole journal.
 LOCAL = """
 WITH le AS NOT MATERIALIZED (
     SELECT e.*, (e.created_at AT TIME ZONE coalesce(e.timezone, $1)) AS local_ts
-    FROM entries e
+    FROM entries e WHERE e.chat_id = $2
 )
 """
 
 
 class Sql:
-    """Positional parameters and WHERE conditions for the entry filters."""
+    """Positional parameters (``$1`` time zone, ``$2`` chat, as :data:`LOCAL` reads them) and
+    WHERE conditions for the entry filters."""
 
-    def __init__(self, tz: str) -> None:
-        self.args: list[Any] = [tz]
+    def __init__(self, tz: str, chat_id: int) -> None:
+        self.args: list[Any] = [tz, chat_id]
         self.conds: list[str] = ["TRUE"]
 
     def arg(self, value: Any) -> str:
@@ -132,7 +134,7 @@ def vector_arm(sql: Sql, vector: Any, model: str, dims: int, exact: bool) -> str
     dist = f"embedding::vector({int(dims)}) <=> {v}::vector({int(dims)})"
     return (
         f"SELECT le.id FROM (SELECT entry_id, {dist} AS dist FROM entry_embeddings "
-        f"WHERE model = {lit} AND dims = {int(dims)} "
+        f"WHERE model = {lit} AND dims = {int(dims)} AND chat_id = $2 "
         f"AND (SELECT set_config('hnsw.ef_search', '{max(k, EF_SEARCH)}', true)) IS NOT NULL "
         f"ORDER BY {dist} LIMIT {k}) nn JOIN le ON le.id = nn.entry_id WHERE {sql.where} "
         f"ORDER BY nn.dist, le.created_at DESC LIMIT {CANDIDATES_PER_ARM}"
@@ -180,7 +182,7 @@ async def search_candidates(
     single connection (a transaction) one after the other."""
 
     def filters() -> Sql:
-        return Sql(ctx.timezone).filters(start, end, tags, city)
+        return Sql(ctx.timezone, ctx.chat_id).filters(start, end, tags, city)
 
     if vector is None or ctx.embedder is None:
         return await _text_ids(ctx, filters(), query), []
@@ -206,8 +208,8 @@ async def find_candidates(
     if not isinstance(ctx.db, Database):
         vector, problem = await embed_query(ctx, query)
         return (*await search_candidates(ctx, query, vector, start, end, tags, city), problem)
-    sql = Sql(ctx.timezone).filters(start, end, tags, city)
-    vector_sql = Sql(ctx.timezone).filters(start, end, tags, city)
+    sql = Sql(ctx.timezone, ctx.chat_id).filters(start, end, tags, city)
+    vector_sql = Sql(ctx.timezone, ctx.chat_id).filters(start, end, tags, city)
     missing: list[str] = []
 
     async def meaning() -> list[int]:

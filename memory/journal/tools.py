@@ -2,8 +2,9 @@
 and ``get_usage`` (:mod:`memory.tools.personal_tools`) they make :data:`JOURNAL_TOOLS`.
 
 Entry dates are local: in the entry's own time zone when it has a valid one, else the context
-time zone. Date filters compare against that local date. The journal is not chat-scoped;
-weights are (``daily_metrics.chat_id``).
+time zone. Date filters compare against that local date. Every tool reads the turn's chat's
+own entries only (``entries.chat_id``, migration 012; :data:`memory.journal.search.LOCAL`), and
+weights are per chat too (``daily_metrics.chat_id``).
 """
 
 from __future__ import annotations
@@ -97,8 +98,9 @@ async def search_entries(ctx: ToolContext, inp: SearchEntriesInput) -> dict[str,
         f"{LOCAL} SELECT {_SUMMARY_COLS}, CASE WHEN le.text_search @@ q THEN "
         'ts_headline(\'english\', le.text, q, \'StartSel="", StopSel="", MaxWords=45, '
         'MinWords=20, MaxFragments=2, FragmentDelimiter=" … "\') END AS headline '
-        "FROM le, websearch_to_tsquery('english', $2) q WHERE le.id = ANY($3::bigint[])",
+        "FROM le, websearch_to_tsquery('english', $3) q WHERE le.id = ANY($4::bigint[])",
         ctx.timezone,
+        ctx.chat_id,
         inp.query,
         ids,
     )
@@ -129,7 +131,7 @@ class GetEntryInput:
 async def get_entry(ctx: ToolContext, inp: GetEntryInput) -> dict[str, Any]:
     """Read one journal entry in full, by uuid."""
     row = await ctx.db.fetchrow(
-        f"{LOCAL} SELECT * FROM le WHERE le.uuid = $2", ctx.timezone, inp.uuid
+        f"{LOCAL} SELECT * FROM le WHERE le.uuid = $3", ctx.timezone, ctx.chat_id, inp.uuid
     )
     if row is None:
         raise ToolError(f"no entry with uuid {inp.uuid!r}", "uuid")
@@ -170,7 +172,7 @@ def _with_text(row: Any, chars: int = LIST_TEXT_CHARS, **extra: Any) -> dict[str
 async def get_entries_by_date(ctx: ToolContext, inp: GetEntriesByDateInput) -> dict[str, Any]:
     """Read the journal entries written between two dates (inclusive), oldest first."""
     start, end = date_range(inp.date_from, inp.date_to or inp.date_from)
-    sql = Sql(ctx.timezone).filters(start, end)
+    sql = Sql(ctx.timezone, ctx.chat_id).filters(start, end)
     rows = await ctx.db.fetch(
         f"{LOCAL} SELECT {_SUMMARY_COLS}, count(*) OVER () AS total FROM le WHERE {sql.where} "
         f"ORDER BY le.created_at LIMIT {sql.arg(inp.limit)}",
@@ -213,9 +215,10 @@ async def on_this_day(ctx: ToolContext, inp: OnThisDayInput) -> dict[str, Any]:
     today = ctx.today
     month_day = inp.month_day or today.strftime("%m-%d")
     rows = await ctx.db.fetch(
-        f"{LOCAL} SELECT {_SUMMARY_COLS} FROM le WHERE to_char(le.local_ts, 'MM-DD') = $2 "
-        "ORDER BY le.local_ts DESC LIMIT $3",
+        f"{LOCAL} SELECT {_SUMMARY_COLS} FROM le WHERE to_char(le.local_ts, 'MM-DD') = $3 "
+        "ORDER BY le.local_ts DESC LIMIT $4",
         ctx.timezone,
+        ctx.chat_id,
         month_day,
         inp.limit,
     )
@@ -242,9 +245,10 @@ async def find_similar(ctx: ToolContext, inp: FindSimilarInput) -> dict[str, Any
     model = ctx.embedder.model
     src = await ctx.db.fetchrow(
         "SELECT e.id, e.text, ee.embedding FROM entries e LEFT JOIN entry_embeddings ee "
-        "ON ee.entry_id = e.id AND ee.model = $2 WHERE e.uuid = $1",
+        "ON ee.entry_id = e.id AND ee.model = $2 WHERE e.uuid = $1 AND e.chat_id = $3",
         inp.uuid,
         model,
+        ctx.chat_id,
     )
     if src is None:
         raise ToolError(f"no entry with uuid {inp.uuid!r}", "uuid")
@@ -254,11 +258,12 @@ async def find_similar(ctx: ToolContext, inp: FindSimilarInput) -> dict[str, Any
         if vector is None:
             raise ToolError(f"semantic search is unavailable: {problem}")
     rows = await ctx.db.fetch(
-        f"{LOCAL} SELECT {_SUMMARY_COLS}, 1 - (ee.embedding <=> $5::vector) AS similarity "
-        "FROM le JOIN entry_embeddings ee ON ee.entry_id = le.id AND ee.model = $2 "
-        "AND ee.dims = vector_dims($5::vector) WHERE le.id <> $3 "
-        "ORDER BY ee.embedding <=> $5::vector, le.created_at LIMIT $4",
+        f"{LOCAL} SELECT {_SUMMARY_COLS}, 1 - (ee.embedding <=> $6::vector) AS similarity "
+        "FROM le JOIN entry_embeddings ee ON ee.entry_id = le.id AND ee.model = $3 "
+        "AND ee.dims = vector_dims($6::vector) WHERE le.id <> $4 "
+        "ORDER BY ee.embedding <=> $6::vector, le.created_at LIMIT $5",
         ctx.timezone,
+        ctx.chat_id,
         model,
         src["id"],
         inp.limit,
@@ -284,7 +289,9 @@ class ListTagsInput:
 async def list_tags(ctx: ToolContext, inp: ListTagsInput) -> dict[str, Any]:
     """All journal tags with their entry counts, most used first."""
     rows = await ctx.db.fetch(
-        "SELECT t AS tag, count(*) AS n FROM entries, unnest(tags) t GROUP BY t ORDER BY n DESC, t"
+        "SELECT t AS tag, count(*) AS n FROM entries, unnest(tags) t WHERE chat_id = $1 "
+        "GROUP BY t ORDER BY n DESC, t",
+        ctx.chat_id,
     )
     return {"count": len(rows), "tags": [{"tag": r["tag"], "count": r["n"]} for r in rows]}
 
@@ -300,7 +307,7 @@ async def entry_stats(ctx: ToolContext, inp: EntryStatsInput) -> dict[str, Any]:
     """Journal writing statistics: entry and word totals, entries per weekday and month,
     entries per week, longest and current streak of consecutive days."""
     start, end = date_range(inp.date_from, inp.date_to)
-    sql = Sql(ctx.timezone).filters(start, end)
+    sql = Sql(ctx.timezone, ctx.chat_id).filters(start, end)
     rows = await ctx.db.fetch(
         f"{LOCAL} SELECT le.local_ts::date AS day, count(*) AS n, "
         f"coalesce(sum(le.word_count), 0) AS words FROM le WHERE {sql.where} GROUP BY 1",

@@ -289,8 +289,8 @@ async def usage_summary(
 ) -> UsageSummary:
     """Spend in ``[since, until)`` (optionally of one chat) by purpose, model and day.
 
-    With ``chat_id`` and ``include_shared``, calls that belong to no chat (journal import,
-    background embedding) count too; other chats' calls never do.
+    With ``chat_id`` and ``include_shared``, calls that belong to no chat (background
+    embedding) count too; other chats' calls never do (a journal import is its chat's).
 
     ``since``/``until`` must be timezone-aware; days are calendar days in ``tz`` (an IANA
     name such as ``Europe/Madrid``). Database errors propagate.

@@ -45,7 +45,6 @@ _TEXT_KEYS = ("snippet", "text")
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 
 
-
 @attrs.frozen
 class ToolExchange:
     """One tool call of the turn and its result (a JSON object, or its JSON text)."""
@@ -179,7 +178,8 @@ async def record_tool_loop_links(
     New links get ``source='tool_loop'`` and ``confidence``. An existing link gets
     ``times_linked + 1`` and ``last_linked_at``; a tool-loop link's confidence rises to
     ``confidence`` if it was lower; a compaction link keeps its source and confidence.
-    Patterns of other chats, dead patterns and uuids that are not journal entries are skipped.
+    Patterns of other chats, dead patterns and uuids that are not entries of the chat's own
+    journal are skipped.
     """
     if not pattern_ids or not entry_uuids:
         return 0
@@ -187,7 +187,7 @@ async def record_tool_loop_links(
         "INSERT INTO pattern_entries AS pe (pattern_id, entry_uuid, chat_id, source, confidence,"
         " times_linked, last_linked_at)"
         " SELECT p.id, e.uuid, p.chat_id, $4, $5, 1, $6"
-        " FROM patterns p JOIN entries e ON e.uuid = ANY($3::text[])"
+        " FROM patterns p JOIN entries e ON e.chat_id = p.chat_id AND e.uuid = ANY($3::text[])"
         " WHERE p.id = ANY($2::bigint[]) AND p.chat_id = $1 AND p.status = ANY($7::text[])"
         " ON CONFLICT (pattern_id, entry_uuid) DO UPDATE SET"
         " times_linked = pe.times_linked + 1,"

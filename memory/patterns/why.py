@@ -94,7 +94,7 @@ WHERE pattern_id = $1 AND chat_id = $2 ORDER BY observed_at DESC, id DESC LIMIT 
 """
 _ENTRIES = """
 SELECT pe.entry_uuid, e.created_at, pe.source, pe.times_linked FROM pattern_entries pe
-LEFT JOIN entries e ON e.uuid = pe.entry_uuid
+LEFT JOIN entries e ON e.chat_id = pe.chat_id AND e.uuid = pe.entry_uuid
 WHERE pe.pattern_id = $1 AND pe.chat_id = $2
 ORDER BY pe.last_linked_at DESC, pe.entry_uuid LIMIT $3
 """

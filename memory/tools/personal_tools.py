@@ -78,8 +78,9 @@ class GetUsageInput:
 
 @tool(_TOOLS, "get_usage", GetUsageInput)
 async def get_usage(ctx: ToolContext, inp: GetUsageInput) -> dict[str, Any]:
-    """What the assistant has cost in API fees (USD: this chat's calls plus shared ones such
-    as journal import) by purpose, model and day; by default over the last 30 days."""
+    """What the assistant has cost in API fees (USD: this chat's calls, its journal imports
+    included, plus shared ones such as embedding backfill) by purpose, model and day; by
+    default over the last 30 days."""
     start, end = date_range(inp.date_from, inp.date_to)
     end = end or ctx.today
     start = start or end - timedelta(days=29)

@@ -115,7 +115,9 @@ def _spend(groups: Mapping[str, Spend]) -> dict[str, Any]:
 
 
 #: what ``get_usage`` counts (``memory.llm.usage.usage_summary`` with ``include_shared``)
-USAGE_SCOPE = "this chat, plus calls that belong to no chat (journal import, embedding backfill)"
+USAGE_SCOPE = (
+    "this chat (its journal imports too), plus calls that belong to no chat (embedding backfill)"
+)
 
 
 def usage_report(summary: UsageSummary, date_from: date, date_to: date) -> dict[str, Any]:
