@@ -18,13 +18,14 @@ from __future__ import annotations
 import os
 import re
 import zoneinfo
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
 import attrs
 import platformdirs
 
+from runtime.db_url import database_url, redact_url, url_passwords
 from runtime.errors import SettingsError, settings_error
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -113,13 +114,6 @@ def _timezone(raw: str) -> str:
     return name
 
 
-def _database_url(raw: str) -> str:
-    value = raw.strip()
-    if value and not re.match(r"^postgres(ql)?://", value):
-        raise ValueError("must start with postgresql:// or postgres://")
-    return value
-
-
 _PG_UNITS = {"kB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
 
 
@@ -190,7 +184,9 @@ class Field:
     """One environment variable: its name, default (raw string), parser and meaning.
 
     ``aliases`` are other names accepted for it (used when the variable itself is unset or
-    empty).
+    empty). ``show`` is how ``engram config`` shows a value that is not secret as a whole but
+    holds secrets (DATABASE_URL's password), and ``secrets_in`` gives those secret pieces, for
+    the log scrubber (:meth:`SettingsSection.secrets`).
     """
 
     env: str
@@ -200,6 +196,8 @@ class Field:
     doc: str
     secret: bool = False
     aliases: tuple[str, ...] = ()
+    show: Callable[[Any], str] | None = None
+    secrets_in: Callable[[Any], Iterable[str]] | None = None
 
 
 @attrs.frozen(kw_only=True, slots=False)
@@ -230,14 +228,27 @@ class SettingsSection:
             raise error
 
     def secrets(self) -> list[str]:
-        """Every non-empty secret value, for log scrubbing."""
+        """Every non-empty secret value and secret piece of a value, for log scrubbing."""
         out = []
         for f in type(self).fields:
-            if f.secret:
-                value = getattr(self, f.attr)
-                if value:
-                    out.append(value.reveal())
+            value = getattr(self, f.attr)
+            if f.secret and value:
+                out.append(value.reveal())
+            elif f.secrets_in is not None:
+                out += f.secrets_in(value)
         return out
+
+    def shown(self, f: Field) -> str:
+        """The value of ``f`` as ``engram config`` prints it: secrets as set / not set, a value
+        holding secrets through ``f.show``, chat ids comma-separated."""
+        value = getattr(self, f.attr)
+        if f.secret:
+            return "(set)" if value else "(not set)"
+        if f.show is not None:
+            return f.show(value)
+        if isinstance(value, frozenset):
+            return ",".join(str(v) for v in sorted(value))
+        return str(value)
 
     def replace(self, **changes: Any) -> Self:
         return attrs.evolve(self, **changes)
@@ -248,8 +259,9 @@ class ProcessSettings(SettingsSection):
     """The process: database, data directory, HTTP server, logging, time zone, actor kernel."""
 
     fields: ClassVar[tuple[Field, ...]] = (
-        Field("DATABASE_URL", "database_url", "", _database_url,
-              "PostgreSQL server (with pgvector). Empty: an embedded server in ENGRAM_HOME."),
+        Field("DATABASE_URL", "database_url", "", database_url,
+              "PostgreSQL server (with pgvector). Empty: an embedded server in ENGRAM_HOME.",
+              show=redact_url, secrets_in=url_passwords),
         Field("ENGRAM_HOME", "home", default_home, _path,
               "Data directory (embedded database, state)."),
         Field("EMBEDDED_PG_SHARED_BUFFERS", "embedded_pg_shared_buffers", "1GB", _pg_memory,
@@ -396,8 +408,10 @@ def _load(
         try:
             values[f.attr] = f.parse(raw)
         except ValueError as exc:
-            # never echo a secret's value back
-            problem = "invalid value" if f.secret and f.parse is not secret_token else str(exc)
+            # a secret's parser never quotes the value; should one slip in, it is cut out
+            problem = str(exc)
+            if f.secret and raw.strip():
+                problem = problem.replace(raw.strip(), "***")
             problems.append(SettingsError(f.env, problem))
             values[f.attr] = f.parse(default)
     settings = cls(**values)
