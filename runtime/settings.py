@@ -15,12 +15,14 @@ in a repr, a log line or an error message.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import zoneinfo
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
+from urllib.parse import urlsplit
 
 import attrs
 import platformdirs
@@ -129,11 +131,30 @@ def _pg_memory(raw: str) -> str:
     return f"{m.group(1)}{m.group(2)}"
 
 
+def url_problem(value: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
+    """Why ``value`` is not a URL of ``schemes`` with a host and a valid port (None if it is)."""
+    if re.search(r"\s", value):
+        return "must not contain spaces"
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return "has a bad host or port (the port must be a number from 0 to 65535)"
+    if parts.scheme not in schemes or not parts.hostname:
+        return f"must be an {'/'.join(schemes)}:// URL with a host"
+    return None
+
+
 def http_url(raw: str) -> str:
+    """Empty, or an http(s) URL with a host and a valid port (a trailing / dropped)."""
     value = raw.strip().rstrip("/")
-    if value and not re.match(r"^https?://[^\s/]+", value):
-        raise ValueError(f"must be an http(s) URL, got {value!r}")
+    if value and (problem := url_problem(value)) is not None:
+        raise ValueError(f"{problem}, got {value!r}")
     return value
+
+
+#: Telegram's ids fit in 52 bits (16 digits); negative for groups and channels
+_CHAT_ID_RE = re.compile(r"-?[0-9]{1,16}")
 
 
 def chat_ids(raw: str) -> frozenset[int]:
@@ -142,11 +163,44 @@ def chat_ids(raw: str) -> frozenset[int]:
         part = part.strip()
         if not part:
             continue
-        try:
-            ids.add(int(part))
-        except ValueError:
-            raise ValueError(f"expected comma-separated integer chat ids, got {part!r}") from None
+        if not _CHAT_ID_RE.fullmatch(part):
+            raise ValueError(
+                f"expected comma-separated chat ids (ASCII digits, - for groups), got {part!r}"
+            )
+        ids.add(int(part))
     return frozenset(ids)
+
+
+_HOSTNAME_RE = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
+def host(raw: str) -> str:
+    """An IP address or a host name to bind to."""
+    value = raw.strip()
+    try:
+        ipaddress.ip_address(value.strip("[]"))
+    except ValueError:
+        if len(value) > 253 or not _HOSTNAME_RE.fullmatch(value):
+            raise ValueError(f"must be an IP address or a host name, got {value!r}") from None
+    return value.strip("[]")
+
+
+def visible(what: str) -> Callable[[str], str]:
+    """A parser of one word of printable ASCII (a model name, an API key): no spaces or
+    control characters, which an HTTP header or request body would carry broken."""
+
+    def parse(raw: str) -> str:
+        value = raw.strip()
+        if len(value) > 256 or not re.fullmatch(r"[!-~]*", value):
+            raise ValueError(f"must be {what}: up to 256 printable ASCII characters, no spaces")
+        return value
+
+    return parse
+
+
+def secret_word(raw: str) -> Secret:
+    """An API key: one word of printable ASCII (the error never quotes it)."""
+    return Secret(visible("a key as its provider issued it")(raw))
 
 
 def secret_token(raw: str) -> Secret:
@@ -172,6 +226,19 @@ def optional_unit(raw: str) -> float | None:
 
 def _path(raw: str) -> Path:
     return Path(raw.strip()).expanduser()
+
+
+def _home(raw: str) -> Path:
+    """ENGRAM_HOME: a directory, or a path where one can be made (nothing is created here)."""
+    path = _path(raw)
+    if not str(path):
+        raise ValueError("must not be empty")
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"is not a directory: {str(path)!r}")
+    parent = next((p for p in path.absolute().parents if p.exists()), None)
+    if not path.exists() and parent is not None and not parent.is_dir():
+        raise ValueError(f"cannot be made: {str(parent)!r} is not a directory")
+    return path
 
 
 def default_home() -> str:
@@ -262,11 +329,11 @@ class ProcessSettings(SettingsSection):
         Field("DATABASE_URL", "database_url", "", database_url,
               "PostgreSQL server (with pgvector). Empty: an embedded server in ENGRAM_HOME.",
               show=redact_url, secrets_in=url_passwords),
-        Field("ENGRAM_HOME", "home", default_home, _path,
+        Field("ENGRAM_HOME", "home", default_home, _home,
               "Data directory (embedded database, state)."),
         Field("EMBEDDED_PG_SHARED_BUFFERS", "embedded_pg_shared_buffers", "1GB", _pg_memory,
               "shared_buffers of the embedded server (PostgreSQL's own default is 128MB)."),
-        Field("ENGRAM_HOST", "host", "127.0.0.1", text, "Address the HTTP server binds to."),
+        Field("ENGRAM_HOST", "host", "127.0.0.1", host, "Address the HTTP server binds to."),
         Field("ENGRAM_PORT", "port", "8080", int_range(0, 65535), "Port of the HTTP server."),
         Field("HTTP_MAX_CONNECTIONS", "http_max_connections", "256", int_range(1, 100_000),
               "Open HTTP connections at most (more wait in the listen backlog)."),

@@ -88,13 +88,13 @@ def test_dotenv_is_read_and_environment_wins(tmp_path: Path) -> None:
 
 def test_secrets_never_in_repr() -> None:
     s = load_settings(
-        {"TELEGRAM_BOT_TOKEN": "123456:SECRETSECRET", "TELEGRAM_SECRET_TOKEN": "sk-ant-xyz123"},
+        {"TELEGRAM_BOT_TOKEN": "123456:SECRETSECRET_secretsecret_SECRETSECRET", "TELEGRAM_SECRET_TOKEN": "sk-ant-xyz123"},
         dotenv=None,
     )
     assert "SECRETSECRET" not in repr(s)
     assert "sk-ant-xyz123" not in repr(s)
-    assert s.telegram_bot_token.reveal() == "123456:SECRETSECRET"
-    assert sorted(s.secrets()) == ["123456:SECRETSECRET", "sk-ant-xyz123"]
+    assert s.telegram_bot_token.reveal() == "123456:SECRETSECRET_secretsecret_SECRETSECRET"
+    assert sorted(s.secrets()) == ["123456:SECRETSECRET_secretsecret_SECRETSECRET", "sk-ant-xyz123"]
 
 
 def test_every_field_declared_once() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from typing import ClassVar
-from urllib.parse import urlsplit
 
 import attrs
 
@@ -17,6 +16,7 @@ from runtime.settings import (
     float_range,
     http_url,
     secret_token,
+    url_problem,
 )
 
 #: A bot token as @BotFather issues it: the bot's id, a colon, its secret (35 characters today).
@@ -41,13 +41,9 @@ def webhook_url(raw: str) -> str:
     value = raw.strip()
     if not value:
         return value
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        raise ValueError(f"is not a valid URL: {value!r}") from None
-    if parts.scheme != "https" or not parts.hostname:
-        raise ValueError("must be an https:// URL (Telegram delivers webhooks over HTTPS only)")
+    problem = url_problem(value, ("https",))
+    if problem is not None:
+        raise ValueError(f"{problem} (Telegram delivers webhooks over HTTPS only)")
     return value
 
 
