@@ -100,6 +100,8 @@ def test_config_shows_the_database_url_without_its_password(
     line = next(x for x in result.stdout.splitlines() if x.startswith("DATABASE_URL="))
     assert "***" in line
     assert "allowed chats:" in result.stdout  # the database was reached with that URL
+    # the model in force, not an empty MEMORY_MODEL= (issue 20, deliverable 10)
+    assert "MEMORY_MODEL=claude-haiku-4-5 (default for LLM_PROVIDER=anthropic)" in result.stdout
     assert PW not in result.stdout + result.stderr
 
 

@@ -283,3 +283,22 @@ def test_a_secret_parser_that_quotes_its_value_is_cut_out() -> None:
     with pytest.raises(SettingsError) as info:
         load_section(Leaky, {"LEAKY_KEY": "sk-very-secret"}, dotenv=None)
     assert "sk-very-secret" not in str(info.value) and "***" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "shown"),
+    [
+        ({}, "claude-haiku-4-5 (default for LLM_PROVIDER=anthropic)"),
+        ({"LLM_PROVIDER": "openai", "OPENAI_MODEL": "qwen2.5:7b"},
+         "qwen2.5:7b (OPENAI_MODEL for LLM_PROVIDER=openai)"),
+        ({"MEMORY_MODEL": "claude-opus-4-1"}, "claude-opus-4-1 (setting)"),
+    ],
+)  # fmt: skip
+def test_config_shows_the_memory_model_in_force_with_its_source(
+    env: dict[str, str], shown: str
+) -> None:
+    from actors.cli.config import config_lines
+
+    settings = load_settings(env, dotenv=None)
+    assert f"MEMORY_MODEL={shown}" in config_lines(settings)
+    assert shown.split(" ")[0] == settings.model_for("memory")
