@@ -131,7 +131,7 @@ def _pg_memory(raw: str) -> str:
     return f"{m.group(1)}{m.group(2)}"
 
 
-def url_problem(value: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
+def web_url_problem(value: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
     """Why ``value`` is not a URL of ``schemes`` with a host and a valid port (None if it is)."""
     if re.search(r"\s", value):
         return "must not contain spaces"
@@ -148,8 +148,8 @@ def url_problem(value: str, schemes: tuple[str, ...] = ("http", "https")) -> str
 def http_url(raw: str) -> str:
     """Empty, or an http(s) URL with a host and a valid port (a trailing / dropped)."""
     value = raw.strip().rstrip("/")
-    if value and (problem := url_problem(value)) is not None:
-        raise ValueError(f"{problem}, got {value!r}")
+    if value and (problem := web_url_problem(value)) is not None:
+        raise ValueError(problem)  # not quoted: a URL may carry a password
     return value
 
 
@@ -231,8 +231,6 @@ def _path(raw: str) -> Path:
 def _home(raw: str) -> Path:
     """ENGRAM_HOME: a directory, or a path where one can be made (nothing is created here)."""
     path = _path(raw)
-    if not str(path):
-        raise ValueError("must not be empty")
     if path.exists() and not path.is_dir():
         raise ValueError(f"is not a directory: {str(path)!r}")
     parent = next((p for p in path.absolute().parents if p.exists()), None)

@@ -16,7 +16,7 @@ from runtime.settings import (
     float_range,
     http_url,
     secret_token,
-    url_problem,
+    web_url_problem,
 )
 
 #: A bot token as @BotFather issues it: the bot's id, a colon, its secret (35 characters today).
@@ -41,7 +41,7 @@ def webhook_url(raw: str) -> str:
     value = raw.strip()
     if not value:
         return value
-    problem = url_problem(value, ("https",))
+    problem = web_url_problem(value, ("https",))
     if problem is not None:
         raise ValueError(f"{problem} (Telegram delivers webhooks over HTTPS only)")
     return value
