@@ -78,14 +78,7 @@ async def cmd_migrate(settings: ProcessSettings, args: argparse.Namespace) -> in
 async def cmd_config(settings: ProcessSettings, args: argparse.Namespace) -> int:
     """Print the effective configuration (every section of the loaded settings), secrets masked."""
     for f in type(settings).fields:
-        value = getattr(settings, f.attr)
-        if f.secret:
-            shown = "(set)" if value else "(not set)"
-        elif isinstance(value, frozenset):
-            shown = ",".join(str(v) for v in sorted(value))
-        else:
-            shown = str(value)
-        print(f"{f.env}={shown}")
+        print(f"{f.env}={settings.shown(f)}")
     return 0
 
 

@@ -17,11 +17,9 @@ one-shot query leaves no session state behind, so it goes back without that roun
 from __future__ import annotations
 
 import abc
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, ParamSpec, Protocol, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import trio
@@ -31,6 +29,7 @@ from pgvector.asyncpg import register_vector
 from runtime import errors
 from runtime.db_health import DatabaseHealth
 from runtime.db_pool import ConnectionPool
+from runtime.db_url import redact_url, url_problem
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -51,18 +50,6 @@ PGVECTOR_HELP = (
 def asyncio_loop() -> Any:
     """The asyncio loop context every database user must run under (``async with``)."""
     return trio_asyncio.open_loop()
-
-
-def redact_url(url: str) -> str:
-    """A database URL with any password replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable database url>"
-    if not parts.password:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
 
 
 _SQLSTATE_CLASSES: dict[str, type[errors.DatabaseError]] = {
@@ -292,7 +279,13 @@ async def _connect_tracked(url: str, connect_timeout: float, health: DatabaseHea
 
 
 async def _ensure_pgvector(url: str, connect_timeout: float) -> None:
-    conn = await asyncpg.connect(url)
+    try:
+        conn = await asyncpg.connect(url)
+    except ValueError as exc:  # asyncpg's ClientConfigurationError is one
+        # the driver's own reading of the URL refused it (its text may quote the URL)
+        raise errors.SettingsError(
+            "DATABASE_URL", f"the database driver cannot use it ({type(exc).__name__})"
+        ) from None
     try:
         available = await conn.fetchval(
             "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'"
@@ -335,9 +328,13 @@ async def _connect_with_retry(url: str, connect_timeout: float) -> None:
 async def open_database(
     url: str, *, min_size: int = 1, max_size: int = 10, connect_timeout: float = 10.0
 ) -> AsyncIterator[Database]:
-    """Open a pool to ``url`` (must run under :func:`asyncio_loop`) and close it on exit."""
-    if not re.match(r"^postgres(ql)?://", url):
-        raise errors.DatabaseUnavailable("DATABASE_URL must start with postgresql://")
+    """Open a pool to ``url`` (must run under :func:`asyncio_loop`) and close it on exit.
+
+    A URL the driver could not use is a :class:`~runtime.errors.SettingsError` naming
+    DATABASE_URL; every message shows the URL redacted (:func:`runtime.db_url.redact_url`)."""
+    problem = url_problem(url)
+    if problem is not None:
+        raise errors.SettingsError("DATABASE_URL", problem)
     await _connect_with_retry(url, connect_timeout)
     health = DatabaseHealth()
     pool: ConnectionPool[Any] = ConnectionPool(

@@ -15,16 +15,19 @@ in a repr, a log line or an error message.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import zoneinfo
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
+from urllib.parse import urlsplit
 
 import attrs
 import platformdirs
 
+from runtime.db_url import database_url, redact_url, url_passwords
 from runtime.errors import SettingsError, settings_error
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
@@ -113,13 +116,6 @@ def _timezone(raw: str) -> str:
     return name
 
 
-def _database_url(raw: str) -> str:
-    value = raw.strip()
-    if value and not re.match(r"^postgres(ql)?://", value):
-        raise ValueError("must start with postgresql:// or postgres://")
-    return value
-
-
 _PG_UNITS = {"kB": 1 << 10, "MB": 1 << 20, "GB": 1 << 30, "TB": 1 << 40}
 
 
@@ -135,11 +131,30 @@ def _pg_memory(raw: str) -> str:
     return f"{m.group(1)}{m.group(2)}"
 
 
+def web_url_problem(value: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
+    """Why ``value`` is not a URL of ``schemes`` with a host and a valid port (None if it is)."""
+    if re.search(r"\s", value):
+        return "must not contain spaces"
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return "has a bad host or port (the port must be a number from 0 to 65535)"
+    if parts.scheme not in schemes or not parts.hostname:
+        return f"must be an {'/'.join(schemes)}:// URL with a host"
+    return None
+
+
 def http_url(raw: str) -> str:
+    """Empty, or an http(s) URL with a host and a valid port (a trailing / dropped)."""
     value = raw.strip().rstrip("/")
-    if value and not re.match(r"^https?://[^\s/]+", value):
-        raise ValueError(f"must be an http(s) URL, got {value!r}")
+    if value and (problem := web_url_problem(value)) is not None:
+        raise ValueError(problem)  # not quoted: a URL may carry a password
     return value
+
+
+#: Telegram's ids fit in 52 bits (16 digits); negative for groups and channels
+_CHAT_ID_RE = re.compile(r"-?[0-9]{1,16}")
 
 
 def chat_ids(raw: str) -> frozenset[int]:
@@ -148,11 +163,44 @@ def chat_ids(raw: str) -> frozenset[int]:
         part = part.strip()
         if not part:
             continue
-        try:
-            ids.add(int(part))
-        except ValueError:
-            raise ValueError(f"expected comma-separated integer chat ids, got {part!r}") from None
+        if not _CHAT_ID_RE.fullmatch(part):
+            raise ValueError(
+                f"expected comma-separated chat ids (ASCII digits, - for groups), got {part!r}"
+            )
+        ids.add(int(part))
     return frozenset(ids)
+
+
+_HOSTNAME_RE = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
+def host(raw: str) -> str:
+    """An IP address or a host name to bind to."""
+    value = raw.strip()
+    try:
+        ipaddress.ip_address(value.strip("[]"))
+    except ValueError:
+        if len(value) > 253 or not _HOSTNAME_RE.fullmatch(value):
+            raise ValueError(f"must be an IP address or a host name, got {value!r}") from None
+    return value.strip("[]")
+
+
+def visible(what: str) -> Callable[[str], str]:
+    """A parser of one word of printable ASCII (a model name, an API key): no spaces or
+    control characters, which an HTTP header or request body would carry broken."""
+
+    def parse(raw: str) -> str:
+        value = raw.strip()
+        if len(value) > 256 or not re.fullmatch(r"[!-~]*", value):
+            raise ValueError(f"must be {what}: up to 256 printable ASCII characters, no spaces")
+        return value
+
+    return parse
+
+
+def secret_word(raw: str) -> Secret:
+    """An API key: one word of printable ASCII (the error never quotes it)."""
+    return Secret(visible("a key as its provider issued it")(raw))
 
 
 def secret_token(raw: str) -> Secret:
@@ -180,6 +228,17 @@ def _path(raw: str) -> Path:
     return Path(raw.strip()).expanduser()
 
 
+def _home(raw: str) -> Path:
+    """ENGRAM_HOME: a directory, or a path where one can be made (nothing is created here)."""
+    path = _path(raw)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"is not a directory: {str(path)!r}")
+    parent = next((p for p in path.absolute().parents if p.exists()), None)
+    if not path.exists() and parent is not None and not parent.is_dir():
+        raise ValueError(f"cannot be made: {str(parent)!r} is not a directory")
+    return path
+
+
 def default_home() -> str:
     """The platform's user data directory for engram."""
     return platformdirs.user_data_dir("engram", appauthor=False)
@@ -190,7 +249,9 @@ class Field:
     """One environment variable: its name, default (raw string), parser and meaning.
 
     ``aliases`` are other names accepted for it (used when the variable itself is unset or
-    empty).
+    empty). ``show`` is how ``engram config`` shows a value that is not secret as a whole but
+    holds secrets (DATABASE_URL's password), and ``secrets_in`` gives those secret pieces, for
+    the log scrubber (:meth:`SettingsSection.secrets`).
     """
 
     env: str
@@ -200,6 +261,8 @@ class Field:
     doc: str
     secret: bool = False
     aliases: tuple[str, ...] = ()
+    show: Callable[[Any], str] | None = None
+    secrets_in: Callable[[Any], Iterable[str]] | None = None
 
 
 @attrs.frozen(kw_only=True, slots=False)
@@ -230,14 +293,27 @@ class SettingsSection:
             raise error
 
     def secrets(self) -> list[str]:
-        """Every non-empty secret value, for log scrubbing."""
+        """Every non-empty secret value and secret piece of a value, for log scrubbing."""
         out = []
         for f in type(self).fields:
-            if f.secret:
-                value = getattr(self, f.attr)
-                if value:
-                    out.append(value.reveal())
+            value = getattr(self, f.attr)
+            if f.secret and value:
+                out.append(value.reveal())
+            elif f.secrets_in is not None:
+                out += f.secrets_in(value)
         return out
+
+    def shown(self, f: Field) -> str:
+        """The value of ``f`` as ``engram config`` prints it: secrets as set / not set, a value
+        holding secrets through ``f.show``, chat ids comma-separated."""
+        value = getattr(self, f.attr)
+        if f.secret:
+            return "(set)" if value else "(not set)"
+        if f.show is not None:
+            return f.show(value)
+        if isinstance(value, frozenset):
+            return ",".join(str(v) for v in sorted(value))
+        return str(value)
 
     def replace(self, **changes: Any) -> Self:
         return attrs.evolve(self, **changes)
@@ -248,13 +324,14 @@ class ProcessSettings(SettingsSection):
     """The process: database, data directory, HTTP server, logging, time zone, actor kernel."""
 
     fields: ClassVar[tuple[Field, ...]] = (
-        Field("DATABASE_URL", "database_url", "", _database_url,
-              "PostgreSQL server (with pgvector). Empty: an embedded server in ENGRAM_HOME."),
-        Field("ENGRAM_HOME", "home", default_home, _path,
+        Field("DATABASE_URL", "database_url", "", database_url,
+              "PostgreSQL server (with pgvector). Empty: an embedded server in ENGRAM_HOME.",
+              show=redact_url, secrets_in=url_passwords),
+        Field("ENGRAM_HOME", "home", default_home, _home,
               "Data directory (embedded database, state)."),
         Field("EMBEDDED_PG_SHARED_BUFFERS", "embedded_pg_shared_buffers", "1GB", _pg_memory,
               "shared_buffers of the embedded server (PostgreSQL's own default is 128MB)."),
-        Field("ENGRAM_HOST", "host", "127.0.0.1", text, "Address the HTTP server binds to."),
+        Field("ENGRAM_HOST", "host", "127.0.0.1", host, "Address the HTTP server binds to."),
         Field("ENGRAM_PORT", "port", "8080", int_range(0, 65535), "Port of the HTTP server."),
         Field("HTTP_MAX_CONNECTIONS", "http_max_connections", "256", int_range(1, 100_000),
               "Open HTTP connections at most (more wait in the listen backlog)."),
@@ -396,8 +473,10 @@ def _load(
         try:
             values[f.attr] = f.parse(raw)
         except ValueError as exc:
-            # never echo a secret's value back
-            problem = "invalid value" if f.secret and f.parse is not secret_token else str(exc)
+            # a secret's parser never quotes the value; should one slip in, it is cut out
+            problem = str(exc)
+            if f.secret and raw.strip():
+                problem = problem.replace(raw.strip(), "***")
             problems.append(SettingsError(f.env, problem))
             values[f.attr] = f.parse(default)
     settings = cls(**values)

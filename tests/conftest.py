@@ -114,7 +114,8 @@ def local() -> LocalEmbedder:
 @pytest.fixture
 def restore_logging() -> Iterator[None]:
     """``main`` configures logging for the process (root handlers and level, quiet httpx,
-    structlog's output stream): put everything back for the tests that follow."""
+    structlog's output stream, the capture of warnings): put everything back for the tests
+    that follow."""
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     named = {n: logging.getLogger(n).level for n in ("httpx", "httpcore", "hpack")}
@@ -127,3 +128,4 @@ def restore_logging() -> Iterator[None]:
         for name, lvl in named.items():
             logging.getLogger(name).setLevel(lvl)
         structlog.configure(**config)
+        logging.captureWarnings(False)  # else a later captureWarnings(True) does nothing

@@ -527,3 +527,88 @@ async def test_db_bot_state_offsets_roundtrip(db: dbmod.Database) -> None:
     await store.save(12)
     assert await store.load() == 12
     assert await BotStateOffsets(db, key="other").load() is None
+
+
+@attrs.define
+class InstantEmptyTelegram:
+    """A Bot API server that answers every getUpdates at once with nothing (it does not hold
+    long polls)."""
+
+    calls: list[float] = attrs.Factory(list)
+
+    async def get_updates(
+        self,
+        offset: int | None,
+        timeout: int,  # noqa: ASYNC109
+        allowed_updates: Sequence[str],
+        limit: int,
+    ) -> PollBatch:
+        self.calls.append(trio.current_time())
+        # a poller that spins never lets the MockClock move: fail rather than hang
+        assert len(self.calls) < 1000, "the poller spins against an instant empty answer"
+        await trio.lowlevel.checkpoint()
+        return parse_batch([])
+
+
+async def test_a_server_answering_at_once_with_nothing_is_polled_once_a_second(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server, inbox, offsets, stop = (
+        InstantEmptyTelegram(),
+        MemoryInbox(),
+        MemoryOffsets(),
+        trio.Event(),
+    )
+    poller = Poller(
+        None,
+        server,
+        allowed_chat_ids=frozenset({CHAT}),
+        dedupe=DedupeCache(),
+        notify=lambda row_id, upd: None,
+        stop=stop,
+        offsets=offsets,
+        ingest_one=inbox,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(poller.run)
+        await trio.sleep(10.5)
+        stop.set()
+    gaps = [b - a for a, b in itertools.pairwise(server.calls)]
+    assert len(server.calls) == 11  # at 0, 1, ... 10 s: not thousands
+    assert all(gap == 1.0 for gap in gaps), gaps
+
+
+async def test_a_stop_during_the_floor_ends_the_poller_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    server, stop = InstantEmptyTelegram(), trio.Event()
+    poller = Poller(
+        None,
+        server,
+        allowed_chat_ids=frozenset({CHAT}),
+        dedupe=DedupeCache(),
+        notify=lambda row_id, upd: None,
+        stop=stop,
+        offsets=MemoryOffsets(),
+        ingest_one=MemoryInbox(),
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(poller.run)
+        await trio.sleep(0.25)
+        stop.set()
+        stopped_at = trio.current_time()
+    assert trio.current_time() == stopped_at
+    assert len(server.calls) == 1
+
+
+async def test_a_poll_that_brings_updates_is_followed_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    r = rig(poll_timeout=5)
+    r.telegram.push(update(1))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(r.poller.run)
+        await wait_for(lambda: len(r.telegram.calls) >= 2)
+        r.stop.set()
+    first, second = r.telegram.calls[:2]
+    assert second.time == first.time  # a batch came: no floor before the next poll

@@ -99,7 +99,7 @@ def _env(**extra: str) -> dict[str, str]:
         if not k.startswith(("ENGRAM_", "TELEGRAM_", "DATABASE_URL"))
     }
     env["LOG_FORMAT"] = "json"
-    env["TELEGRAM_BOT_TOKEN"] = "123456:TESTTOKENtesttoken"
+    env["TELEGRAM_BOT_TOKEN"] = "123456:TESTTOKENtesttoken_TESTTOKENtesttoken"
     env["TELEGRAM_SECRET_TOKEN"] = "webhook-secret"
     env["TELEGRAM_API_BASE_URL"] = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
     env["ANTHROPIC_API_KEY"] = "sk-ant-test-key-not-real"

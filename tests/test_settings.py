@@ -49,7 +49,6 @@ def test_defaults() -> None:
         ("DATABASE_URL", "mysql://x"),
         ("TELEGRAM_ALLOWED_CHAT_IDS", "12,abc"),
         ("TELEGRAM_SECRET_TOKEN", "has spaces!"),
-
         ("SHUTDOWN_DEADLINE", "-1"),
     ],
 )
@@ -88,13 +87,16 @@ def test_dotenv_is_read_and_environment_wins(tmp_path: Path) -> None:
 
 def test_secrets_never_in_repr() -> None:
     s = load_settings(
-        {"TELEGRAM_BOT_TOKEN": "123456:SECRETSECRET", "TELEGRAM_SECRET_TOKEN": "sk-ant-xyz123"},
+        {
+            "TELEGRAM_BOT_TOKEN": "123456:SECRETSECRET_secretsecret_SECRETSECRET",
+            "TELEGRAM_SECRET_TOKEN": "sk-ant-xyz123",
+        },
         dotenv=None,
     )
     assert "SECRETSECRET" not in repr(s)
     assert "sk-ant-xyz123" not in repr(s)
-    assert s.telegram_bot_token.reveal() == "123456:SECRETSECRET"
-    assert sorted(s.secrets()) == ["123456:SECRETSECRET", "sk-ant-xyz123"]
+    assert s.telegram_bot_token.reveal() == "123456:SECRETSECRET_secretsecret_SECRETSECRET"
+    assert sorted(s.secrets()) == ["123456:SECRETSECRET_secretsecret_SECRETSECRET", "sk-ant-xyz123"]
 
 
 def test_every_field_declared_once() -> None:
@@ -116,7 +118,7 @@ def test_sections_share_no_variable_and_settings_is_all_of_them() -> None:
     assert [pair for pair in declared if envs.count(pair[0]) > 1] == []
     attrs_by_section = [{a.name for a in attrs.fields(section)} for section in SECTIONS]
     for i, mine in enumerate(attrs_by_section):
-        for theirs in attrs_by_section[i + 1:]:
+        for theirs in attrs_by_section[i + 1 :]:
             assert mine.isdisjoint(theirs)
     assert Settings.fields == tuple(f for section in SECTIONS for f in section.fields)
     assert all(issubclass(Settings, section) for section in SECTIONS)
@@ -152,7 +154,11 @@ def test_bad_setting_stops_cli_with_one_line_and_exit_2(tmp_path: Path) -> None:
     env["ENGRAM_PORT"] = "not-a-port"
     proc = subprocess.run(
         [sys.executable, "-m", "actors.cli", "migrate"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
@@ -204,3 +210,95 @@ def test_cli_prints_every_problem_one_line_each(tmp_path: Path) -> None:
         "engram: configuration error: DB_POOL_MAX: must be between 1 and 200, got 0",
     ]
     assert proc.stdout == ""
+
+
+# --- every value is checked when the settings load (before anything is created) ----------------
+
+GOOD_TOKEN = "123456789:AAHfakeTokenForTests_abcdefghijk-XYZ0"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "words"),
+    [
+        ("TELEGRAM_BOT_TOKEN", "123456:ABC...", "README's placeholder"),
+        ("TELEGRAM_BOT_TOKEN", "123456:ABCdefGHIjklMNOpqrSTUvwx", "35 or more"),
+        ("TELEGRAM_BOT_TOKEN", "AAHfakeTokenForTests_abcdefghijk-XYZ0", "digits, a colon"),
+        ("TELEGRAM_BOT_TOKEN", GOOD_TOKEN + " ", None),  # surrounding spaces are trimmed
+        ("ENGRAM_HOST", "not a host", "IP address or a host name"),
+        ("ENGRAM_HOST", "-bad-.example", "IP address or a host name"),
+        ("TELEGRAM_API_BASE_URL", "http://127.0.0.1:notaport", "bad host or port"),
+        ("TELEGRAM_API_BASE_URL", "ftp://example.org", "http/https://"),
+        ("ANTHROPIC_BASE_URL", "http://", "with a host"),
+        ("TELEGRAM_WEBHOOK_URL", "https://bot.example.org:99999/api", "bad host or port"),
+        ("TELEGRAM_ALLOWED_CHAT_IDS", "12,٣", "ASCII digits"),
+        ("TELEGRAM_ALLOWED_CHAT_IDS", "12,99999999999999999999", "ASCII digits"),
+        ("ANTHROPIC_API_KEY", "sk-ant key with spaces", "printable ASCII"),
+        ("OPENAI_API_KEY", "sk-\u200bzero-width", "printable ASCII"),
+        ("ANTHROPIC_MODEL", "claude sonnet", "a model name"),
+        ("MEMORY_MODEL", "haiku\n", None),  # trimmed: fine
+        ("MODEL_RATES", "my-model=cheap", "my-model"),
+        ("DATABASE_URL", "postgresql://u:pw@localhost:notaport/db", "port must be a number"),
+    ],
+)
+def test_every_kind_of_value_is_checked_at_load(name: str, value: str, words: str | None) -> None:
+    if words is None:
+        load_settings({name: value}, dotenv=None)
+        return
+    with pytest.raises(SettingsError) as info:
+        load_settings({name: value}, dotenv=None)
+    assert info.value.name == name
+    assert words in info.value.problem
+    secret = next(f.secret for f in Settings.fields if f.env == name)
+    if secret:  # never quoted back
+        assert value.strip() not in str(info.value)
+        assert value.split(":")[-1] not in str(info.value)
+
+
+def test_engram_home_must_be_a_directory_or_makeable(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for home in (afile, afile / "below"):
+        with pytest.raises(SettingsError) as info:
+            load_settings({"ENGRAM_HOME": str(home)}, dotenv=None)
+        assert info.value.name == "ENGRAM_HOME"
+    ok = load_settings({"ENGRAM_HOME": str(tmp_path / "new" / "home")}, dotenv=None)
+    assert ok.home == tmp_path / "new" / "home"
+    assert not (tmp_path / "new").exists()  # checking creates nothing
+
+
+def test_a_secret_parser_that_quotes_its_value_is_cut_out() -> None:
+    from runtime.settings import Field, Secret, SettingsSection
+    from runtime.settings import load_settings as load_section
+
+    def leaky(raw: str) -> Secret:
+        if raw.strip():
+            raise ValueError(f"bad key {raw.strip()!r}")
+        return Secret("")
+
+    @attrs.frozen(kw_only=True, slots=False)
+    class Leaky(SettingsSection):
+        fields = (Field("LEAKY_KEY", "key", "", leaky, "a key", secret=True),)
+        key: Secret
+
+    with pytest.raises(SettingsError) as info:
+        load_section(Leaky, {"LEAKY_KEY": "sk-very-secret"}, dotenv=None)
+    assert "sk-very-secret" not in str(info.value) and "***" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "shown"),
+    [
+        ({}, "claude-haiku-4-5 (default for LLM_PROVIDER=anthropic)"),
+        ({"LLM_PROVIDER": "openai", "OPENAI_MODEL": "qwen2.5:7b"},
+         "qwen2.5:7b (OPENAI_MODEL for LLM_PROVIDER=openai)"),
+        ({"MEMORY_MODEL": "claude-opus-4-1"}, "claude-opus-4-1 (setting)"),
+    ],
+)  # fmt: skip
+def test_config_shows_the_memory_model_in_force_with_its_source(
+    env: dict[str, str], shown: str
+) -> None:
+    from actors.cli.config import config_lines
+
+    settings = load_settings(env, dotenv=None)
+    assert f"MEMORY_MODEL={shown}" in config_lines(settings)
+    assert shown.split(" ")[0] == settings.model_for("memory")

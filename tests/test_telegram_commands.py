@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import trio
-from fakes.bot_api import DEFAULT_TOKEN, FakeBotApi, run_fake_bot_api
+from fakes.bot_api import DEFAULT_TOKEN, Failure, FakeBotApi, run_fake_bot_api
 
 from actors.cli.telegram import generate_secret_token, register, valid_secret_token
 from actors.settings import Settings, load_settings
@@ -201,6 +201,30 @@ async def test_info_on_a_server_without_get_webhook_info_says_so(
     out = capsys.readouterr().out
     assert "@engram_test_bot" in out
     assert "webhook:          unknown (getWebhookInfo: this Bot API server does not support" in out
+
+
+async def test_info_prints_what_it_read_when_get_webhook_info_fails(
+    fake: FakeBotApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake.fail_next("getWebhookInfo", Failure.server_error(500))
+    assert await run(settings_for(fake, tmp_path), "info") == 0
+    out = capsys.readouterr().out
+    assert "bot:              @engram_test_bot" in out
+    assert "webhook:          unknown (" in out and "500" in out
+    assert "commands (menu):" in out and "unknown" not in out.split("commands (menu):")[1]
+    assert_no_token(out)
+
+
+async def test_info_fails_only_when_nothing_could_be_read(
+    fake: FakeBotApi, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for method in ("getMe", "getWebhookInfo", "getMyCommands"):
+        fake.fail_next(method, Failure.server_error(502, "Bad Gateway"))
+    assert await run(settings_for(fake, tmp_path), "info") == 1
+    captured = capsys.readouterr()
+    assert captured.out.count("unknown (") == 3
+    assert "nothing could be read" in captured.err
+    assert_no_token(captured.out + captured.err)
 
 
 @pytest.mark.parametrize("argv", [["info"], ["delete-webhook"], ["set-webhook", "--url", URL]])

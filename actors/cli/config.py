@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from actors.settings import Settings
+    from runtime.settings import Field
 
 THRESHOLDS = {
     "PATTERN_MIN_SIMILARITY": "min_similarity",
@@ -22,28 +23,30 @@ THRESHOLDS = {
 }
 
 
-def shown(settings: Settings, env: str, attr: str, secret: bool) -> str:
-    """One variable's value as ``engram config`` prints it (thresholds with their source)."""
+def shown(settings: Settings, field: Field) -> str:
+    """One variable's value as ``engram config`` prints it: the thresholds and MEMORY_MODEL as
+    in force, with their source; DATABASE_URL redacted; secrets as set / not set."""
     from memory.embeddings.providers import embedding_model
     from memory.embeddings.thresholds import default_thresholds
 
-    value = getattr(settings, attr)
-    if secret:
-        return "(set)" if value else "(not set)"
+    env, value = field.env, getattr(settings, field.attr)
     if env in THRESHOLDS:
         if value is not None:
             return f"{value:g} (setting)"
         model = embedding_model(settings.embedding_provider, settings.openai_api_key.reveal())
         default = getattr(default_thresholds(model), THRESHOLDS[env])
         return f"{default:g} (default for {model})"
-    if isinstance(value, frozenset):
-        return ",".join(str(v) for v in sorted(value))
-    return str(value)
+    if env == "MEMORY_MODEL":
+        if value:
+            return f"{value} (setting)"
+        source = "OPENAI_MODEL" if settings.llm_provider == "openai" else "default"
+        return f"{settings.model_for('memory')} ({source} for LLM_PROVIDER={settings.llm_provider})"
+    return settings.shown(field)
 
 
 def config_lines(settings: Settings) -> list[str]:
     """``NAME=value`` for every variable, in the configuration table's order."""
-    return [f"{f.env}={shown(settings, f.env, f.attr, f.secret)}" for f in type(settings).fields]
+    return [f"{f.env}={shown(settings, f)}" for f in type(settings).fields]
 
 
 async def stored_lines(settings: Settings) -> list[str]:

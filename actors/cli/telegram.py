@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import re
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runtime.cli import fail
 from runtime.errors import SettingsError
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from actors.telegram.keyboards import BotCommand
     from actors.telegram.types import BotUser, WebhookInfo
 
+T = TypeVar("T")
 SECRET_TOKEN_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
 WEBHOOK_PATH = "/api/telegram"
 
@@ -134,13 +135,16 @@ async def cmd_delete_webhook(settings: Settings, args: argparse.Namespace) -> in
     return 0
 
 
-def format_info(me: BotUser, hook: WebhookInfo | str, timezone: str = "UTC") -> list[str]:
-    """Readable lines for ``engram telegram info`` (no secrets in either object); ``hook`` is
-    the reason when the webhook state could not be read. Dates in ``timezone``."""
+def format_info(me: BotUser | str, hook: WebhookInfo | str, timezone: str = "UTC") -> list[str]:
+    """Readable lines for ``engram telegram info`` (no secrets in either object); ``me`` or
+    ``hook`` is the reason when it could not be read. Dates in ``timezone``."""
     from runtime.clock import timestamp_text
 
-    name = f"@{me.username}" if me.username else "(no username)"
-    lines = [f"bot:              {name} ({me.first_name}, id {me.id})"]
+    if isinstance(me, str):
+        lines = [f"bot:              unknown ({me})"]
+    else:
+        name = f"@{me.username}" if me.username else "(no username)"
+        lines = [f"bot:              {name} ({me.first_name}, id {me.id})"]
     if isinstance(hook, str):
         return [*lines, f"webhook:          unknown ({hook})"]
     lines += [
@@ -174,25 +178,31 @@ def format_menu(commands: Sequence[BotCommand] | str) -> list[str]:
     ]
 
 
-async def cmd_info(settings: Settings, args: argparse.Namespace) -> int:
-    """getMe + getWebhookInfo + getMyCommands, printed readably (a server without
-    getWebhookInfo or getMyCommands says so)."""
-    from actors.telegram.errors import TelegramError, UnsupportedMethod
+async def _read(call: Callable[[], Awaitable[T]]) -> T | str:
+    """``await call()``, or why it failed (a TelegramError's text); a rejected token is not a
+    failure of one method: it propagates (``open_bot`` makes it a configuration error)."""
+    from actors.telegram.errors import TelegramError, Unauthorized
 
+    try:
+        return await call()
+    except Unauthorized:
+        raise
+    except TelegramError as exc:
+        return str(exc)
+
+
+async def cmd_info(settings: Settings, args: argparse.Namespace) -> int:
+    """getMe + getWebhookInfo + getMyCommands, printed readably. Each is read on its own: one
+    that fails (a server without the method, an error, a timeout) is shown as ``unknown (why)``
+    beside what the others gave, and the command fails (exit 1) only when none could be read."""
     async with open_bot(settings) as bot:
-        me = await bot.get_me()
-        hook: WebhookInfo | str
-        try:
-            hook = await bot.get_webhook_info()
-        except UnsupportedMethod as exc:
-            hook = str(exc)
-        menu: Sequence[BotCommand] | str
-        try:
-            menu = await bot.get_my_commands()
-        except TelegramError as exc:
-            menu = str(exc)
+        me = await _read(bot.get_me)
+        hook = await _read(bot.get_webhook_info)
+        menu = await _read(bot.get_my_commands)
     for line in [*format_info(me, hook, settings.timezone), *format_menu(menu)]:
         print(line)
+    if all(isinstance(part, str) for part in (me, hook, menu)):
+        return fail("telegram info: nothing could be read from the Bot API server", 1)
     return 0
 
 

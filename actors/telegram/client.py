@@ -33,6 +33,7 @@ from actors.telegram.keyboards import (
     commands_json,
     parse_bot_commands,
 )
+from actors.telegram.settings import BOT_TOKEN_RE
 from actors.telegram.types import (
     BotUser,
     FileInfo,
@@ -47,7 +48,6 @@ from actors.telegram.types import (
 from runtime.concurrency import AsyncClosing
 
 DEFAULT_BASE_URL = "https://api.telegram.org"
-_TOKEN_RE = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{1,200}")
 _FILE_PATH_RE = re.compile(r"[A-Za-z0-9_.\-/]{1,512}")
 REDACTED = "<redacted>"
 #: How Bot API servers and emulators say they lack a method (Telegram itself: 404 "Not Found").
@@ -130,7 +130,7 @@ class BotApiClient(AsyncClosing):
         connect_timeout: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        if not _TOKEN_RE.fullmatch(token):
+        if not BOT_TOKEN_RE.fullmatch(token):
             raise ValueError("bot token has an invalid format (expected <digits>:<secret>)")
         self._token = token
         self._secret = token.split(":", 1)[1]

@@ -11,7 +11,9 @@ Failures: 409 (a webhook is set, or another poller runs) ends the poller with
 :class:`~runtime.errors.DatabaseError` while storing keeps the offset, backs off and polls the
 same offset again, so Telegram re-delivers the batch (what was already stored is a duplicate
 then). Malformed updates, and payloads the inbox cannot store, are logged
-and skipped: their ids still advance the offset, since they can never become valid.
+and skipped: their ids still advance the offset, since they can never become valid. A poll that
+brings nothing back sooner than :data:`EMPTY_POLL_FLOOR` is followed by a wait up to it, so a
+server that does not hold long polls costs a poll a second, not a spinning core.
 
 Shutdown: when ``stop`` is set, a long poll in flight is abandoned (nothing of it was
 confirmed), a batch in hand is finished, and one last ``getUpdates(offset=next, timeout=0)``
@@ -61,6 +63,9 @@ BATCH_LIMIT = 100
 BACKOFF_BASE = 1.0
 BACKOFF_CAP = 30.0
 FINAL_CALL_TIMEOUT = 10.0
+#: Least time between the starts of two polls when the first brought nothing: a server that
+#: answers a long poll at once (a misbehaving local Bot API server) must not make it spin.
+EMPTY_POLL_FLOOR = 1.0
 
 # --- seams -------------------------------------------------------------------------------------
 
@@ -188,6 +193,7 @@ class Poller:
         allowed_updates: Sequence[str] = ALLOWED_UPDATES,
         backoff_base: float = BACKOFF_BASE,
         backoff_cap: float = BACKOFF_CAP,
+        empty_poll_floor: float = EMPTY_POLL_FLOOR,
     ) -> None:
         if db is None and (offsets is None or ingest_one is None):
             raise ValueError("Poller needs a database unless offsets and ingest_one are given")
@@ -206,6 +212,7 @@ class Poller:
         self._allowed_updates = tuple(allowed_updates)
         self._backoff_base = backoff_base
         self._backoff_cap = backoff_cap
+        self._empty_poll_floor = empty_poll_floor
         #: the next offset to ask for: everything below it is in the inbox
         self.offset: int | None = None
         #: the offset of the last answered getUpdates: Telegram forgot everything below it
@@ -231,6 +238,7 @@ class Poller:
         api_failures = 0
         db_failures = 0
         while not self._stop.is_set():
+            started = trio.current_time()
             try:
                 batch = await self._until_stop(self._poll)
             except Conflict as exc:
@@ -271,6 +279,9 @@ class Poller:
                 await self._sleep(delay)
                 continue
             db_failures = 0
+            wait = started + self._empty_poll_floor - trio.current_time()
+            if batch.next_offset is None and wait > 0:  # nothing came, at once: the floor
+                await self._sleep(wait)
         await self._confirm()
         log.info("poller.stopped", offset=self.offset)
 

@@ -3,8 +3,8 @@ and how long replies wait out failures."""
 
 from __future__ import annotations
 
+import re
 from typing import ClassVar
-from urllib.parse import urlsplit
 
 import attrs
 
@@ -15,9 +15,25 @@ from runtime.settings import (
     chat_ids,
     float_range,
     http_url,
-    secret,
     secret_token,
+    web_url_problem,
 )
+
+#: A bot token as @BotFather issues it: the bot's id, a colon, its secret (35 characters today).
+BOT_TOKEN_RE = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{35,200}")
+BOT_TOKEN_FORM = (
+    "must be the token @BotFather gave you: digits, a colon, then 35 or more of A-Z a-z 0-9 _ -"
+)
+
+
+def bot_token(raw: str) -> Secret:
+    """Empty (``serve`` then asks for it), or a token of @BotFather's form; the error never
+    quotes the value."""
+    value = raw.strip()
+    if value and not BOT_TOKEN_RE.fullmatch(value):
+        hint = " (that is the README's placeholder)" if value.endswith("...") else ""
+        raise ValueError(BOT_TOKEN_FORM + hint)
+    return Secret(value)
 
 
 def webhook_url(raw: str) -> str:
@@ -25,13 +41,9 @@ def webhook_url(raw: str) -> str:
     value = raw.strip()
     if not value:
         return value
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError on a bad port
-    except ValueError:
-        raise ValueError(f"is not a valid URL: {value!r}") from None
-    if parts.scheme != "https" or not parts.hostname:
-        raise ValueError("must be an https:// URL (Telegram delivers webhooks over HTTPS only)")
+    problem = web_url_problem(value, ("https",))
+    if problem is not None:
+        raise ValueError(f"{problem} (Telegram delivers webhooks over HTTPS only)")
     return value
 
 
@@ -40,7 +52,7 @@ class TelegramSettings(SettingsSection):
     """How the bot reaches Telegram, whom it talks to, and how long replies wait out outages."""
 
     fields: ClassVar[tuple[Field, ...]] = (
-        Field("TELEGRAM_BOT_TOKEN", "telegram_bot_token", "", secret,
+        Field("TELEGRAM_BOT_TOKEN", "telegram_bot_token", "", bot_token,
               "Bot token from BotFather (required by serve).", secret=True),
         Field("TELEGRAM_SECRET_TOKEN", "telegram_secret_token", "", secret_token,
               "Webhook secret header value (required in webhook mode).", secret=True),
