@@ -17,11 +17,17 @@ there; it loads the open rows it has not taken yet (by id) and, for each:
 A turn runs the :class:`~actors.agent.turn.TurnHandler` with ``typing`` shown, then commits in one
 transaction: the reply's ``persist`` hook, the outbox row, and the inbox rows marked done.
 
-A crash is charged to no one (see :mod:`actors.queues.inbox`): an exception while rows are in
-hand (other than the database being unreachable or busy) is charged to those rows as a failed
-attempt, then the actor crashes and is restarted; a row with ``max_attempts`` failures, or in
-its turn at ``max_crashes`` process crashes, is skipped and the person told (``GAVE_UP``), so a
-poison update can neither crash-loop nor hold up the chat's later messages.
+Nothing a chat sends stops the actor (see :mod:`actors.queues.inbox`): an exception while rows
+are in hand (a command, a button tap, a turn; other than the database being unreachable or busy)
+is charged to those rows as a failed attempt, and the actor starts over from the inbox (as a
+restart would, without being one) after ``failure_retry_base`` seconds, doubling up to
+``failure_retry_cap``, the chat's later rows waiting behind; a row with ``max_attempts``
+failures, or in its turn at ``max_crashes`` process crashes, is skipped and the person told
+(``GAVE_UP``, one short line): a poison update is quarantined, it can neither loop, nor hold up
+the chat's later messages, nor reach the registry's restart budget (whose escalation ends the
+process). A statement timeout or a serialization failure is nobody's fault: the rows are handed
+back uncharged and retried the same way. Only the database being unreachable leaves the actor
+(restarted uncharged; ``DB_OUTAGE_LIMIT`` decides for the process).
 
 A model outage is waited out: a turn raising :class:`~actors.errors.ModelUnavailable` (the
 model still down after the turn's own retries) hands its rows back uncharged, tells the person
@@ -67,6 +73,9 @@ log = get_logger(__name__)
 
 #: the database's troubles, not the rows': never charged to them (a constraint violation is)
 NOT_THE_ROWS = (DatabaseUnavailable, DatabaseOutage, QueryCanceled, SerializationFailure)
+#: of those, the ones that leave the actor (the registry restarts it uncharged; the process
+#: gives up past DB_OUTAGE_LIMIT): the others are retried by the actor itself
+OUTAGE = (DatabaseUnavailable, DatabaseOutage)
 
 SORRY = "Sorry, something went wrong on my side. Please try again in a moment."
 GAVE_UP = "Sorry, I could not process one of your messages, so I skipped it."
@@ -106,6 +115,9 @@ class ChatDeps:
     model_retry_cap: float = 300.0
     #: a row waiting for the model is answered MODEL_GAVE_UP once this old (SEND_DEADLINE)
     model_deadline: float = 86_400.0
+    #: waits before the chat's rows are taken again after one failed (seconds; doubling)
+    failure_retry_base: float = 0.5
+    failure_retry_cap: float = 30.0
     wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     #: the chat commands (``engram serve``: with the memory commands)
     commands: CommandTable = attrs.field(factory=command_table)
@@ -126,6 +138,7 @@ class ChatActor:
     received: dict[int, datetime] = attrs.field(factory=dict)  # inbox id -> received_at
     retry_at: float | None = None  # the model is down: when to retry the chat's oldest row
     model_failures: int = 0  # postponements in a row (the retry backoff's exponent)
+    failures: int = 0  # failures since a row was last answered (the retry's exponent)
 
     # --- registry hooks ------------------------------------------------------------------------
 
@@ -154,19 +167,43 @@ class ChatActor:
 
     async def _charging(self, work: Callable[[], Awaitable[None]]) -> None:
         """Run ``work``; an exception is charged to the rows in hand as a failed attempt (their
-        own failure), then re-raised: the actor restarts. Not the database being unreachable,
-        busy or slow (``NOT_THE_ROWS``): the rows stay open, uncharged."""
+        own failure) and the chat's rows are taken again later (:meth:`_start_over`), never
+        re-raised. Not the database being busy or slow (``NOT_THE_ROWS``): the rows are handed
+        back uncharged; unreachable (``OUTAGE``): re-raised, the actor restarts."""
         try:
             await work()
         except ModelUnavailable:
             return  # postponed (see _postpone): not the rows' failure
-        except NOT_THE_ROWS:
+        except OUTAGE:
             raise
         except Exception as exc:
-            if self.in_hand:
-                log.error("chat.rows_failed", inbox_ids=list(self.in_hand), exc_info=exc)
-                await self.deps.store.mark_failed(self.in_hand, f"{type(exc).__name__}: {exc}")
-            raise
+            ids, store = list(self.in_hand), self.deps.store
+            if isinstance(exc, NOT_THE_ROWS):
+                log.warning("chat.rows_delayed", inbox_ids=ids, error=type(exc).__name__)
+                await store.release(ids, f"{type(exc).__name__}: {exc}")
+            elif ids:
+                log.error("chat.rows_failed", inbox_ids=ids, exc_info=exc)
+                await store.mark_failed(ids, f"{type(exc).__name__}: {exc}")
+            else:
+                log.error("chat.failed", exc_info=exc)
+            self._start_over()
+        else:
+            self.failures = 0
+
+    def _start_over(self) -> None:
+        """Forget what is in memory (it is all in the inbox) and take the chat's open rows
+        again after the failure backoff, as a restarted actor would."""
+        deps = self.deps
+        delay = backoff_delay(self.failures, base=deps.failure_retry_base,
+                              cap=deps.failure_retry_cap)  # fmt: skip
+        self.failures += 1
+        self.retry_at = trio.current_time() + delay
+        self._forget()
+
+    def _forget(self) -> None:
+        self.state, self.cursor, self.in_hand = fragments.Reassembler(), 0, ()
+        self.sources.clear()
+        self.received.clear()
 
     async def _take_new(self) -> None:
         rows, claimed = await self.deps.store.take_open(
@@ -315,7 +352,7 @@ class ChatActor:
             except ModelUnavailable as exc:
                 outage = exc
             except DatabaseError:
-                raise  # the actor restarts; the rows stay open and are retried
+                raise  # the rows' failure or the database's (see _charging), not a SORRY
             except Exception as exc:
                 log.error("chat.turn_failed", inbox_ids=list(turn.inbox_ids), exc_info=exc)
                 reply = TurnReply(SORRY)
@@ -358,9 +395,7 @@ class ChatActor:
                               draw=random.random())  # fmt: skip
         self.model_failures += 1
         self.retry_at = trio.current_time() + delay
-        self.state, self.cursor, self.in_hand = fragments.Reassembler(), 0, ()
-        self.sources.clear()
-        self.received.clear()
+        self._forget()
         log.warning("chat.model_unavailable", inbox_ids=list(ids), cause=cause,
                     retry_in=round(delay, 3), told=notice is not None)  # fmt: skip
         return True
@@ -371,6 +406,7 @@ class ChatActor:
         """Commit the reply and finish the rows (see :class:`ChatStore`); then notify."""
         self.in_hand = tuple(inbox_ids)
         claimed = await self.deps.store.commit(self.chat_id, reply, inbox_ids, skipped)
+        self.failures = 0  # rows answered: the next failure is a new row's
         for row_id in inbox_ids:
             self.received.pop(row_id, None)
         self.deps.outbox_ready(self.chat_id, claimed)
