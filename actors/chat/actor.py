@@ -48,7 +48,7 @@ import attrs
 import trio
 
 from actors.agent.turn import TurnHandler, TurnInput, TurnReply
-from actors.chat import fragments
+from actors.chat import fragments, limits
 from actors.chat.callbacks import Callbacks
 from actors.chat.command_base import CommandTable
 from actors.chat.commands import command_table
@@ -123,6 +123,13 @@ class ChatDeps:
     commands: CommandTable = attrs.field(factory=command_table)
     #: inline buttons' handlers (None: taps are skipped)
     callbacks: Callbacks | None = None
+    #: model turns a chat may start per minute (CHAT_TURNS_PER_MINUTE; 0: no limit)
+    turns_per_minute: int = 0
+    #: CHAT_DAILY_COST_USD (None: no limit) and what a chat's model calls cost today
+    daily_cost_usd: float | None = None
+    spent_today: Callable[[int, datetime], Awaitable[float]] | None = None
+    #: when the next day starts (the daily limit renews), from the wall clock's ``now``
+    next_day: Callable[[datetime], datetime] | None = None
 
 
 @attrs.define
@@ -139,6 +146,12 @@ class ChatActor:
     retry_at: float | None = None  # the model is down: when to retry the chat's oldest row
     model_failures: int = 0  # postponements in a row (the retry backoff's exponent)
     failures: int = 0  # failures since a row was last answered (the retry's exponent)
+    ready: list[fragments.Flushed] = attrs.field(factory=list)  # taken, for the next turn
+    held: list[fragments.Flushed] = attrs.field(factory=list)  # waiting for a per-chat limit
+    held_until: float | None = None  # when the limit lets the held messages' turn start
+    told_limit: bool = False  # the person was told the chat is at its limit (once)
+    turn_starts: list[float] = attrs.field(factory=list)  # recent turns (the rate limit)
+    turns_run: int = 0
 
     # --- registry hooks ------------------------------------------------------------------------
 
@@ -148,12 +161,16 @@ class ChatActor:
             await self._charging(self._take_new)
 
     def deadline(self) -> float | None:
-        due = fragments.deadline(self.state)
-        if self.retry_at is not None:
-            due = self.retry_at if due is None else min(due, self.retry_at)
-        return due
+        dues = [fragments.deadline(self.state), self.retry_at, self.held_until]
+        return min((d for d in dues if d is not None), default=None)
 
     async def on_deadline(self) -> None:
+        if self.held_until is not None and self.retry_at is None:
+            if trio.current_time() < self.held_until:
+                return  # closing early: the held rows wait in the inbox for the next start
+            held, self.held, self.held_until = self.held, [], None
+            await self._charging(lambda: self._reclaim_and_run(held))
+            return
         if self.retry_at is not None:
             if trio.current_time() < self.retry_at:
                 return  # the mailbox closes early: the rows wait in the inbox for the next start
@@ -202,6 +219,7 @@ class ChatActor:
 
     def _forget(self) -> None:
         self.state, self.cursor, self.in_hand = fragments.Reassembler(), 0, ()
+        self.ready, self.held, self.held_until = [], [], None
         self.sources.clear()
         self.received.clear()
 
@@ -209,11 +227,23 @@ class ChatActor:
         rows, claimed = await self.deps.store.take_open(
             self.chat_id, self.cursor, self.deps.max_attempts, self.deps.max_crashes
         )
+        fresh = self.cursor == 0  # a (re)start: the oldest row first, alone (see below)
         for row in rows:
             if row.id <= self.cursor:
                 continue
             self.cursor = row.id
+            # alone, claimed only when its turn comes: a row that may be what killed the
+            # process or failed (in hand at a crash, charged an attempt), and the oldest after
+            # a start (it may kill it); every other text waits for the turn of the burst
+            alone = fresh or row.crashes > 0 or row.attempts > 0
+            if alone:
+                await self._run_flushed(())
+            turns = self.turns_run
             await self._take(row, claimed=row.id == claimed)
+            if alone:
+                await self._run_flushed(())
+            fresh = fresh and self.turns_run == turns  # until the first turn has run
+        await self._run_flushed(())  # the texts taken, together (a burst: one turn)
 
     # --- per row -------------------------------------------------------------------------------
 
@@ -276,7 +306,7 @@ class ChatActor:
             update_ids=(inbox_id,),
             media_group_id=msg.media_group_id,
         )
-        await self._run_flushed(fragments.offer(self.state, item, trio.current_time()))
+        self.ready += fragments.offer(self.state, item, trio.current_time())
 
     async def _command(self, inbox_id: int, ext: str, text: str, msg: Message) -> None:
         """A ``/command``: answered from the table, in the chat's order, without the model."""
@@ -324,10 +354,16 @@ class ChatActor:
     # --- turns ---------------------------------------------------------------------------------
 
     async def _run_flushed(self, flushed: Sequence[fragments.Flushed]) -> None:
-        for item in flushed:
+        """Turns for the texts taken so far and ``flushed``: consecutive ones together
+        (:func:`actors.chat.limits.coalesce`), unless the chat is at a limit (then they wait)."""
+        batch = limits.coalesce([*self.ready, *flushed])
+        self.ready = []
+        for n, item in enumerate(batch):
             if not item.text.strip():
                 await self._commit(TurnReply(UNSUPPORTED), item.update_ids, skipped="no text")
                 continue
+            if await self._held(batch[n:]):
+                return
             kinds = {self.sources.get(i, ("", "text"))[1] for i in item.update_ids}
             turn = TurnInput(
                 chat_id=self.chat_id,
@@ -340,8 +376,47 @@ class ChatActor:
             )
             await self._run_turn(turn)
 
+    async def _reclaim_and_run(self, held: Sequence[fragments.Flushed]) -> None:
+        """The held messages' turn, now that the limit allows it (claimed again first)."""
+        ids = [i for item in held for i in item.update_ids]
+        self.in_hand = tuple(ids)
+        await self.deps.store.mark_processing(ids)
+        await self._run_flushed(held)
+
+    async def _held(self, items: Sequence[fragments.Flushed]) -> bool:
+        """True when the chat is at a per-chat limit (:mod:`actors.chat.limits`): ``items``
+        then wait, handed back to the inbox uncharged, for :attr:`held_until`; the person is
+        told once."""
+        deps, now = self.deps, trio.current_time()
+        until, why = self.held_until, ""
+        if until is None:
+            until, why = limits.next_turn_at(self.turn_starts, now, deps.turns_per_minute), "rate"
+        if until is None and deps.daily_cost_usd is not None and deps.spent_today is not None:
+            wall = deps.wall_clock()
+            if await deps.spent_today(self.chat_id, wall) >= deps.daily_cost_usd:
+                renew = deps.next_day(wall) if deps.next_day is not None else wall
+                until, why = now + max(1.0, (renew - wall).total_seconds()), "cost"
+        if until is None:
+            return False
+        ids = [i for item in items for i in item.update_ids]
+        self.held += items
+        self.held_until = until
+        await deps.store.release(ids, "waiting: per-chat limit")
+        if not self.told_limit and why:
+            self.told_limit = True
+            text = limits.RATE_LIMITED if why == "rate" else limits.COST_LIMITED
+            notice = await deps.store.notify(self.chat_id, text)
+            if notice is not None:
+                deps.outbox_ready(self.chat_id, notice if notice.status == "sending" else None)
+            log.info("chat.limited", limit=why, inbox_ids=ids, wait=round(until - now, 1))
+        return True
+
     async def _run_turn(self, turn: TurnInput) -> None:
         self.in_hand = turn.inbox_ids
+        self.told_limit = False
+        self.turns_run += 1
+        self.turn_starts = [*self.turn_starts[-max(1, self.deps.turns_per_minute) :],
+                            trio.current_time()]  # fmt: skip
         reply: TurnReply | None = None
         outage: ModelUnavailable | None = None
         with trio.CancelScope() as scope:
