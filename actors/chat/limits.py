@@ -18,7 +18,6 @@ Commands and buttons are not turns: they are answered at once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-import attrs
 
 from actors.chat import fragments
 
