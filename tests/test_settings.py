@@ -11,6 +11,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from actors.chat.settings import ChatSettings
 from actors.settings import Settings, load_settings
 from actors.telegram.settings import TelegramSettings
 from memory.llm.settings import LLMSettings
@@ -23,6 +24,7 @@ SECTIONS: tuple[type[SettingsSection], ...] = (
     TelegramSettings,
     LLMSettings,
     MemorySettings,
+    ChatSettings,
 )
 
 
@@ -49,7 +51,6 @@ def test_defaults() -> None:
         ("DATABASE_URL", "mysql://x"),
         ("TELEGRAM_ALLOWED_CHAT_IDS", "12,abc"),
         ("TELEGRAM_SECRET_TOKEN", "has spaces!"),
-
         ("SHUTDOWN_DEADLINE", "-1"),
     ],
 )
@@ -116,7 +117,7 @@ def test_sections_share_no_variable_and_settings_is_all_of_them() -> None:
     assert [pair for pair in declared if envs.count(pair[0]) > 1] == []
     attrs_by_section = [{a.name for a in attrs.fields(section)} for section in SECTIONS]
     for i, mine in enumerate(attrs_by_section):
-        for theirs in attrs_by_section[i + 1:]:
+        for theirs in attrs_by_section[i + 1 :]:
             assert mine.isdisjoint(theirs)
     assert Settings.fields == tuple(f for section in SECTIONS for f in section.fields)
     assert all(issubclass(Settings, section) for section in SECTIONS)
@@ -152,7 +153,11 @@ def test_bad_setting_stops_cli_with_one_line_and_exit_2(tmp_path: Path) -> None:
     env["ENGRAM_PORT"] = "not-a-port"
     proc = subprocess.run(
         [sys.executable, "-m", "actors.cli", "migrate"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
