@@ -106,7 +106,8 @@ async def test_a_burst_to_one_chat_is_answered_in_a_few_model_calls(
     async with run_fake_bot_api() as bot_api, run_echo_anthropic() as model:
         model.delay = 0.5  # a model call takes a while: the burst queues behind it
         env = serve_env(tmp_path, bot_api=bot_api.base_url, model=model.base_url,
-                        port=free_port(), chats=[CHAT], DATABASE_URL=database_url)  # fmt: skip
+                        port=free_port(), chats=[CHAT], DATABASE_URL=database_url,
+                        CHAT_TURNS_PER_MINUTE="6")  # the default  # fmt: skip
         engram = Engram(env, tmp_path / "engram.log")
         await engram.start()
         try:

@@ -151,3 +151,19 @@ async def test_the_daily_cost_limit_holds_turns_until_the_next_day(
     await trio.sleep(3600)
     assert setup.store.outbox == ["re 0", limits.COST_LIMITED, "re 1 2 3 4 5"]
     assert {setup.store.rows[i].status for i in [first, *later]} == {"done"}
+
+
+async def test_a_long_paste_while_held_waits_with_the_rest(
+    autojump_clock: trio.testing.MockClock, setup: Setup
+) -> None:
+    setup.deps.turns_per_minute = 1
+    await setup.deliver("m0", 1)
+    await trio.sleep(2)
+    await setup.deliver("m1", 2)  # held: one turn a minute
+    await trio.sleep(2)
+    paste = await setup.deliver("m2 " + "x" * 4000, 3)  # a fragment's timer while held
+    with trio.fail_after(120):
+        await trio.sleep(90)
+    assert setup.store.outbox == ["re 0", limits.RATE_LIMITED, "re 1 2"]
+    assert setup.store.rows[paste].status == "done"
+    assert [at for _, at in setup.agent.turns] == pytest.approx([0, 60])

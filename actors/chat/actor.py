@@ -165,12 +165,13 @@ class ChatActor:
         return min((d for d in dues if d is not None), default=None)
 
     async def on_deadline(self) -> None:
-        if self.held_until is not None and self.retry_at is None:
-            if trio.current_time() < self.held_until:
-                return  # closing early: the held rows wait in the inbox for the next start
-            held, self.held, self.held_until = self.held, [], None
+        held_until, now = self.held_until, trio.current_time()
+        if held_until is not None and self.retry_at is None and now >= held_until:
+            held, self.held, self.held_until = self.held, [], None  # the limit lets them pass
             await self._charging(lambda: self._reclaim_and_run(held))
             return
+        # still held: a fragment's timer, or closing; what it flushes joins the held (their
+        # rows wait in the inbox for the next start)
         if self.retry_at is not None:
             if trio.current_time() < self.retry_at:
                 return  # the mailbox closes early: the rows wait in the inbox for the next start
