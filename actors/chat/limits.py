@@ -1,4 +1,5 @@
-"""Per-chat limits on model turns (issue 20 item 8): the pure rules and the settings.
+"""Per-chat limits on model turns (issue 20 item 8): the pure rules (the settings:
+:mod:`actors.chat.settings`).
 
 * **Bursts are answered together.** Messages that arrive while a chat's turn is queued or
   running are answered in its next turn, all at once: :func:`coalesce` joins consecutive
