@@ -1,9 +1,10 @@
 """The one ``Settings`` of the bot: every package's section combined.
 
 :class:`~runtime.settings.ProcessSettings` (database, HTTP server, logging, actor kernel),
-:class:`~actors.telegram.settings.TelegramSettings`, :class:`~memory.llm.settings.LLMSettings`
-and :class:`~memory.settings.MemorySettings`, in the README configuration table's order. Code
-that needs only one section takes that section's type; a ``Settings`` is all of them.
+:class:`~actors.telegram.settings.TelegramSettings`, :class:`~memory.llm.settings.LLMSettings`,
+:class:`~memory.settings.MemorySettings` and :class:`~actors.chat.settings.ChatSettings`, in the
+README configuration table's order. Code that needs only one section takes that section's
+type; a ``Settings`` is all of them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import ClassVar
 
 import attrs
 
+from actors.chat.settings import ChatSettings
 from actors.telegram.settings import TelegramSettings
 from memory.llm.settings import LLMSettings
 from memory.settings import MemorySettings
@@ -24,7 +26,7 @@ from runtime.settings import load_settings as load_section
 # attrs orders inherited attributes from the last base to the first: the bases are listed in
 # reverse so the repr starts with the process settings, like ``fields``.
 @attrs.frozen(kw_only=True, slots=False)
-class Settings(MemorySettings, LLMSettings, TelegramSettings, ProcessSettings):
+class Settings(ChatSettings, MemorySettings, LLMSettings, TelegramSettings, ProcessSettings):
     """Validated configuration of the whole bot. Build it with :func:`load_settings`."""
 
     fields: ClassVar[tuple[Field, ...]] = (
@@ -32,6 +34,7 @@ class Settings(MemorySettings, LLMSettings, TelegramSettings, ProcessSettings):
         *TelegramSettings.fields,
         *LLMSettings.fields,
         *MemorySettings.fields,
+        *ChatSettings.fields,
     )
 
 

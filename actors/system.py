@@ -22,6 +22,8 @@ The inbox writer has no drain: like the HTTP server it serves until the final ca
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime
+from functools import partial
 from typing import Any
 
 import attrs
@@ -48,6 +50,7 @@ from actors.telegram.errors import BadRequest, TelegramError, TokenRejected, Una
 from actors.telegram.pairing import ChatAccess
 from actors.telegram.types import ALLOWED_UPDATES
 from actors.telegram.webhook import WEBHOOK_PATH, webhook_handler
+from memory.patterns.stats import cost_today, next_day_start
 from runtime.actor import Address
 from runtime.asgi import AsgiApp
 from runtime.db import Database
@@ -102,6 +105,10 @@ class BotSystem:
     #: the allowlist and pairing, once :meth:`run` started them
     chat_access: ChatAccess | None = attrs.field(init=False, default=None)
 
+    async def _spent_today(self, chat_id: int, now: datetime) -> float:
+        """What the chat's model calls cost today (CHAT_DAILY_COST_USD)."""
+        return await cost_today(self.db, chat_id, now=now, timezone=self.settings.timezone)
+
     def _bot(self) -> BotApiClient:
         if self.bot_factory is not None:
             return self.bot_factory()
@@ -155,6 +162,10 @@ class BotSystem:
                 model_deadline=settings.send_deadline,
                 callbacks=Callbacks(self.db, self.callbacks),
                 commands=self.commands,
+                turns_per_minute=settings.chat_turns_per_minute,
+                daily_cost_usd=settings.chat_daily_cost_usd,
+                spent_today=self._spent_today,
+                next_day=partial(next_day_start, timezone=settings.timezone),
             )
             registry: Registry[int, Any] = await nursery.start(
                 Registry(

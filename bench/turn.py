@@ -777,6 +777,9 @@ async def measure(
                     "TELEGRAM_ALLOWED_CHAT_IDS": ",".join(str(c) for c in chats),
                     "TELEGRAM_API_BASE_URL": base_url,
                     "SHUTDOWN_DEADLINE": "10",
+                    # sequential turns rotate over the chats faster than a person writes: the
+                    # per-chat rate limit would hold them (it is not what this bench measures)
+                    "CHAT_TURNS_PER_MINUTE": "0",
                 },
                 dotenv=None,
             )

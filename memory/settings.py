@@ -60,7 +60,11 @@ class MemorySettings(SettingsSection):
         Field("PROFILE_BUDGET_TOKENS", "profile_budget_tokens", "600", int_range(0, 100_000),
               "Estimated tokens of the \"About the person\" profile in every turn (core tenets, "
               "facts, preferences, goals, the next 14 days' events; 0: none)."),
-    )
+        Field("MAX_PATTERNS_PER_CHAT", "max_patterns_per_chat", "20000",
+              int_range(100, 10_000_000),
+              "Most active patterns a chat keeps: past it the maintenance job deprecates the "
+              "weakest (never a pinned one), each audited."),
+    )  # fmt: skip
 
     embedding_provider: str
     context_token_budget: int
@@ -76,6 +80,7 @@ class MemorySettings(SettingsSection):
     pattern_adjudicate_threshold: float | None
     pattern_merge_threshold: float | None
     profile_budget_tokens: int
+    max_patterns_per_chat: int
 
     def check(self) -> list[SettingsError]:
         if self.compaction_keep_recent < self.window_messages - 1:

@@ -15,7 +15,7 @@ import pytest
 from memory.patterns.audit import change_status, history
 from memory.patterns.canonical import canonical_hash
 from memory.patterns.controls import forget_pattern, link_patterns, merge_two, pin_pattern
-from memory.patterns.maintenance import expire_stale_patterns
+from memory.patterns.maintenance import PatternTtlJob, cap_patterns, expire_stale_patterns
 from memory.patterns.merge import merge_pair
 from memory.patterns.writes import (
     Evidence,
@@ -176,6 +176,32 @@ async def test_ttl_expiry_deprecates_stale_weak_patterns(db: Database) -> None:
     assert (action, old_status, new, actor) == ("expire", "active", "deprecated", "maintenance")
     assert "90 days" in reason
     assert await expire_stale_patterns(db, NOW) == 0
+
+
+async def test_a_chat_over_its_pattern_cap_loses_its_weakest_audited(db: Database) -> None:
+    strong = [await add(db, f"User fact {n}", confidence=0.9, strength=3.0) for n in range(6)]
+    weak = [await add(db, f"User guess {n}", confidence=0.2 + 0.01 * n, strength=0.1,
+                      last_seen=NOW - timedelta(days=60)) for n in range(3)]  # fmt: skip
+    pinned_weak = await add(db, "User tenet", confidence=0.1, strength=0.0)
+    await pin_pattern(db, CHAT, pinned_weak, True, actor="person")
+    gone = await add(db, "User old", confidence=0.1)
+    await forget_pattern(db, CHAT, gone, reason="test", actor="person")
+    others = [await add(db, f"Other {n}", chat=OTHER, confidence=0.1) for n in range(12)]
+    # CHAT: 10 active (6 strong, 3 weak, 1 pinned), cap 8 -> the 2 weakest unpinned go
+    assert await cap_patterns(db, 8, NOW) == 2 + 4  # and OTHER: 12 -> 8
+    assert [await status(db, p) for p in weak] == ["deprecated", "deprecated", "active"]
+    assert {await status(db, p) for p in [*strong, pinned_weak]} == {"active"}
+    [(action, old_status, new, reason, actor, _)] = await audit_rows(db, weak[0])
+    assert (action, old_status, new, actor) == ("expire", "active", "deprecated", "maintenance")
+    assert "MAX_PATTERNS_PER_CHAT" in reason and "8" in reason
+    assert sum([await status(db, p) == "active" for p in others]) == 8
+    assert await cap_patterns(db, 8, NOW) == 0  # at the cap: nothing more
+    job = PatternTtlJob(db, interval=3600, max_per_chat=7)
+    assert await job.run_once() == 2  # the job caps too: one more in each chat
+    active = await db.fetchval(
+        "SELECT count(*) FROM patterns WHERE chat_id = $1 AND status = 'active'", CHAT
+    )
+    assert active == 7
 
 
 async def test_link_memories_records_a_stated_relation(db: Database) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import attrs
 import pytest
 
+from actors.chat.settings import ChatSettings
 from actors.settings import Settings, load_settings
 from actors.telegram.settings import TelegramSettings
 from memory.llm.settings import LLMSettings
@@ -23,6 +24,7 @@ SECTIONS: tuple[type[SettingsSection], ...] = (
     TelegramSettings,
     LLMSettings,
     MemorySettings,
+    ChatSettings,
 )
 
 

@@ -19,11 +19,17 @@ there; it loads the open rows it has not taken yet (by id) and, for each:
 A turn runs the :class:`~actors.agent.turn.TurnHandler` with ``typing`` shown, then commits in one
 transaction: the reply's ``persist`` hook, the outbox row, and the inbox rows marked done.
 
-A crash is charged to no one (see :mod:`actors.queues.inbox`): an exception while rows are in
-hand (other than the database being unreachable or busy) is charged to those rows as a failed
-attempt, then the actor crashes and is restarted; a row with ``max_attempts`` failures, or in
-its turn at ``max_crashes`` process crashes, is skipped and the person told (``GAVE_UP``), so a
-poison update can neither crash-loop nor hold up the chat's later messages.
+Nothing a chat sends stops the actor (see :mod:`actors.queues.inbox`): an exception while rows
+are in hand (a command, a button tap, a turn; other than the database being unreachable or busy)
+is charged to those rows as a failed attempt, and the actor starts over from the inbox (as a
+restart would, without being one) after ``failure_retry_base`` seconds, doubling up to
+``failure_retry_cap``, the chat's later rows waiting behind; a row with ``max_attempts``
+failures, or in its turn at ``max_crashes`` process crashes, is skipped and the person told
+(``GAVE_UP``, one short line): a poison update is quarantined, it can neither loop, nor hold up
+the chat's later messages, nor reach the registry's restart budget (whose escalation ends the
+process). A statement timeout or a serialization failure is nobody's fault: the rows are handed
+back uncharged and retried the same way. Only the database being unreachable leaves the actor
+(restarted uncharged; ``DB_OUTAGE_LIMIT`` decides for the process).
 
 A model outage is waited out: a turn raising :class:`~actors.errors.ModelUnavailable` (the
 model still down after the turn's own retries) hands its rows back uncharged, tells the person
@@ -44,7 +50,7 @@ import attrs
 import trio
 
 from actors.agent.turn import TurnHandler, TurnInput, TurnReply
-from actors.chat import fragments
+from actors.chat import fragments, limits
 from actors.chat.callbacks import Callbacks
 from actors.chat.command_base import CommandTable
 from actors.chat.commands import command_table
@@ -70,6 +76,9 @@ log = get_logger(__name__)
 
 #: the database's troubles, not the rows': never charged to them (a constraint violation is)
 NOT_THE_ROWS = (DatabaseUnavailable, DatabaseOutage, QueryCanceled, SerializationFailure)
+#: of those, the ones that leave the actor (the registry restarts it uncharged; the process
+#: gives up past DB_OUTAGE_LIMIT): the others are retried by the actor itself
+OUTAGE = (DatabaseUnavailable, DatabaseOutage)
 
 SORRY = "Sorry, something went wrong on my side. Please try again in a moment."
 GAVE_UP = "Sorry, I could not process one of your messages, so I skipped it."
@@ -109,11 +118,21 @@ class ChatDeps:
     model_retry_cap: float = 300.0
     #: a row waiting for the model is answered MODEL_GAVE_UP once this old (SEND_DEADLINE)
     model_deadline: float = 86_400.0
+    #: waits before the chat's rows are taken again after one failed (seconds; doubling)
+    failure_retry_base: float = 0.5
+    failure_retry_cap: float = 30.0
     wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)
     #: the chat commands (``engram serve``: with the memory commands)
     commands: CommandTable = attrs.field(factory=command_table)
     #: inline buttons' handlers (None: taps are skipped)
     callbacks: Callbacks | None = None
+    #: model turns a chat may start per minute (CHAT_TURNS_PER_MINUTE; 0: no limit)
+    turns_per_minute: int = 0
+    #: CHAT_DAILY_COST_USD (None: no limit) and what a chat's model calls cost today
+    daily_cost_usd: float | None = None
+    spent_today: Callable[[int, datetime], Awaitable[float]] | None = None
+    #: when the next day starts (the daily limit renews), from the wall clock's ``now``
+    next_day: Callable[[datetime], datetime] | None = None
 
 
 @attrs.define
@@ -129,6 +148,13 @@ class ChatActor:
     received: dict[int, datetime] = attrs.field(factory=dict)  # inbox id -> received_at
     retry_at: float | None = None  # the model is down: when to retry the chat's oldest row
     model_failures: int = 0  # postponements in a row (the retry backoff's exponent)
+    failures: int = 0  # failures since a row was last answered (the retry's exponent)
+    ready: list[fragments.Flushed] = attrs.field(factory=list)  # taken, for the next turn
+    held: list[fragments.Flushed] = attrs.field(factory=list)  # waiting for a per-chat limit
+    held_until: float | None = None  # when the limit lets the held messages' turn start
+    told_limit: bool = False  # the person was told the chat is at its limit (once)
+    turn_starts: list[float] = attrs.field(factory=list)  # recent turns (the rate limit)
+    turns_run: int = 0
 
     # --- registry hooks ------------------------------------------------------------------------
 
@@ -138,12 +164,17 @@ class ChatActor:
             await self._charging(self._take_new)
 
     def deadline(self) -> float | None:
-        due = fragments.deadline(self.state)
-        if self.retry_at is not None:
-            due = self.retry_at if due is None else min(due, self.retry_at)
-        return due
+        dues = [fragments.deadline(self.state), self.retry_at, self.held_until]
+        return min((d for d in dues if d is not None), default=None)
 
     async def on_deadline(self) -> None:
+        held_until, now = self.held_until, trio.current_time()
+        if held_until is not None and self.retry_at is None and now >= held_until:
+            held, self.held, self.held_until = self.held, [], None  # the limit lets them pass
+            await self._charging(lambda: self._reclaim_and_run(held))
+            return
+        # still held: a fragment's timer, or closing; what it flushes joins the held (their
+        # rows wait in the inbox for the next start)
         if self.retry_at is not None:
             if trio.current_time() < self.retry_at:
                 return  # the mailbox closes early: the rows wait in the inbox for the next start
@@ -157,29 +188,66 @@ class ChatActor:
 
     async def _charging(self, work: Callable[[], Awaitable[None]]) -> None:
         """Run ``work``; an exception is charged to the rows in hand as a failed attempt (their
-        own failure), then re-raised: the actor restarts. Not the database being unreachable,
-        busy or slow (``NOT_THE_ROWS``): the rows stay open, uncharged."""
+        own failure) and the chat's rows are taken again later (:meth:`_start_over`), never
+        re-raised. Not the database being busy or slow (``NOT_THE_ROWS``): the rows are handed
+        back uncharged; unreachable (``OUTAGE``): re-raised, the actor restarts."""
         try:
             await work()
         except ModelUnavailable:
             return  # postponed (see _postpone): not the rows' failure
-        except NOT_THE_ROWS:
+        except OUTAGE:
             raise
         except Exception as exc:
-            if self.in_hand:
-                log.error("chat.rows_failed", inbox_ids=list(self.in_hand), exc_info=exc)
-                await self.deps.store.mark_failed(self.in_hand, f"{type(exc).__name__}: {exc}")
-            raise
+            ids, store = list(self.in_hand), self.deps.store
+            if isinstance(exc, NOT_THE_ROWS):
+                log.warning("chat.rows_delayed", inbox_ids=ids, error=type(exc).__name__)
+                await store.release(ids, f"{type(exc).__name__}: {exc}")
+            elif ids:
+                log.error("chat.rows_failed", inbox_ids=ids, exc_info=exc)
+                await store.mark_failed(ids, f"{type(exc).__name__}: {exc}")
+            else:
+                log.error("chat.failed", exc_info=exc)
+            self._start_over()
+        else:
+            self.failures = 0
+
+    def _start_over(self) -> None:
+        """Forget what is in memory (it is all in the inbox) and take the chat's open rows
+        again after the failure backoff, as a restarted actor would."""
+        deps = self.deps
+        delay = backoff_delay(self.failures, base=deps.failure_retry_base,
+                              cap=deps.failure_retry_cap)  # fmt: skip
+        self.failures += 1
+        self.retry_at = trio.current_time() + delay
+        self._forget()
+
+    def _forget(self) -> None:
+        self.state, self.cursor, self.in_hand = fragments.Reassembler(), 0, ()
+        self.ready, self.held, self.held_until = [], [], None
+        self.sources.clear()
+        self.received.clear()
 
     async def _take_new(self) -> None:
         rows, claimed = await self.deps.store.take_open(
             self.chat_id, self.cursor, self.deps.max_attempts, self.deps.max_crashes
         )
+        fresh = self.cursor == 0  # a (re)start: the oldest row first, alone (see below)
         for row in rows:
             if row.id <= self.cursor:
                 continue
             self.cursor = row.id
+            # alone, claimed only when its turn comes: a row that may be what killed the
+            # process or failed (in hand at a crash, charged an attempt), and the oldest after
+            # a start (it may kill it); every other text waits for the turn of the burst
+            alone = fresh or row.crashes > 0 or row.attempts > 0
+            if alone:
+                await self._run_flushed(())
+            turns = self.turns_run
             await self._take(row, claimed=row.id == claimed)
+            if alone:
+                await self._run_flushed(())
+            fresh = fresh and self.turns_run == turns  # until the first turn has run
+        await self._run_flushed(())  # the texts taken, together (a burst: one turn)
 
     # --- per row -------------------------------------------------------------------------------
 
@@ -245,7 +313,7 @@ class ChatActor:
             update_ids=(inbox_id,),
             media_group_id=msg.media_group_id,
         )
-        await self._run_flushed(fragments.offer(self.state, item, trio.current_time()))
+        self.ready += fragments.offer(self.state, item, trio.current_time())
 
     async def _command(self, inbox_id: int, ext: str, text: str, msg: Message) -> None:
         """A ``/command``: answered from the table, in the chat's order, without the model."""
@@ -295,10 +363,16 @@ class ChatActor:
     # --- turns ---------------------------------------------------------------------------------
 
     async def _run_flushed(self, flushed: Sequence[fragments.Flushed]) -> None:
-        for item in flushed:
+        """Turns for the texts taken so far and ``flushed``: consecutive ones together
+        (:func:`actors.chat.limits.coalesce`), unless the chat is at a limit (then they wait)."""
+        batch = limits.coalesce([*self.ready, *flushed])
+        self.ready = []
+        for n, item in enumerate(batch):
             if not item.text.strip():
                 await self._commit(TurnReply(UNSUPPORTED), item.update_ids, skipped="no text")
                 continue
+            if await self._held(batch[n:]):
+                return
             kinds = {self.sources.get(i, ("", "text"))[1] for i in item.update_ids}
             turn = TurnInput(
                 chat_id=self.chat_id,
@@ -311,8 +385,47 @@ class ChatActor:
             )
             await self._run_turn(turn)
 
+    async def _reclaim_and_run(self, held: Sequence[fragments.Flushed]) -> None:
+        """The held messages' turn, now that the limit allows it (claimed again first)."""
+        ids = [i for item in held for i in item.update_ids]
+        self.in_hand = tuple(ids)
+        await self.deps.store.mark_processing(ids)
+        await self._run_flushed(held)
+
+    async def _held(self, items: Sequence[fragments.Flushed]) -> bool:
+        """True when the chat is at a per-chat limit (:mod:`actors.chat.limits`): ``items``
+        then wait, handed back to the inbox uncharged, for :attr:`held_until`; the person is
+        told once."""
+        deps, now = self.deps, trio.current_time()
+        until, why = self.held_until, ""
+        if until is None:
+            until, why = limits.next_turn_at(self.turn_starts, now, deps.turns_per_minute), "rate"
+        if until is None and deps.daily_cost_usd is not None and deps.spent_today is not None:
+            wall = deps.wall_clock()
+            if await deps.spent_today(self.chat_id, wall) >= deps.daily_cost_usd:
+                renew = deps.next_day(wall) if deps.next_day is not None else wall
+                until, why = now + max(1.0, (renew - wall).total_seconds()), "cost"
+        if until is None:
+            return False
+        ids = [i for item in items for i in item.update_ids]
+        self.held += items
+        self.held_until = until
+        await deps.store.release(ids, "waiting: per-chat limit")
+        if not self.told_limit and why:
+            self.told_limit = True
+            text = limits.RATE_LIMITED if why == "rate" else limits.COST_LIMITED
+            notice = await deps.store.notify(self.chat_id, text)
+            if notice is not None:
+                deps.outbox_ready(self.chat_id, notice if notice.status == "sending" else None)
+            log.info("chat.limited", limit=why, inbox_ids=ids, wait=round(until - now, 1))
+        return True
+
     async def _run_turn(self, turn: TurnInput) -> None:
         self.in_hand = turn.inbox_ids
+        self.told_limit = False
+        self.turns_run += 1
+        self.turn_starts = [*self.turn_starts[-max(1, self.deps.turns_per_minute) :],
+                            trio.current_time()]  # fmt: skip
         reply: TurnReply | None = None
         outage: ModelUnavailable | None = None
         with trio.CancelScope() as scope:
@@ -323,7 +436,7 @@ class ChatActor:
             except ModelUnavailable as exc:
                 outage = exc
             except DatabaseError:
-                raise  # the actor restarts; the rows stay open and are retried
+                raise  # the rows' failure or the database's (see _charging), not a SORRY
             except Exception as exc:
                 log.error("chat.turn_failed", inbox_ids=list(turn.inbox_ids), exc_info=exc)
                 reply = TurnReply(SORRY)
@@ -366,9 +479,7 @@ class ChatActor:
                               draw=random.random())  # fmt: skip
         self.model_failures += 1
         self.retry_at = trio.current_time() + delay
-        self.state, self.cursor, self.in_hand = fragments.Reassembler(), 0, ()
-        self.sources.clear()
-        self.received.clear()
+        self._forget()
         log.warning("chat.model_unavailable", inbox_ids=list(ids), cause=cause,
                     retry_in=round(delay, 3), told=notice is not None)  # fmt: skip
         return True
@@ -379,6 +490,7 @@ class ChatActor:
         """Commit the reply and finish the rows (see :class:`ChatStore`); then notify."""
         self.in_hand = tuple(inbox_ids)
         claimed = await self.deps.store.commit(self.chat_id, reply, inbox_ids, skipped)
+        self.failures = 0  # rows answered: the next failure is a new row's
         for row_id in inbox_ids:
             self.received.pop(row_id, None)
         self.deps.outbox_ready(self.chat_id, claimed)

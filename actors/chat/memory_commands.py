@@ -11,6 +11,7 @@ buttons (:mod:`actors.chat.forget_command`). Dates are shown in ``TIMEZONE``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 
@@ -83,15 +84,22 @@ def usage(sub: str) -> TurnReply:
     return TurnReply(f"Usage: {USAGE[sub]}")
 
 
+#: an id as typed: 1-18 ASCII digits (any 18-digit number fits a BIGINT); ``str.isdigit`` would
+#: accept ``²`` or ``٣``, which ``int()`` then refuses or reads
+MAX_ID_DIGITS = 18
+_ID = re.compile(rf"#?([0-9]{{1,{MAX_ID_DIGITS}}})")
+
+
 def parse_ids(args: str, count: int) -> list[int] | None:
-    """Exactly ``count`` positive ids (``#12`` or ``12``), else None."""
+    """Exactly ``count`` positive ids (``#12`` or ``12``, ASCII digits only), else None."""
     words = args.replace(",", " ").split()
     if len(words) != count:
         return None
-    ids = [w.removeprefix("#") for w in words]
-    if not all(i.isdigit() and 0 < int(i) < 2**63 for i in ids):
+    found = [_ID.fullmatch(w) for w in words]
+    ids = [int(m.group(1)) for m in found if m is not None]
+    if len(ids) != count or not all(ids):
         return None
-    return [int(i) for i in ids]
+    return ids
 
 
 def not_found(pattern_id: int) -> TurnReply:

@@ -206,7 +206,12 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
                         CompactionRule.from_settings(s),
                         interval=s.maintenance_interval,
                     ).run,
-                    PatternTtlJob(db, interval=s.maintenance_interval).run,
+                    PatternTtlJob(
+                        db,
+                        interval=s.maintenance_interval,
+                        max_per_chat=s.max_patterns_per_chat,
+                        timezone=s.timezone,
+                    ).run,
                 ],
                 compactor=compactor,
             )

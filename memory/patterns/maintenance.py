@@ -10,7 +10,10 @@ failing pass is logged and retried at the next one.
 The TTL (seed 000 "Privacy and retention controls"): an active pattern of low confidence
 (< :data:`TTL_MAX_CONFIDENCE`), seen once and not for :data:`TTL_DAYS` days is deprecated by
 :func:`expire_stale_patterns` (never a core tenet), audited as maintenance's ``expire``;
-:class:`PatternTtlJob` runs it every ``interval``.
+:class:`PatternTtlJob` runs it every ``interval``, then :func:`cap_patterns`: a chat with more
+than ``MAX_PATTERNS_PER_CHAT`` active patterns loses the weakest (the typed weight of
+:mod:`memory.patterns.ranking`, lowest first; never a pinned one), each deprecated and audited
+the same way, with :data:`CAP_REASON`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memory.patterns.audit import change_status
+from memory.patterns.ranking import WEIGHT_JOINS, WEIGHT_SQL, weight_parameters
 from memory.patterns.retrieval import ensure_chat_indexes
 from runtime.db import Queries
 from runtime.logs import get_logger
@@ -76,17 +80,62 @@ async def expire_stale_patterns(db: Queries, now: datetime | None = None) -> int
             return total
 
 
+DEFAULT_MAX_PATTERNS = 20_000
+CAP_REASON = "over the chat's limit of {cap} active memories (MAX_PATTERNS_PER_CHAT): the weakest"
+
+_OVER_CAP = """
+SELECT chat_id, count(*) - $1 AS over FROM patterns WHERE status = 'active'
+GROUP BY chat_id HAVING count(*) > $1 ORDER BY chat_id
+"""
+_WEAKEST = f"""
+SELECT p.id FROM patterns p {WEIGHT_JOINS}
+WHERE p.chat_id = $1 AND p.status = 'active' AND NOT p.is_core_tenet
+ORDER BY {WEIGHT_SQL}, p.id LIMIT $10
+"""
+
+
+async def cap_patterns(
+    db: Queries, max_per_chat: int, now: datetime | None = None, timezone: str = "UTC"
+) -> int:
+    """Deprecate the weakest active patterns of every chat over ``max_per_chat`` (module
+    docstring), each with its audit row; how many."""
+    now = now or datetime.now(UTC)
+    params = weight_parameters(now, timezone)
+    reason = CAP_REASON.format(cap=max_per_chat)
+    total = 0
+    for chat in await db.fetch(_OVER_CAP, max_per_chat):
+        chat_id = int(chat["chat_id"])
+        weakest = await db.fetch(_WEAKEST, chat_id, now, *params, int(chat["over"]))
+        for r in weakest:
+            done = await change_status(db, chat_id, int(r["id"]), "deprecated", action="expire",
+                                       actor="maintenance", reason=reason,
+                                       allowed_from=("active",))  # fmt: skip
+            total += done is not None and done.changed
+        log.info("maintenance.patterns_capped", chat_id=chat_id, patterns=len(weakest),
+                 cap=max_per_chat)  # fmt: skip
+    return total
+
+
 class PatternTtlJob(PeriodicJob):
-    """Background job: :func:`expire_stale_patterns` at start, then every ``interval`` s."""
+    """Background job: :func:`expire_stale_patterns` then :func:`cap_patterns` at start, then
+    every ``interval`` s."""
 
     name = "pattern_ttl"
 
-    def __init__(self, db: Queries, *, interval: float) -> None:
+    def __init__(
+        self,
+        db: Queries,
+        *,
+        interval: float,
+        max_per_chat: int = DEFAULT_MAX_PATTERNS,
+        timezone: str = "UTC",
+    ) -> None:
         super().__init__(interval)
-        self.db = db
+        self.db, self.max_per_chat, self.timezone = db, max_per_chat, timezone
 
     async def run_once(self) -> int:
         expired = await expire_stale_patterns(self.db)
         if expired:
             log.info("maintenance.patterns_expired", patterns=expired)
-        return expired
+        capped = await cap_patterns(self.db, self.max_per_chat, timezone=self.timezone)
+        return expired + capped

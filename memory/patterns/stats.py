@@ -102,6 +102,20 @@ def _start_of_day(now: datetime, timezone: str, *, month: bool = False) -> datet
     return day.replace(day=1) if month else day
 
 
+def next_day_start(now: datetime, timezone: str) -> datetime:
+    """The start of the day after ``now``'s, in ``timezone`` (when a daily limit renews)."""
+    today = _start_of_day(now, timezone)
+    return (today + timedelta(days=1, hours=3)).replace(hour=0)  # DST-safe: 21-27 h days
+
+
+async def cost_today(db: Queries, chat_id: int, *, now: datetime, timezone: str) -> float:
+    """What the chat's model calls cost since the start of ``now``'s day in ``timezone``."""
+    since = _start_of_day(now, timezone)
+    usage = await usage_summary(db, since=since, until=now + timedelta(seconds=1),
+                                chat_id=chat_id, tz=timezone)  # fmt: skip
+    return usage.total.cost_usd
+
+
 async def chat_stats(db: Queries, chat_id: int, *, now: datetime, timezone: str) -> ChatStats:
     """The chat's metrics at ``now`` (module docstring)."""
     today, month = _start_of_day(now, timezone), _start_of_day(now, timezone, month=True)
