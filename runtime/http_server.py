@@ -32,6 +32,7 @@ from __future__ import annotations
 import errno
 import resource
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import h11
@@ -46,7 +47,7 @@ from hypercorn.typing import AppWrapper, ConnectionState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
 from runtime.errors import leaf_exceptions
-from runtime.logs import get_logger
+from runtime.logs import get_logger, log_this_one
 
 log = get_logger(__name__)
 
@@ -88,7 +89,7 @@ def describe_failure(group: BaseException) -> list[str]:
 
 
 class _Connection(TCPServer):
-    """hypercorn's ``TCPServer`` (one connection), with three faults fixed and a way out.
+    """hypercorn's ``TCPServer`` (one connection), with four faults fixed and a way out.
 
     - hypercorn half-closes (``send_eof``) without its send lock, and ``send_eof`` checkpoints
       inside the stream's send-conflict detector: an error response written at that moment (a
@@ -99,6 +100,8 @@ class _Connection(TCPServer):
       open for as long as the peer kept trickling a body. Here the close is shielded.
     - a response is written under a shield with no deadline: a peer that pipelines requests and
       never reads the answers held the connection forever. Here ``send_timeout`` bounds it.
+    - once nothing more can be read (the peer closed or reset), the idle timer still held the
+      connection, and its slot, for up to ``keep_alive_timeout``. Here it is stopped.
 
     :meth:`evict` closes the socket from outside; :attr:`peer_owes` and :attr:`waiting_since`
     say whether and since when the connection waits on its peer.
@@ -149,6 +152,12 @@ class _Connection(TCPServer):
             self.waiting_since = self._now()
         await super().protocol_send(event)
 
+    async def _read_data(self) -> None:
+        await super()._read_data()
+        # nothing more can be read (the peer closed, reset, or was evicted): hypercorn's idle
+        # timer, left running, would hold the connection (and its slot) until it fired
+        await self.idle_task.stop()
+
     async def _close(self) -> None:
         with trio.CancelScope(shield=True):
             if self.send_lock.statistics().owner is trio.lowlevel.current_task():
@@ -195,7 +204,7 @@ class _Slots:
             return False
         min(waiting, key=lambda c: c.waiting_since).evict()
         self.evictions += 1
-        if self.evictions & (self.evictions - 1) == 0:  # 1, 2, 4, 8...: a flood is not a log
+        if log_this_one(self.evictions):
             log.warning("http.connections_evicted", total=self.evictions, limit=self.limit)
         return True
 
@@ -247,7 +256,7 @@ async def serve_http(
 
             async def accept_loop(listener: trio.SocketListener) -> None:
                 while True:
-                    await slots.acquire(lambda: trio.lowlevel.wait_readable(listener.socket))
+                    await slots.acquire(partial(trio.lowlevel.wait_readable, listener.socket))
                     try:
                         stream = await listener.accept()
                     except OSError as exc:

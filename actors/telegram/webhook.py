@@ -55,6 +55,7 @@ from runtime.asgi import Receive, Scope, Send, remote_address, send_response
 from runtime.backoff import backoff_delay
 from runtime.db import Queries
 from runtime.errors import DatabaseError
+from runtime.logs import log_this_one
 
 log = structlog.get_logger(__name__)
 
@@ -196,6 +197,7 @@ class TelegramWebhook:
     max_body_bytes: int = MAX_BODY_BYTES
     guard: AuthFailureGuard = attrs.field(factory=AuthFailureGuard)
     strangers: Strangers | None = None
+    _refused: int = attrs.field(default=0, init=False)  # 429s answered, for the log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
@@ -293,13 +295,17 @@ class TelegramWebhook:
         """401, or 429 once the guard counts too many failures: at once either way."""
         now = self.clock()
         retry_after = self.guard.record_failure(remote, now)
-        log.warning(
-            "webhook.unauthorized",
-            remote=remote,
-            header_present=header_present,
-            failures=self.guard.failures(remote, now),
-            retry_after=retry_after,
-        )
+        if retry_after > 0:
+            self._refused += 1
+        if retry_after == 0 or log_this_one(self._refused):  # a flood is not a log flood
+            log.warning(
+                "webhook.unauthorized",
+                remote=remote,
+                header_present=header_present,
+                failures=self.guard.failures(remote, now),
+                retry_after=retry_after,
+                refused=self._refused,
+            )
         if retry_after > 0:
             headers.append((b"retry-after", str(math.ceil(retry_after)).encode("ascii")))
             return 429, TOO_MANY_FAILURES
