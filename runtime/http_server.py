@@ -107,14 +107,11 @@ class _Connection(TCPServer):
     say whether and since when the connection waits on its peer.
     """
 
-    def __init__(
-        self, *args: Any, now: Callable[[], float], send_timeout: float, **kwargs: Any
-    ) -> None:
+    def __init__(self, *args: Any, send_timeout: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._now = now
         self._send_timeout = send_timeout
         self._idle = True
-        self.waiting_since = now()
+        self.waiting_since = trio.current_time()
         self.evicted = False
 
     @property
@@ -138,7 +135,9 @@ class _Connection(TCPServer):
             async with self.send_lock:
                 # shielded as hypercorn does (the app's cancellation must not cut a response in
                 # half) but bounded: a peer that does not read does not keep the connection
-                with trio.CancelScope(shield=True, deadline=self._now() + self._send_timeout):
+                with trio.CancelScope(
+                    shield=True, deadline=trio.current_time() + self._send_timeout
+                ):
                     try:
                         await self.stream.send_all(event.data)
                         return
@@ -149,7 +148,7 @@ class _Connection(TCPServer):
             return
         if isinstance(event, Updated):
             self._idle = event.idle
-            self.waiting_since = self._now()
+            self.waiting_since = trio.current_time()
         await super().protocol_send(event)
 
     async def _read_data(self) -> None:
@@ -159,10 +158,7 @@ class _Connection(TCPServer):
         await self.idle_task.stop()
 
     async def _close(self) -> None:
-        with trio.CancelScope(shield=True):
-            if self.send_lock.statistics().owner is trio.lowlevel.current_task():
-                await super()._close()
-                return
+        with trio.CancelScope(shield=True):  # (no caller holds the send lock: see protocol_send)
             async with self.send_lock:
                 await super()._close()
 
@@ -197,16 +193,14 @@ class _Slots:
     def release(self) -> None:
         self._free.release()
 
-    def evict_one(self) -> bool:
-        """Evict the connection that has waited longest on its peer; False if none does."""
+    def evict_one(self) -> None:
+        """Evict the connection that has waited longest on its peer, if one does."""
         waiting = [c for c in self.connections if not c.evicted and c.peer_owes]
-        if not waiting:
-            return False
-        min(waiting, key=lambda c: c.waiting_since).evict()
-        self.evictions += 1
-        if log_this_one(self.evictions):
-            log.warning("http.connections_evicted", total=self.evictions, limit=self.limit)
-        return True
+        if waiting:
+            min(waiting, key=lambda c: c.waiting_since).evict()
+            self.evictions += 1
+            if log_this_one(self.evictions):
+                log.warning("http.connections_evicted", total=self.evictions, limit=self.limit)
 
 
 async def serve_http(
@@ -241,7 +235,7 @@ async def serve_http(
                 state = ConnectionState(lifespan_state.copy())
                 connection = _Connection(
                     wrapped, config, context, state, stream,  # type: ignore[arg-type]
-                    now=trio.current_time, send_timeout=send_timeout,
+                    send_timeout=send_timeout,
                 )  # fmt: skip
                 slots.connections.add(connection)
                 try:
