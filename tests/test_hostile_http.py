@@ -331,7 +331,7 @@ def fuzz_cases(rng: random.Random, count: int) -> list[tuple[bytes, str]]:
                     f"GET {'/' * 20_000} HTTP/1.1",
                 ]
             )
-            cases.append(((line + "\r\nHost: x\r\n\r\n").encode("utf-8"), "fin"))  # fmt: skip
+            cases.append(((line + "\r\nHost: x\r\n\r\n").encode("utf-8"), "fin"))
         else:  # 100-continue, then nothing
             extra = ("Expect: 100-continue",)
             cases.append((head("POST", path, length=50, secret=secret, extra=extra), "fin"))
@@ -355,9 +355,9 @@ async def test_raw_socket_fuzz_against_every_route_stops_nothing(
                 async with trio.open_nursery() as nursery:
                     for data, end in cases:
                         nursery.start_soon(one, data, end)
+        assert engram.running, engram.tail()
         assert watch.failures == [], watch.failures
         assert watch.probes > 10 and watch.slowest < HEALTH_LIMIT
-        assert engram.running
         await assert_still_answers(engram, bot_api, 1)
     assert answered and 500 not in answered, sorted(set(answered))
     assert_log_clean(engram)
