@@ -21,6 +21,10 @@ from runtime.migrate import migrations_current
 
 ReadinessCheck = Callable[[], Awaitable[tuple[bool, str]]]
 
+#: seconds a handler of the app may wait for a request body (quart's BODY_TIMEOUT: 408 past
+#: it); a handler that never reads the body answers at once and the connection closes
+BODY_TIMEOUT = 10
+
 
 def database_readiness(db: Database, timeout: float = 2.0) -> ReadinessCheck:
     """A readiness check: the database answers within ``timeout`` and migrations are current;
@@ -52,7 +56,7 @@ def create_app(
     """Build the app. ``readiness`` is a list of named checks run by ``/readyz``."""
     app = QuartTrio("engram")
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
-    app.config["BODY_TIMEOUT"] = 30
+    app.config["BODY_TIMEOUT"] = BODY_TIMEOUT
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     checks = list(readiness)
 

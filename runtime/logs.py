@@ -157,3 +157,9 @@ def _isatty(stream: TextIO) -> bool:
 def get_logger(name: str | None = None) -> Any:
     """A structlog logger (bound lazily, so configure_logging may run later)."""
     return structlog.get_logger(name)
+
+
+def log_this_one(count: int) -> bool:
+    """Whether the ``count``-th occurrence (from 1) of a repeated event is logged: 1, 2, 4,
+    8...; a flood of one event (a peer's doing) costs log lines logarithmic in its size."""
+    return count > 0 and count & (count - 1) == 0

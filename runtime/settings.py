@@ -334,7 +334,8 @@ class ProcessSettings(SettingsSection):
         Field("ENGRAM_HOST", "host", "127.0.0.1", host, "Address the HTTP server binds to."),
         Field("ENGRAM_PORT", "port", "8080", int_range(0, 65535), "Port of the HTTP server."),
         Field("HTTP_MAX_CONNECTIONS", "http_max_connections", "256", int_range(1, 100_000),
-              "Open HTTP connections at most (more wait in the listen backlog)."),
+              "Open HTTP connections at most; when all are taken and a client waits, the one "
+              "waiting longest on its client (idle, or a request not fully sent) is closed."),
         Field("HTTP_IDLE_TIMEOUT", "http_idle_timeout", "15", float_range(0.1, 3600),
               "Seconds an HTTP connection may stay idle (no request in progress) before it is "
               "closed."),

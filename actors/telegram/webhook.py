@@ -5,9 +5,11 @@ request and response machinery would cost more CPU than everything below togethe
 
 Order of checks, each before any work the next one needs:
 
-1. secret header, compared in constant time, before the body is touched -> 401. Repeated
-   failures from one remote address are answered ever more slowly (``AuthFailureGuard``);
-   correct requests are never delayed. Methods other than POST -> 405.
+1. secret header, compared in constant time, before the body is touched -> 401 at once.
+   Failures are counted per remote address (``AuthFailureGuard``): past its threshold the
+   answer is 429 with a ``Retry-After`` that grows with the count, still at once (holding the
+   connection would let a flood of wrong secrets fill the server's connection slots and delay
+   Telegram's own posts). Correct requests are never delayed. Methods other than POST -> 405.
 2. ``Content-Length`` above the limit -> 413 without reading the body.
 3. the body, read from ASGI ``receive()`` with our own byte count and deadline: more than the
    limit -> 413 as soon as the excess arrives (chunked bodies too; the rest is never read);
@@ -53,6 +55,7 @@ from runtime.asgi import Receive, Scope, Send, remote_address, send_response
 from runtime.backoff import backoff_delay
 from runtime.db import Queries
 from runtime.errors import DatabaseError
+from runtime.logs import log_this_one
 
 log = structlog.get_logger(__name__)
 
@@ -67,10 +70,11 @@ MAX_CAPTION_UTF16 = 1024
 
 @attrs.define
 class AuthFailureGuard:
-    """Counts failed secret checks per remote address and says how long to stall the 401.
+    """Counts failed secret checks per remote address and says how long the client should wait
+    before trying again (the 429's ``Retry-After``).
 
-    Up to ``threshold`` failures within ``window`` seconds cost nothing; each further one is
-    delayed ``base_delay`` doubling up to ``max_delay``. At most ``max_tracked`` addresses are
+    Up to ``threshold`` failures within ``window`` seconds cost nothing; each further one asks
+    for ``base_delay`` doubling up to ``max_delay``. At most ``max_tracked`` addresses are
     remembered (least recently failing dropped first). A success does not clear the count:
     behind a reverse proxy every client shares one address, and Telegram's own successful
     calls must not reset an attacker's penalty.
@@ -84,7 +88,8 @@ class AuthFailureGuard:
     _failures: OrderedDict[str, deque[float]] = attrs.field(factory=OrderedDict, init=False)
 
     def record_failure(self, remote: str, now: float) -> float:
-        """Note a failure from ``remote`` at ``now``; returns the delay (seconds) to apply."""
+        """Note a failure from ``remote`` at ``now``; returns the wait (seconds) to ask for,
+        0 while under the threshold."""
         times = self._failures.pop(remote, None) or deque(maxlen=self.threshold + 32)
         while times and times[0] <= now - self.window:
             times.popleft()
@@ -160,6 +165,7 @@ def _body(error: str | None) -> bytes:
 
 OK = _body(None)
 UNAUTHORIZED = _body("unauthorized")
+TOO_MANY_FAILURES = _body("too many failed attempts")
 TOO_LARGE = _body("payload too large")
 BODY_TIMEOUT_BODY = _body("request body timeout")
 BAD_JSON = _body("malformed JSON")
@@ -191,21 +197,26 @@ class TelegramWebhook:
     max_body_bytes: int = MAX_BODY_BYTES
     guard: AuthFailureGuard = attrs.field(factory=AuthFailureGuard)
     strangers: Strangers | None = None
+    _refused: int = attrs.field(default=0, init=False)  # 429s answered, for the log
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["method"] != "POST":
             await send_response(send, 405, NOT_ALLOWED, headers=[(b"allow", b"POST")])
             return
+        headers: list[tuple[bytes, bytes]] = []
         try:
-            status, body = await self._handle(scope, receive)
+            status, body = await self._handle(scope, receive, headers)
         except _Disconnected:
             return
         except Exception as exc:  # a bug: answer like a framework would, and say so in the log
             log.error("webhook.internal_error", exc_info=exc)
             status, body = 500, INTERNAL
-        await send_response(send, status, body)
+        await send_response(send, status, body, headers=headers)
 
-    async def _handle(self, scope: Scope, receive: Receive) -> tuple[int, bytes]:
+    async def _handle(
+        self, scope: Scope, receive: Receive, headers: list[tuple[bytes, bytes]]
+    ) -> tuple[int, bytes]:
+        """The status and body to answer with; extra response headers go into ``headers``."""
         given = b""
         has_secret = False
         length: bytes | None = None
@@ -218,7 +229,7 @@ class TelegramWebhook:
             elif name == b"transfer-encoding":
                 chunked = True  # it beats Content-Length (RFC 9112 6.3)
         if not hmac.compare_digest(given, self.secret):
-            return await self._unauthorized(remote_address(scope), has_secret)
+            return self._unauthorized(remote_address(scope), has_secret, headers)
 
         expected = None
         if length is not None and length.isdigit() and not chunked:
@@ -278,18 +289,26 @@ class TelegramWebhook:
         # stored, duplicate, chat not allowed or unknown kind: all acknowledged
         return 200, OK
 
-    async def _unauthorized(self, remote: str, header_present: bool) -> tuple[int, bytes]:
+    def _unauthorized(
+        self, remote: str, header_present: bool, headers: list[tuple[bytes, bytes]]
+    ) -> tuple[int, bytes]:
+        """401, or 429 once the guard counts too many failures: at once either way."""
         now = self.clock()
-        delay = self.guard.record_failure(remote, now)
-        log.warning(
-            "webhook.unauthorized",
-            remote=remote,
-            header_present=header_present,
-            failures=self.guard.failures(remote, now),
-            delay=delay,
-        )
-        if delay > 0:
-            await trio.sleep(delay)
+        retry_after = self.guard.record_failure(remote, now)
+        if retry_after > 0:
+            self._refused += 1
+        if retry_after == 0 or log_this_one(self._refused):  # a flood is not a log flood
+            log.warning(
+                "webhook.unauthorized",
+                remote=remote,
+                header_present=header_present,
+                failures=self.guard.failures(remote, now),
+                retry_after=retry_after,
+                refused=self._refused,
+            )
+        if retry_after > 0:
+            headers.append((b"retry-after", str(math.ceil(retry_after)).encode("ascii")))
+            return 429, TOO_MANY_FAILURES
         return 401, UNAUTHORIZED
 
     async def _read_body(self, receive: Receive, expected: int | None) -> bytes | tuple[int, bytes]:
