@@ -42,8 +42,8 @@ from actors.queues.dedupe import DedupeCache
 from actors.queues.inbox_writer import InboxWriter
 from actors.queues.outbox import OutboxRow
 from actors.router import Router
-from actors.sender import OutboxReady, SenderActor
-from actors.sender_policy import SenderLedger, SenderSettings
+from actors.sender.actor import OutboxReady, SenderActor
+from actors.sender.policy import SenderLedger, SenderSettings
 from actors.settings import Settings
 from actors.telegram.client import BotApiClient
 from actors.telegram.errors import BadRequest, TelegramError, TokenRejected, Unauthorized

@@ -35,7 +35,7 @@ import would; before that migration they stayed and every read checked them.
 Turns are sequential, over ``--chats`` chats in rotation (each seeded with ``--history``
 rows of conversation, with search tool calls and results), at least ``--spacing`` seconds
 apart: the sender paces one message per chat per second and 30 per second overall
-(``actors.sender.SenderSettings``), and this keeps every turn clear of both, so pacing waits
+(``actors.sender.actor.SenderSettings``), and this keeps every turn clear of both, so pacing waits
 are not in the figures. The first ``--warmup`` turns (at least one per chat: the chat actor is
 created on a chat's first update) are not measured.
 
@@ -105,7 +105,7 @@ from _turn_outside import HOST, SECRET, TURN_TIMEOUT, Outside
 
 from actors.agent.handler import sql_agent
 from actors.agent.turn import TurnHandler, TurnInput, TurnReply
-from actors.sender import SenderSettings
+from actors.sender.policy import SenderSettings
 from actors.settings import load_settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
@@ -133,7 +133,7 @@ from memory.llm.protocol import (
 )
 from memory.llm.usage_writer import UsageWriter
 from memory.patterns.canonical import canonical_hash
-from memory.patterns.retrieval import SqlPatternRetriever
+from memory.retrieval.retriever import SqlPatternRetriever
 from memory.tools.memory_tools import memory_tools
 from memory.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
 from runtime import db as dbmod

@@ -34,8 +34,8 @@ from actors.agent.context import (
 from memory.conversation.messages import ChatMessage, ToolCall, render_tool_result, repair_rows
 from memory.llm.anthropic_provider import message_params
 from memory.llm.protocol import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
-from memory.patterns.profile import Profile, ProfileItem
-from memory.patterns.retrieval import RetrievedMemory
+from memory.retrieval.profile import Profile, ProfileItem
+from memory.retrieval.retriever import RetrievedMemory
 
 TZ = "Europe/Madrid"
 NOW = datetime(2026, 2, 19, 11, 33, tzinfo=UTC)  # Thursday 12:33 in Madrid

@@ -23,10 +23,10 @@ from actors.agent.context import (
 )
 from actors.agent.handler import Agent
 from actors.agent.turn import TurnInput
+from memory.conversation.episodes import Episode, SqlEpisodes, episodes_to_load
 from memory.conversation.messages import ChatMessage
 from memory.llm.protocol import Completion, Message, System, TextBlock, ToolSpec, system_text
-from memory.patterns.episodes import Episode, SqlEpisodes, episodes_to_load
-from memory.patterns.retrieval import RetrievedMemory
+from memory.retrieval.retriever import RetrievedMemory
 from memory.tools.registry import ToolRegistry
 from runtime.db import Connection, Database
 

@@ -21,8 +21,8 @@ from actors.chat.wakes import Wake
 from actors.queues import inbox, outbox
 from actors.queues.outbox import OutboxRow
 from actors.router import Router
-from actors.sender import OutboxReady, SenderActor
-from actors.sender_policy import SenderSettings
+from actors.sender.actor import OutboxReady, SenderActor
+from actors.sender.policy import SenderSettings
 from actors.telegram.client import BotApiClient
 from runtime.actor import Address
 from runtime.db import Database

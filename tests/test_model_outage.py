@@ -22,8 +22,8 @@ from actors.errors import ModelUnavailable
 from actors.queues import inbox
 from actors.queues.outbox import OutboxRow
 from actors.router import Router
-from actors.sender import OutboxReady, SenderActor
-from actors.sender_policy import SenderSettings
+from actors.sender.actor import OutboxReady, SenderActor
+from actors.sender.policy import SenderSettings
 from actors.telegram.client import BotApiClient
 from memory.errors import LLMOverloaded
 from runtime.actor import Address

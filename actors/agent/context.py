@@ -10,8 +10,8 @@ changes, and every message stamped with its local time and how long ago it was s
 
 Tool activity is shown as ``called <tool> {...}`` lines and results inside ``<untrusted>``
 tags. Everything here is pure: the caller passes ``now`` and the time zone. The retrieved
-patterns arrive as a :class:`memory.patterns.retrieval.RetrievedMemory`, the episodes as
-:class:`memory.patterns.episodes.Episode` rows (:func:`episodes_section`: newest last, local
+patterns arrive as a :class:`memory.retrieval.retriever.RetrievedMemory`, the episodes as
+:class:`memory.conversation.episodes.Episode` rows (:func:`episodes_section`: newest last, local
 dates, within a token budget).
 
 :func:`context_tokens` estimates the full context (system prompt + patterns + window + tool
@@ -48,6 +48,7 @@ from zoneinfo import ZoneInfo
 
 import attrs
 
+from memory.conversation.episodes import EPISODE_BUDGET_TOKENS, Episode
 from memory.conversation.messages import ChatMessage, render_tool_call, render_tool_result
 from memory.llm.protocol import (
     Block,
@@ -59,9 +60,8 @@ from memory.llm.protocol import (
     ToolUseBlock,
     system_text,
 )
-from memory.patterns.episodes import EPISODE_BUDGET_TOKENS, Episode
-from memory.patterns.profile import Profile
-from memory.patterns.retrieval import DEGRADED_MARK, RetrievedMemory
+from memory.retrieval.profile import Profile
+from memory.retrieval.retriever import DEGRADED_MARK, RetrievedMemory
 from runtime.clock import local_date, local_time
 from runtime.words import count
 
@@ -291,7 +291,7 @@ def episodes_section(episodes: Sequence[Episode], timezone: str, budget_tokens: 
 
 
 def profile_section(profile: Profile) -> str:
-    """The "About the person" part of the system prompt (:mod:`memory.patterns.profile`):
+    """The "About the person" part of the system prompt (:mod:`memory.retrieval.profile`):
     empty when nothing is known yet."""
     body = profile.text
     return f"{PROFILE_HEADER}\n{body}" if body else ""

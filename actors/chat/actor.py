@@ -44,7 +44,7 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Protocol
 
 import attrs
 import trio
@@ -505,4 +505,4 @@ def chat_factory(deps: ChatDeps) -> Callable[[int], ChatActor]:
     return build
 
 
-__all__: Any = ["ChatActor", "ChatDeps", "PendingWakes", "RunningTurns", "Wake", "chat_factory"]
+__all__ = ["ChatActor", "ChatDeps", "chat_factory"]

@@ -6,14 +6,14 @@ every request passes the per-chat pacing (one per ``chat_interval`` s) and the g
 (``global_rate`` per ``global_period``). On start-up, and every ``sweep_interval``, every chat
 with open rows gets a worker, so a lost notification only delays a reply.
 
-Exactly once, or visibly uncertain. Before a chunk (:func:`~actors.sender_store.plan_chunks`)
+Exactly once, or visibly uncertain. Before a chunk (:func:`~actors.sender.store.plan_chunks`)
 is handed to the Bot API its row records, committed, that it is in flight (``mark_in_flight``;
 for a reply claimed by its turn's commit, that commit did it); after Telegram's answer the
 outcome is recorded (``record_chunk_sent``, idempotent, or ``release_in_flight`` when the
 answer proves it was not delivered), retried through database errors with backoff, each
 attempt shielded from cancellation for ``record_timeout``, instead of crashing the sender. A
 starting sender marks ``uncertain`` every open row still in flight — left by an earlier
-process, or by this process's crashed sender (:class:`~actors.sender_policy.SenderLedger`):
+process, or by this process's crashed sender (:class:`~actors.sender.policy.SenderLedger`):
 it was interrupted between request and record, and is never resent.
 
 Per request:
@@ -45,8 +45,8 @@ import structlog
 import trio
 
 from actors.queues.outbox import OutboxRow
-from actors.sender_policy import SenderLedger, SenderSettings, SlidingWindowLimiter
-from actors.sender_store import (
+from actors.sender.policy import SenderLedger, SenderSettings, SlidingWindowLimiter
+from actors.sender.store import (
     DbOutbox,
     MessageClient,
     OutboxStore,
@@ -68,7 +68,7 @@ from runtime.backoff import backoff_delay
 from runtime.db import Queries
 from runtime.errors import DatabaseError
 
-__all__ = ["OutboxReady", "SenderActor", "SenderLedger", "SenderSettings"]
+__all__ = ["OutboxReady", "SenderActor"]
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -110,8 +110,8 @@ def _describe(exc: BaseException) -> str:
 class SenderActor:
     """The outbox sender; ``run`` reports ``Address[OutboxReady]`` once the start-up scan is done.
 
-    ``db`` is a database handle (wrapped in :class:`~actors.sender_store.DbOutbox`) or any
-    :class:`~actors.sender_store.OutboxStore`. ``ledger``: shared by the senders of one process
+    ``db`` is a database handle (wrapped in :class:`~actors.sender.store.DbOutbox`) or any
+    :class:`~actors.sender.store.OutboxStore`. ``ledger``: shared by the senders of one process
     (the supervisor restarts a crashed one). Timing uses only ``trio.sleep``/``current_time``,
     so it runs on a MockClock; ``wall_clock`` only ages rows (their ``created_at``).
     """
@@ -312,7 +312,7 @@ class SenderActor:
         marked: bool,
         last: bool,
     ) -> int | _Final:
-        """Send one chunk (:func:`~actors.sender_store.send_chunk`: the last carries the row's
+        """Send one chunk (:func:`~actors.sender.store.send_chunk`: the last carries the row's
         keyboard; an edit row edits its message), applying the retry policy; the message id, or
         why it was not sent. ``marked``: the chunk is already marked in flight (by the turn's
         commit)."""

@@ -1,4 +1,4 @@
-"""The sender's policy (:mod:`actors.sender`): its settings (per-chat pacing, the global rate,
+"""The sender's policy (:mod:`actors.sender.actor`): its settings (per-chat pacing, the global rate,
 retry backoff and deadline, 429 waits, batching; the backoff itself is
 :func:`runtime.backoff.backoff_delay`), the global sliding-window rate limiter shared by all its
 workers, and the :class:`SenderLedger` that outlives a restarted sender. Timing uses only

@@ -32,7 +32,7 @@ from typing import Any
 
 import attrs
 
-from memory.patterns.ranking import VALIDITY_BY_STATUS
+from memory.retrieval.ranking import VALIDITY_BY_STATUS
 from runtime.db import Queries
 
 TOOL_LOOP_SOURCE = "tool_loop"

@@ -58,7 +58,7 @@ from runtime.logs import get_logger
 log = get_logger(__name__)
 
 EXTRACTOR_VERSION = "v1"
-COMPACTION_LINK_CONFIDENCE = 0.8  # tool-loop links are recorded lower (memory.patterns.retrieval)
+COMPACTION_LINK_CONFIDENCE = 0.8  # tool-loop links are recorded lower (memory.retrieval.retriever)
 VECTOR_TABLES = (("pattern_embeddings", "pattern_id"), ("alias_embeddings", "alias_id"),
                  ("episode_embeddings", "episode_id"))  # fmt: skip
 
