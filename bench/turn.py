@@ -121,7 +121,6 @@ from memory.llm.anthropic_provider import (
 )
 from memory.llm.cost import DEFAULT_RATES
 from memory.llm.protocol import (
-    CallContext,
     Completion,
     Message,
     System,
@@ -129,8 +128,8 @@ from memory.llm.protocol import (
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
-    call_and_record,
 )
+from memory.llm.provider_calls import CallContext, call_and_record
 from memory.llm.usage_writer import UsageWriter
 from memory.patterns.canonical import canonical_hash
 from memory.retrieval.retriever import SqlPatternRetriever
