@@ -32,9 +32,8 @@ from memory.errors import EmbeddingError
 from memory.llm.anthropic_provider import AnthropicLLM
 from memory.patterns.canonical import canonical_hash
 from memory.patterns.dedup import LLMAdjudicator
-from memory.patterns.entry_links import TOOL_LOOP_CONFIDENCE
+from memory.patterns.entry_links import COMPACTION_LINK_CONFIDENCE, TOOL_LOOP_CONFIDENCE
 from memory.patterns.explicit import store_explicit_pattern
-from memory.patterns.writes import COMPACTION_LINK_CONFIDENCE
 from runtime.db import Database
 
 CHAT = 7770001

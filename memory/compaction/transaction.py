@@ -37,6 +37,7 @@ from memory.embeddings.thresholds import Thresholds
 from memory.extraction.claims import ChunkMessage, Extraction, KnownPattern, NewPattern, Supersede
 from memory.extraction.guardrails import evidence_for
 from memory.patterns.dedup import Adjudicator, DedupDecision, find_duplicate
+from memory.patterns.entry_links import link_entries
 from memory.patterns.writes import (
     Evidence,
     Vectors,
@@ -45,7 +46,6 @@ from memory.patterns.writes import (
     contradict_pattern,
     embed_texts,
     insert_pattern,
-    link_entries,
     reinforce_pattern,
     set_core_tenet,
     supersede_pattern,
