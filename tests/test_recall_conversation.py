@@ -17,9 +17,10 @@ import trio
 from fakes.anthropic_api import FakeAnthropic
 from fakes.extraction import ScriptedExtractor, is_extraction
 
-from actors.agent.context import EPISODES_HEADER, HISTORY_HEADER
+from actors.agent.context import EPISODES_HEADER
 from actors.agent.handler import Agent, sql_agent
 from actors.agent.turn import TurnInput
+from actors.agent.window_text import HISTORY_HEADER
 from actors.compactor import CompactorActor, sql_compactor
 from actors.settings import Settings, load_settings
 from memory.compaction.backlog import CompactionSweep, SqlBacklog

@@ -43,15 +43,7 @@ from zoneinfo import ZoneInfo
 import attrs
 import trio
 
-from actors.agent.context import (
-    BLOCK_ROWS,
-    PERSONA,
-    RECENT_ROWS,
-    TurnContext,
-    build_context,
-    context_tokens,
-    format_window,
-)
+from actors.agent.context import PERSONA, TurnContext, build_context, context_tokens
 from actors.agent.tool_loop import (
     Guardrails,
     LoopState,
@@ -63,6 +55,7 @@ from actors.agent.tool_loop import (
 )
 from actors.agent.turn import AskFactory, TurnInput, TurnReply
 from actors.agent.turn_links import link_cited_entries
+from actors.agent.window_text import BLOCK_ROWS, RECENT_ROWS, format_window
 from actors.errors import ModelUnavailable
 from memory.conversation.episodes import (
     EPISODE_BUDGET_TOKENS,

@@ -225,7 +225,7 @@ async def link_turn(
 #: compaction's links; tool-loop links are recorded lower (:data:`TOOL_LOOP_CONFIDENCE`)
 COMPACTION_LINK_CONFIDENCE = 0.8
 
-# --- compaction's links ------------------------------------------------------------------------------
+# --- compaction's links ------------------------------------------------------------------------
 
 _LINK = """
 INSERT INTO pattern_entries (pattern_id, entry_uuid, chat_id, source, confidence, times_linked,
