@@ -38,14 +38,20 @@ import random
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import attrs
 import structlog
 import trio
 
 from actors.queues.outbox import OutboxRow
-from actors.sender.policy import SenderLedger, SenderSettings, SlidingWindowLimiter
+from actors.sender.policy import (
+    SenderLedger,
+    SenderSettings,
+    SlidingWindowLimiter,
+    Undelivered,
+    describe,
+)
 from actors.sender.store import (
     DbOutbox,
     MessageClient,
@@ -87,23 +93,6 @@ class OutboxReady:
 
 def wall_now() -> datetime:
     return datetime.now(UTC)
-
-
-Outcome = Literal["failed", "uncertain", "closed"]
-
-
-@attrs.frozen
-class _Final:
-    """Why a chunk was not delivered: the row ends ``failed``/``uncertain``, or was closed.
-    ``gave_up``: failed because retryable failures lasted past the deadline."""
-
-    outcome: Outcome
-    error: str = ""
-    gave_up: bool = False
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
 
 
 @attrs.define(eq=False)
@@ -257,7 +246,7 @@ class SenderActor:
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id)
         plan = plan_row(row, self.settings.chunk_limit)  # an edit is one request
         if not plan.chunks:
-            await self._finish(row, 0, 0, _Final("failed", "empty reply: nothing to send"))
+            await self._finish(row, 0, 0, Undelivered("failed", "empty reply: nothing to send"))
             return
         if row.chunks_sent:
             rlog.info("sender.resuming", chunks_sent=row.chunks_sent, chunks=len(plan.chunks))
@@ -270,7 +259,7 @@ class SenderActor:
             chunk, last = plan.chunks[index], index == len(plan.chunks) - 1
             result = await self._deliver(row, index, chunk, plan.parse_mode, deadline, marked, last)
             marked = False
-            if isinstance(result, _Final):
+            if isinstance(result, Undelivered):
                 await self._finish(row, index, len(plan.chunks), result)
                 return
             message_ids.append(result)
@@ -285,7 +274,7 @@ class SenderActor:
         age = max(0.0, (self.wall_clock() - row.created_at).total_seconds())
         return trio.current_time() + self.settings.deadline - age
 
-    async def _finish(self, row: OutboxRow, index: int, total: int, result: _Final) -> None:
+    async def _finish(self, row: OutboxRow, index: int, total: int, result: Undelivered) -> None:
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id, chunk=index + 1, chunks=total)
         if result.outcome == "closed":
             rlog.info("sender.row_closed")
@@ -311,7 +300,7 @@ class SenderActor:
         deadline: float,
         marked: bool,
         last: bool,
-    ) -> int | _Final:
+    ) -> int | Undelivered:
         """Send one chunk (:func:`~actors.sender.store.send_chunk`: the last carries the row's
         keyboard; an edit row edits its message), applying the retry policy; the message id, or
         why it was not sent. ``marked``: the chunk is already marked in flight (by the turn's
@@ -324,7 +313,7 @@ class SenderActor:
             if not marked:
                 mark = partial(self.store.mark_in_flight, row.id, index)
                 if await self._db("mark_in_flight", mark) is None:
-                    return _Final("closed")
+                    return Undelivered("closed")
             marked = False
             self.ledger.in_flight.add(row.id)
             attempts += 1
@@ -338,7 +327,7 @@ class SenderActor:
                 event = "sender.rate_limited"
             except BadRequest as exc:
                 if not (exc.is_parse_error and mode is not None):
-                    return _Final("failed", _describe(exc))
+                    return Undelivered("failed", describe(exc))
                 rlog.warning("sender.parse_fallback", parse_mode=mode, error=str(exc))
                 text, mode = plain_fallback(chunk, mode, self.settings.chunk_limit), None
                 continue
@@ -346,18 +335,18 @@ class SenderActor:
                 error, delay, event = exc, self._backoff(failures), "sender.retrying"
                 failures += 1
             except ApiError as exc:  # 403 blocked, 401, 404, ...: permanent
-                return _Final("failed", _describe(exc))
+                return Undelivered("failed", describe(exc))
             except (NetworkError, UnexpectedResponse) as exc:  # may have been delivered
-                return _Final("uncertain", _describe(exc))
+                return Undelivered("uncertain", describe(exc))
             if trio.current_time() + delay > deadline:
-                why = f"gave up after {attempts} attempts at the deadline: {_describe(error)}"
-                return _Final("failed", why, gave_up=True)
-            release = partial(self.store.release_in_flight, row.id, index, _describe(error))
+                why = f"gave up after {attempts} attempts at the deadline: {describe(error)}"
+                return Undelivered("failed", why, gave_up=True)
+            release = partial(self.store.release_in_flight, row.id, index, describe(error))
             await self._db("release", release)
             self.ledger.in_flight.discard(row.id)
             rlog.warning(event, attempt=attempts, retry_after=delay, error=str(error))
             if not await self._wait(delay):
-                return _Final("closed")
+                return Undelivered("closed")
 
     def _backoff(self, failures: int) -> float:
         s = self.settings
@@ -403,7 +392,7 @@ class SenderActor:
                     return await call()
                 error = f"timed out after {s.record_timeout:g} s"
             except DatabaseError as exc:
-                error = _describe(exc)
+                error = describe(exc)
             delay = backoff_delay(failures, base=s.db_retry_base, cap=s.db_retry_cap,
                                   jitter=s.jitter, draw=self.rng.random())  # fmt: skip
             failures += 1
