@@ -30,10 +30,11 @@ import attrs
 import trio
 
 from actors.agent.turn import NoAgent, TurnHandler
-from actors.chat.actor import ChatDeps, Transcriber, chat_factory
+from actors.chat.actor import chat_factory
 from actors.chat.callbacks import Callbacks, CallbackTable
 from actors.chat.command_base import CommandTable
 from actors.chat.commands import command_table
+from actors.chat.deps import ChatDeps, Transcriber
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import RunningTurns
 from actors.compactor import CompactorActor

@@ -15,7 +15,8 @@ import trio
 from fakes.bot_api import FakeBotApi, run_fake_bot_api
 
 from actors.agent.turn import TurnInput, TurnReply
-from actors.chat.actor import GAVE_UP, ChatDeps, chat_factory
+from actors.chat.actor import GAVE_UP, chat_factory
+from actors.chat.deps import ChatDeps
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import Wake
 from actors.queues import inbox, outbox

@@ -15,8 +15,10 @@ import trio
 from fakes.bot_api import FakeBotApi, run_fake_bot_api
 
 from actors.agent.turn import TurnInput, TurnReply
-from actors.chat.actor import MODEL_AWAY, ChatDeps, chat_factory
+from actors.chat.actor import chat_factory
+from actors.chat.deps import ChatDeps
 from actors.chat.store import SqlChatStore
+from actors.chat.turns import MODEL_AWAY
 from actors.chat.wakes import Wake
 from actors.errors import ModelUnavailable
 from actors.queues import inbox

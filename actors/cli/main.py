@@ -24,7 +24,7 @@ from runtime.cli import base_parser, run_cli
 from runtime.errors import SettingsError, settings_error
 
 if TYPE_CHECKING:  # the serve path's modules are imported by cmd_serve: --help stays fast
-    from actors.chat.actor import Transcriber
+    from actors.chat.deps import Transcriber
     from actors.settings import Settings
     from actors.system import BotSystem
     from actors.telegram.types import Voice
