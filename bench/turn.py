@@ -11,7 +11,7 @@ and the embedder replaced by fakes that answer at once:
   from the question, then answers from the tool result. It does what ``AnthropicLLM`` does
   around the network: encodes the request (messages, system prompt, tool definitions) as the
   Messages API JSON, decodes a JSON answer and writes the ``api_usage`` row through
-  ``memory.llm.protocol.call_and_record``;
+  ``memory.llm.provider_calls.call_and_record``;
 * the fake embedder returns a normalised sum of hashed word vectors, so the vector arm of the
   hybrid search runs against the stored vectors.
 

@@ -2,7 +2,7 @@
 patterns.
 
 A chat too big for an exact scan and too small a share of the model's shared HNSW index gets
-its own partial index (:func:`memory.retrieval.retriever.ensure_chat_indexes`, built
+its own partial index (:func:`memory.retrieval.sql.ensure_chat_indexes`, built
 ``CONCURRENTLY`` so
 other chats keep writing). This job runs that at start and then every ``interval`` seconds; a
 failing pass is logged and retried at the next one.
