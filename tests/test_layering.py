@@ -102,15 +102,17 @@ def defined_names(tree: ast.Module) -> set[str]:
 def exported_names(tree: ast.Module) -> list[str]:
     """The string names of a module's ``__all__`` (an empty list without one)."""
     for node in tree.body:
-        targets = (
-            node.targets if isinstance(node, ast.Assign)
-            else [node.target] if isinstance(node, ast.AnnAssign) else []
-        )  # fmt: skip
-        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets):
-            value = node.value
-            if isinstance(value, (ast.List, ast.Tuple)):
-                return [e.value for e in value.elts if isinstance(e, ast.Constant)
-                        and isinstance(e.value, str)]  # fmt: skip
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and isinstance(
+            value, (ast.List, ast.Tuple)
+        ):
+            consts = [e for e in value.elts if isinstance(e, ast.Constant)]
+            return [e.value for e in consts if isinstance(e.value, str)]
     return []
 
 
