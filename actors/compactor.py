@@ -35,16 +35,16 @@ from actors.agent.context import PERSONA, build_context
 from actors.agent.handler import wall_clock
 from actors.agent.tool_loop import tool_specs
 from actors.settings import Settings
+from memory.compaction.run import CompactionOptions, CompactionOutcome, compact_chat
+from memory.conversation.episodes import EPISODE_BUDGET_TOKENS
 from memory.conversation.messages import DEFAULT_WINDOW_LIMIT, recent_rows, repair_rows
 from memory.conversation.window import CompactionRule, WindowState
 from memory.embeddings.providers import Embedder
 from memory.embeddings.thresholds import thresholds_for
 from memory.llm.protocol import LLM, CacheTTL
-from memory.patterns.compaction import CompactionOptions, CompactionOutcome, compact_chat
 from memory.patterns.dedup import Adjudicator
-from memory.patterns.episodes import EPISODE_BUDGET_TOKENS
-from memory.patterns.ranking import PATTERN_BUDGET_TOKENS
-from memory.patterns.retrieval import RetrievedMemory
+from memory.retrieval.ranking import PATTERN_BUDGET_TOKENS
+from memory.retrieval.retriever import RetrievedMemory
 from memory.tools.registry import ToolRegistry
 from runtime.actor import Mailbox
 from runtime.db import Database, Queries
@@ -193,7 +193,7 @@ def sql_compactor(
     adjudicator: Adjudicator | None = None,
     capacity: int = 64,
 ) -> CompactorActor:
-    """The production compactor: :func:`memory.patterns.compaction.compact_chat` with the settings'
+    """The production compactor: :func:`memory.compaction.run.compact_chat` with the settings'
     keep-recent, chunk size, thresholds and compaction rule, the rule re-checked on
     :class:`WindowEstimate` over ``tools`` (the agent's registry); a request takes as many
     rounds as the rule may need (:attr:`CompactionRule.max_rounds`)."""

@@ -30,10 +30,11 @@ import attrs
 import trio
 
 from actors.agent.turn import NoAgent, TurnHandler
-from actors.chat.actor import ChatDeps, Transcriber, chat_factory
+from actors.chat.actor import chat_factory
 from actors.chat.callbacks import Callbacks, CallbackTable
 from actors.chat.command_base import CommandTable
 from actors.chat.commands import command_table
+from actors.chat.deps import ChatDeps, Transcriber
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import RunningTurns
 from actors.compactor import CompactorActor
@@ -42,8 +43,8 @@ from actors.queues.dedupe import DedupeCache
 from actors.queues.inbox_writer import InboxWriter
 from actors.queues.outbox import OutboxRow
 from actors.router import Router
-from actors.sender import OutboxReady, SenderActor
-from actors.sender_policy import SenderLedger, SenderSettings
+from actors.sender.actor import OutboxReady, SenderActor
+from actors.sender.policy import SenderLedger, SenderSettings
 from actors.settings import Settings
 from actors.telegram.client import BotApiClient
 from actors.telegram.errors import BadRequest, TelegramError, TokenRejected, Unauthorized

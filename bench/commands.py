@@ -60,7 +60,7 @@ from actors.chat.memory_commands import MemoryServices
 from actors.settings import load_settings
 from actors.system import BotSystem
 from memory.embeddings.thresholds import SEED
-from memory.patterns.retrieval import LexiconCache
+from memory.retrieval.sql import LexiconCache
 from runtime import db as dbmod
 from runtime.logs import configure_logging
 from runtime.migrate import apply_migrations

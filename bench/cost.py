@@ -2,7 +2,7 @@
 
 One chat's conversation is played through the real turn code — ``actors.agent.handler``'s agent
 (context, tool loop, the journal and memory tools, pattern retrieval), the real compaction
-(``memory.patterns.compaction.compact_chat`` under the compaction rule, the memory model
+(``memory.compaction.run.compact_chat`` under the compaction rule, the memory model
 adjudicating) and a real PostgreSQL (a journal of ``--journal`` entries, the hash embedder of
 ``bench/turn.py``) — against the strict fake Anthropic API (``tests/fakes/anthropic_api.py``)
 over HTTP through the real SDK, whose prompt cache bills as the real API does (a prefix per
@@ -77,16 +77,17 @@ from actors.agent.handler import agent_tools, sql_agent
 from actors.agent.turn import TurnInput
 from actors.compactor import WindowEstimate
 from actors.settings import load_settings
+from memory.compaction.run import CompactionOptions, compact_chat
 from memory.conversation.window import CompactionRule
 from memory.embeddings.thresholds import thresholds_for
+from memory.extraction.prompt import EXTRACTION_SYSTEM
 from memory.llm.anthropic_provider import AnthropicLLM
 from memory.llm.cost import CACHE_READ_FACTOR, CACHE_WRITE_FACTORS, DEFAULT_RATES, lookup
 from memory.llm.protocol import CacheTTL
-from memory.patterns.compaction import CompactionOptions, compact_chat
 from memory.patterns.dedup import ADJUDICATION_SYSTEM, LLMAdjudicator
-from memory.patterns.extraction_prompt import EXTRACTION_SYSTEM
-from memory.patterns.profile import SqlProfile
-from memory.patterns.retrieval import LexiconCache, SqlPatternRetriever
+from memory.retrieval.profile import SqlProfile
+from memory.retrieval.retriever import SqlPatternRetriever
+from memory.retrieval.sql import LexiconCache
 from memory.tools.memory_tools import memory_tools
 from runtime import db as dbmod
 from runtime.logs import configure_logging

@@ -16,10 +16,10 @@ conversation's chat; a question counts when a retrieved pattern's evidence ids i
 question's. ``now`` is the conversation's last session date (the chat's present).
 
 * ``vector``: exact cosine order over the chat's vectors (``pattern_embeddings``);
-* ``fulltext``: ``to_tsquery('english', memory.patterns.query_text.or_tsquery(q))`` ranked
+* ``fulltext``: ``to_tsquery('english', memory.retrieval.query_text.or_tsquery(q))`` ranked
   by ``ts_rank``;
-* ``hybrid``: :func:`memory.patterns.retrieval.rank_patterns` with a ``LexiconCache`` (the
-  product path, as :class:`memory.patterns.retrieval.SqlPatternRetriever` runs it), in its
+* ``hybrid``: :func:`memory.retrieval.retriever.rank_patterns` with a ``LexiconCache`` (the
+  product path, as :class:`memory.retrieval.retriever.SqlPatternRetriever` runs it), in its
   score order (``hybrid+mmr``: after the retriever's MMR, i.e. what would be injected).
 
 ``--experiments`` also prints fusion/scoring variants computed here from the two arms
@@ -76,8 +76,8 @@ from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.store import store_vectors
 from memory.embeddings.thresholds import SEED, Thresholds
 from memory.patterns.canonical import canonical_hash
-from memory.patterns.query_text import content_text, content_words, or_tsquery
-from memory.patterns.ranking import memory_factor, mmr, recency
+from memory.retrieval.query_text import content_text, content_words, or_tsquery
+from memory.retrieval.ranking import memory_factor, mmr, recency
 from runtime import db as dbmod
 from runtime.embedded_pg import embedded_postgres
 from runtime.migrate import apply_migrations
@@ -292,7 +292,7 @@ async def fulltext_arm(
     return [(int(r["id"]), float(r["rank"])) for r in rows]
 
 
-#: The lexical arm recommended for memory.patterns.retrieval: BM25 (k1 1.2, b 0.75, tf taken as 1
+#: The lexical arm recommended for memory.retrieval.retriever: BM25 (k1 1.2, b 0.75, tf taken as 1
 # since
 #: claims rarely repeat a word) with document frequencies counted over the chat's live patterns
 #: through the GIN index. $1 chat, $2 the query's content words, $3 limit, $4 live statuses.
@@ -336,10 +336,11 @@ async def hybrid_arm(
     now: datetime,
     thresholds: Thresholds | None = None,
 ) -> tuple[list[int], list[int]] | None:
-    """The product path: ``memory.patterns.retrieval.rank_patterns`` order, and that order after the
-    retriever's MMR (lambda 0.7) as injected; None until the module exists."""
+    """The product path: ``memory.retrieval.retriever.rank_patterns`` order, and that order
+    after the retriever's MMR (lambda 0.7) as injected; None until the module exists."""
     try:
-        from memory.patterns.retrieval import LexiconCache, rank_patterns
+        from memory.retrieval.retriever import rank_patterns
+        from memory.retrieval.sql import LexiconCache
     except ImportError:
         return None
     ranked, _degraded = await rank_patterns(
@@ -486,7 +487,7 @@ def variant_rankings(min_sim: float) -> dict[str, Variant]:
     ``relevance`` is one of: ``rrf`` (k = 60, vector + ts_rank arms), ``product`` (the product's
     ``cosine x RRF / max RRF``), ``convex`` (``0.5 cosine + 0.5 lexical / max lexical``, cosine
     of every candidate); ``_bm25`` uses BM25 instead of ts_rank for the lexical arm, ``_cw`` the
-    query's content words (memory.patterns.query_text) for the query vector. The typed weight is
+    query's content words (memory.retrieval.query_text) for the query vector. The typed weight is
     then applied with recency at strength ``beta``: ``relevance x (1 - beta + beta x recency)``
     (beta 1 = the seed's formula, 0 = no recency; memory and confidence are constant here).
     """

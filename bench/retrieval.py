@@ -55,7 +55,8 @@ from _db import build_indexes, checkpoint, drop_secondary_indexes, run_on_databa
 from _smoke import add_smoke_flag, shrink
 
 from memory.embeddings.thresholds import SEED
-from memory.patterns.retrieval import SqlPatternRetriever, VectorPlanner, ensure_chat_indexes
+from memory.retrieval.retriever import SqlPatternRetriever
+from memory.retrieval.sql import VectorPlanner, ensure_chat_indexes
 from runtime import db as dbmod
 from runtime.logs import configure_logging
 from runtime.migrate import apply_migrations
@@ -249,7 +250,7 @@ async def measure(
 
 async def explain_one(db: dbmod.Database, r: SqlPatternRetriever, chat: int, text: str) -> str:
     """EXPLAIN ANALYZE of the statement ``retrieve`` runs for one query."""
-    from memory.patterns import retrieval
+    from memory.retrieval import retriever as retrieval
 
     captured: list[tuple[str, list[Any], int]] = []
     real = retrieval.fetch_candidates

@@ -11,7 +11,7 @@ and the embedder replaced by fakes that answer at once:
   from the question, then answers from the tool result. It does what ``AnthropicLLM`` does
   around the network: encodes the request (messages, system prompt, tool definitions) as the
   Messages API JSON, decodes a JSON answer and writes the ``api_usage`` row through
-  ``memory.llm.protocol.call_and_record``;
+  ``memory.llm.provider_calls.call_and_record``;
 * the fake embedder returns a normalised sum of hashed word vectors, so the vector arm of the
   hybrid search runs against the stored vectors.
 
@@ -35,7 +35,7 @@ import would; before that migration they stayed and every read checked them.
 Turns are sequential, over ``--chats`` chats in rotation (each seeded with ``--history``
 rows of conversation, with search tool calls and results), at least ``--spacing`` seconds
 apart: the sender paces one message per chat per second and 30 per second overall
-(``actors.sender.SenderSettings``), and this keeps every turn clear of both, so pacing waits
+(``actors.sender.actor.SenderSettings``), and this keeps every turn clear of both, so pacing waits
 are not in the figures. The first ``--warmup`` turns (at least one per chat: the chat actor is
 created on a chat's first update) are not measured.
 
@@ -105,7 +105,7 @@ from _turn_outside import HOST, SECRET, TURN_TIMEOUT, Outside
 
 from actors.agent.handler import sql_agent
 from actors.agent.turn import TurnHandler, TurnInput, TurnReply
-from actors.sender import SenderSettings
+from actors.sender.policy import SenderSettings
 from actors.settings import load_settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
@@ -121,7 +121,6 @@ from memory.llm.anthropic_provider import (
 )
 from memory.llm.cost import DEFAULT_RATES
 from memory.llm.protocol import (
-    CallContext,
     Completion,
     Message,
     System,
@@ -129,11 +128,11 @@ from memory.llm.protocol import (
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
-    call_and_record,
 )
+from memory.llm.provider_calls import CallContext, call_and_record
 from memory.llm.usage_writer import UsageWriter
 from memory.patterns.canonical import canonical_hash
-from memory.patterns.retrieval import SqlPatternRetriever
+from memory.retrieval.retriever import SqlPatternRetriever
 from memory.tools.memory_tools import memory_tools
 from memory.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
 from runtime import db as dbmod

@@ -8,7 +8,8 @@ from typing import ClassVar
 import attrs
 
 from runtime.errors import SettingsError
-from runtime.settings import Field, SettingsSection, choice, float_range, int_range, optional_unit
+from runtime.parsers import choice, float_range, int_range, optional_unit
+from runtime.settings import Field, SettingsSection
 
 
 @attrs.frozen(kw_only=True, slots=False)

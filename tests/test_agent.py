@@ -49,9 +49,10 @@ from memory.llm.protocol import (
     ToolUseBlock,
     system_text,
 )
-from memory.patterns.retrieval import RetrievedMemory
-from memory.tools.registry import Tool, ToolContext, ToolRegistry, spec
+from memory.retrieval.retriever import RetrievedMemory
+from memory.tools.registry import Tool, ToolContext, ToolRegistry
 from memory.tools.results import STORAGE_CAP
+from memory.tools.schema import spec
 from runtime.db import Connection
 from runtime.errors import DatabaseError
 

@@ -14,15 +14,10 @@ import trio
 import trio.testing
 
 from actors.agent.turn import TurnInput, TurnReply
-from actors.chat.actor import (
-    GAVE_UP,
-    MODEL_AWAY,
-    MODEL_GAVE_UP,
-    SORRY,
-    ChatActor,
-    ChatDeps,
-)
+from actors.chat.actor import GAVE_UP, ChatActor
 from actors.chat.commands import NOTHING_TO_STOP, STOPPED, command_table
+from actors.chat.deps import ChatDeps
+from actors.chat.turns import MODEL_AWAY, MODEL_GAVE_UP, SORRY
 from actors.chat.wakes import RunningTurns, Wake
 from actors.errors import ModelUnavailable
 from actors.queues import inbox

@@ -18,9 +18,10 @@ from hypothesis import strategies as st
 
 from actors.agent.turn import TurnInput, TurnReply
 from actors.chat import callbacks
-from actors.chat.actor import ChatActor, ChatDeps
+from actors.chat.actor import ChatActor
 from actors.chat.callbacks import Callbacks, CallbackTable
 from actors.chat.commands import command_table
+from actors.chat.deps import ChatDeps
 from actors.chat.memory_commands import USAGE, MemoryServices, parse_ids
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import Wake

@@ -16,7 +16,8 @@ from test_chat_actor import CHAT, Agent, Bot, MemoryStore, msg
 
 from actors.agent.turn import TurnInput, TurnReply
 from actors.chat import fragments, limits
-from actors.chat.actor import ChatActor, ChatDeps
+from actors.chat.actor import ChatActor
+from actors.chat.deps import ChatDeps
 from actors.chat.wakes import Wake
 from runtime.registry import Registry
 

@@ -78,7 +78,7 @@ def test_time_format_setting() -> None:
 def test_a_patterns_last_seen_is_the_persons_date() -> None:
     import numpy as np
 
-    from memory.patterns.retrieval import RankedPattern, memory_block, pattern_line
+    from memory.retrieval.retriever import RankedPattern, memory_block, pattern_line
 
     p = RankedPattern(id=7, content="Sleeps badly", kind="behavior", score=0.5, similarity=0.8,
                       confidence=0.9, strength=2.0, status="active", last_seen=LATE,
@@ -91,9 +91,9 @@ def test_a_patterns_last_seen_is_the_persons_date() -> None:
 def test_event_times_and_the_extraction_prompt_follow_the_format() -> None:
     from zoneinfo import ZoneInfo
 
-    from memory.patterns.claims import ChunkMessage
-    from memory.patterns.extraction_prompt import format_message
-    from memory.patterns.temporal import event_day
+    from memory.extraction.claims import ChunkMessage
+    from memory.extraction.prompt import format_message
+    from memory.retrieval.temporal import event_day
 
     assert event_day(date(2025, 3, 7), time(21, 30)) == "Fri 7 Mar 2025, 21:30"
     row = ChunkMessage(id=3, role="user", content="hi", created_at=LATE)

@@ -15,14 +15,7 @@ import pytest
 import trio
 from fakes.anthropic_api import FakeAnthropic
 
-from memory.conversation.messages import ChatMessage, ToolCall, insert_rows
-from memory.conversation.window import CompactionRule, WindowState
-from memory.embeddings.providers import LocalEmbedder
-from memory.embeddings.thresholds import default_thresholds
-from memory.errors import EmbeddingError
-from memory.llm.anthropic_provider import AnthropicLLM
-from memory.patterns.canonical import canonical_hash
-from memory.patterns.compaction import (
+from memory.compaction.run import (
     INTERRUPTED,
     CompactionOptions,
     CompactionOutcome,
@@ -30,11 +23,17 @@ from memory.patterns.compaction import (
     compaction_lock_key,
     oldest_uncompacted,
     select_chunk,
-    store_explicit_pattern,
 )
+from memory.conversation.messages import ChatMessage, ToolCall, insert_rows
+from memory.conversation.window import CompactionRule, WindowState
+from memory.embeddings.providers import LocalEmbedder
+from memory.embeddings.thresholds import default_thresholds
+from memory.errors import EmbeddingError
+from memory.llm.anthropic_provider import AnthropicLLM
+from memory.patterns.canonical import canonical_hash
 from memory.patterns.dedup import LLMAdjudicator
-from memory.patterns.entry_links import TOOL_LOOP_CONFIDENCE
-from memory.patterns.writes import COMPACTION_LINK_CONFIDENCE
+from memory.patterns.entry_links import COMPACTION_LINK_CONFIDENCE, TOOL_LOOP_CONFIDENCE
+from memory.patterns.explicit import store_explicit_pattern
 from runtime.db import Database
 
 CHAT = 7770001

@@ -22,13 +22,14 @@ from actors.agent.tool_loop import tool_specs
 from actors.agent.turn import TurnInput
 from actors.compactor import CompactorActor
 from actors.settings import load_settings
+from memory.compaction.backlog import ChatBacklog, CompactionSweep
+from memory.compaction.run import CompactionOutcome, select_chunk
 from memory.conversation.messages import ChatMessage, repair_rows
 from memory.conversation.window import MAX_TURN_ROWS, CompactionRule, WindowState
 from memory.llm.protocol import Completion, Message, TextBlock, ToolSpec, ToolUseBlock
-from memory.patterns.backlog import ChatBacklog, CompactionSweep
-from memory.patterns.compaction import CompactionOutcome, select_chunk
-from memory.patterns.retrieval import RetrievedMemory
-from memory.tools.registry import Tool, ToolContext, ToolRegistry, spec
+from memory.retrieval.retriever import RetrievedMemory
+from memory.tools.registry import Tool, ToolContext, ToolRegistry
+from memory.tools.schema import spec
 from runtime.db import Connection
 from runtime.errors import SettingsError
 

@@ -19,11 +19,11 @@ from actors.compactor import CompactorActor, WindowEstimate, sql_compactor
 from actors.settings import load_settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
+from memory.compaction.run import CompactionOptions, CompactionOutcome, compact_chat
 from memory.conversation.messages import ChatMessage, insert_rows
 from memory.embeddings.providers import LocalEmbedder
 from memory.journal.tools import journal_registry
 from memory.llm.anthropic_provider import AnthropicLLM
-from memory.patterns.compaction import CompactionOptions, CompactionOutcome, compact_chat
 from runtime import db as dbmod
 from runtime.db import Database
 from runtime.serve import serve

@@ -12,30 +12,32 @@ from fakes.anthropic_api import check_messages
 from actors.agent.context import (
     CHARS_PER_TOKEN,
     DEGRADED_NOTE,
-    HISTORY_HEADER,
-    LATEST_HEADER,
-    NO_HISTORY,
     NO_PATTERNS,
     PROFILE_HEADER,
     build_context,
-    clock_time,
     context_tokens,
-    day_separator,
     estimate_tokens,
-    format_window,
     instructions_prompt,
     now_line,
     patterns_section,
-    relative_time,
     repair_messages,
+)
+from actors.agent.window_text import (
+    HISTORY_HEADER,
+    LATEST_HEADER,
+    NO_HISTORY,
+    clock_time,
+    day_separator,
+    format_window,
+    relative_time,
     split_window,
     window_parts,
 )
 from memory.conversation.messages import ChatMessage, ToolCall, render_tool_result, repair_rows
 from memory.llm.anthropic_provider import message_params
 from memory.llm.protocol import Message, TextBlock, ToolResultBlock, ToolSpec, ToolUseBlock
-from memory.patterns.profile import Profile, ProfileItem
-from memory.patterns.retrieval import RetrievedMemory
+from memory.retrieval.profile import Profile, ProfileItem
+from memory.retrieval.retriever import RetrievedMemory
 
 TZ = "Europe/Madrid"
 NOW = datetime(2026, 2, 19, 11, 33, tzinfo=UTC)  # Thursday 12:33 in Madrid

@@ -18,6 +18,7 @@ import fakes.openai_api as fake_openai
 import pytest
 from fakes.anthropic_api import Failure, FakeAnthropic
 
+from memory.compaction.run import CompactionOptions, compact_chat
 from memory.conversation.messages import ChatMessage, insert_rows
 from memory.embeddings.providers import OPENAI_MODEL, LocalEmbedder, OpenAIEmbedder
 from memory.embeddings.store import backfill_once, store_vectors
@@ -25,7 +26,6 @@ from memory.embeddings.thresholds import Thresholds
 from memory.llm.anthropic_provider import AnthropicLLM
 from memory.llm.cost import DEFAULT_RATES, token_cost
 from memory.llm.usage_writer import UsageWriter, open_usage_writer
-from memory.patterns.compaction import CompactionOptions, compact_chat
 from memory.patterns.dedup import LLMAdjudicator
 from memory.patterns.explicit import store_explicit_pattern
 from memory.patterns.merge import merge_patterns

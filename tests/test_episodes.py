@@ -15,7 +15,6 @@ import trio.testing
 
 from actors.agent.context import (
     EPISODES_HEADER,
-    HISTORY_HEADER,
     PATTERNS_HEADER,
     build_context,
     episodes_section,
@@ -23,10 +22,11 @@ from actors.agent.context import (
 )
 from actors.agent.handler import Agent
 from actors.agent.turn import TurnInput
+from actors.agent.window_text import HISTORY_HEADER
+from memory.conversation.episodes import Episode, SqlEpisodes, episodes_to_load
 from memory.conversation.messages import ChatMessage
 from memory.llm.protocol import Completion, Message, System, TextBlock, ToolSpec, system_text
-from memory.patterns.episodes import Episode, SqlEpisodes, episodes_to_load
-from memory.patterns.retrieval import RetrievedMemory
+from memory.retrieval.retriever import RetrievedMemory
 from memory.tools.registry import ToolRegistry
 from runtime.db import Connection, Database
 

@@ -12,27 +12,22 @@ from zoneinfo import ZoneInfo
 import pytest
 from fakes.anthropic_api import Failure, FakeAnthropic
 
-from memory.errors import LLMUnavailable
-from memory.llm.anthropic_provider import AnthropicLLM
-from memory.patterns.extraction import (
-    EXTRACTION_SYSTEM,
+from memory.errors import ExtractionInvalid, LLMUnavailable
+from memory.extraction.claims import (
     ChunkMessage,
     Contradiction,
     Extraction,
-    ExtractionInvalid,
     KnownPattern,
     MetaPattern,
     NewPattern,
     Reinforcement,
-    Rejection,
     Supersede,
-    check_extraction,
-    evidence_for,
-    extract,
     parse_extraction,
-    repair_prompt,
-    user_prompt,
 )
+from memory.extraction.extractor import extract
+from memory.extraction.guardrails import Rejection, check_extraction, evidence_for
+from memory.extraction.prompt import EXTRACTION_SYSTEM, repair_prompt, user_prompt
+from memory.llm.anthropic_provider import AnthropicLLM
 from runtime.db import Database
 
 CHAT = 4242

@@ -17,14 +17,14 @@ from zoneinfo import ZoneInfo
 import pytest
 from fakes.anthropic_api import FakeAnthropic
 
+from memory.compaction.run import CompactionOptions, compact_chat
 from memory.conversation.messages import ChatMessage, insert_rows
 from memory.embeddings.providers import LocalEmbedder
 from memory.errors import ExtractionInvalid
+from memory.extraction.claims import ChunkMessage, KnownPattern, NewPattern, parse_extraction
+from memory.extraction.prompt import EXTRACTION_SYSTEM, user_prompt
 from memory.llm.anthropic_provider import AnthropicLLM
-from memory.patterns.claims import ChunkMessage, KnownPattern, NewPattern, parse_extraction
-from memory.patterns.compaction import CompactionOptions, compact_chat
 from memory.patterns.dedup import Adjudication
-from memory.patterns.extraction_prompt import EXTRACTION_SYSTEM, user_prompt
 from memory.patterns.merge import candidate_pairs
 from memory.tools.memory_tools import memory_registry
 from memory.tools.registry import ToolContext, ToolRegistry

@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from memory.patterns.grounding import (
+from memory.extraction.grounding import (
     GROUNDING_MIN_OVERLAP,
     content_words,
-    directs_the_bot,
     entry_uuids_in,
-    injection_in,
-    instruction_reason,
     is_grounded,
     matched_words,
     overlap,
     stem,
 )
+from memory.untrusted import directs_the_bot, injection_in, instruction_reason
 
 
 @pytest.mark.parametrize(

@@ -15,14 +15,15 @@ import trio
 from fakes.bot_api import FakeBotApi, run_fake_bot_api
 
 from actors.agent.turn import TurnInput, TurnReply
-from actors.chat.actor import GAVE_UP, ChatDeps, chat_factory
+from actors.chat.actor import GAVE_UP, chat_factory
+from actors.chat.deps import ChatDeps
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import Wake
 from actors.queues import inbox, outbox
 from actors.queues.outbox import OutboxRow
 from actors.router import Router
-from actors.sender import OutboxReady, SenderActor
-from actors.sender_policy import SenderSettings
+from actors.sender.actor import OutboxReady, SenderActor
+from actors.sender.policy import SenderSettings
 from actors.telegram.client import BotApiClient
 from runtime.actor import Address
 from runtime.db import Database

@@ -16,8 +16,8 @@ from actors.agent.turn import TurnReply
 from actors.chat.store import SqlChatStore
 from actors.queues import inbox, outbox
 from actors.queues.outbox import OutboxRow
-from actors.sender import OutboxReady, SenderActor
-from actors.sender_policy import SenderSettings
+from actors.sender.actor import OutboxReady, SenderActor
+from actors.sender.policy import SenderSettings
 from actors.telegram.client import BotApiClient
 from actors.telegram.keyboards import Button, InlineKeyboard
 from runtime import db as dbmod

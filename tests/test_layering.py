@@ -5,7 +5,9 @@ import its own layer and the ones below, never one above. No module imports a pr
 (``_x``) of another module, and there is no circle: neither between modules (every import
 counts, also one inside a function or under ``TYPE_CHECKING``) nor between sub-packages (a
 sub-package's ``__init__`` may re-export its modules, so a circle of sub-packages is a circle of
-imports waiting to happen).
+imports waiting to happen). No module re-exports another's names: every name in a module's
+``__all__`` is defined there (assigned, ``def`` or ``class``), so each name has one import path.
+No module is over :data:`MAX_LINES` lines.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ PACKAGES = ("runtime", "memory", "actors")
 #: (prefix, layer): the longest matching prefix decides a module's layer.
 LAYERS = (("runtime", 0), ("memory", 1), ("actors", 2), ("actors.cli", 3))
 LAYER_NAMES = {0: "runtime", 1: "memory", 2: "actors", 3: "actors.cli"}
+#: the longest a module of the packages may be
+MAX_LINES = 400
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -70,6 +74,63 @@ def imports_of(
                     taken.append(alias.name)
             if taken:
                 out.append((target, tuple(taken), node.lineno))
+    return out
+
+
+def defined_names(tree: ast.Module) -> set[str]:
+    """Names a module's top level binds itself: assignments, ``def`` and ``class`` (also inside
+    a top-level ``if``/``try``); imports do not count."""
+    out: set[str] = set()
+    stack: list[ast.stmt] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                out.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.If, ast.Try)):
+            stack.extend([*node.body, *node.orelse])
+            if isinstance(node, ast.Try):
+                stack.extend(node.finalbody)
+                for handler in node.handlers:
+                    stack.extend(handler.body)
+    return out
+
+
+def exported_names(tree: ast.Module) -> list[str]:
+    """The string names of a module's ``__all__`` (an empty list without one)."""
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            targets, value = node.targets, node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            targets, value = [node.target], node.value
+        else:
+            continue
+        if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and isinstance(
+            value, (ast.List, ast.Tuple)
+        ):
+            consts = [e for e in value.elts if isinstance(e, ast.Constant)]
+            return [e.value for e in consts if isinstance(e.value, str)]
+    return []
+
+
+def module_problems(name: str, path: Path, root: Path) -> list[str]:
+    """A re-export in ``__all__`` and a module over :data:`MAX_LINES` lines."""
+    text = path.read_text(encoding="utf-8")
+    out: list[str] = []
+    tree = ast.parse(text, str(path))
+    defined = defined_names(tree)
+    foreign = [n for n in exported_names(tree) if n not in defined]
+    if foreign:
+        out.append(
+            f"{path.relative_to(root)}: {name} exports {', '.join(foreign)} "
+            "not defined there (import it from its defining module)"
+        )
+    lines = len(text.splitlines())
+    if lines > MAX_LINES:
+        out.append(f"{path.relative_to(root)}: {lines} lines, over {MAX_LINES}")
     return out
 
 
@@ -125,6 +186,7 @@ def problems(root: Path) -> list[str]:
     module_graph: dict[str, set[str]] = {m: set() for m in modules}
     package_graph: dict[str, set[str]] = {}
     for name, path in modules.items():
+        out.extend(module_problems(name, path, root))
         for target, taken, line in imports_of(name, path, modules):
             where = f"{path.relative_to(root)}:{line}"
             if target == name:
@@ -217,6 +279,16 @@ def test_a_clean_tree_passes(tmp_path: Path) -> None:
             {"memory/shared.py": "from memory.a.one import X\n",
              "memory/a/one.py": "from memory.shared import Y\nX = 1\n"},
             "sub-package circle: memory.a -> memory.shared -> memory.a",
+        ),
+        # a module re-exports a name it imported (``__all__`` names what is defined elsewhere)
+        (
+            {"memory/b/two.py": "from memory.a.one import X\n__all__ = [\"X\", \"Y\"]\nY = 1\n"},
+            "memory.b.two exports X not defined there",
+        ),
+        # a module over the size limit
+        (
+            {"memory/a/one.py": "from runtime.db import X\n" + "Y = X\n" * MAX_LINES},
+            f"memory/a/one.py: {MAX_LINES + 1} lines, over {MAX_LINES}",
         ),
         # sub-packages that need each other
         (

@@ -41,16 +41,14 @@ from memory.llm.cost import DEFAULT_RATES, Rate, token_cost
 from memory.llm.openai_provider import OpenAICompatibleLLM, chat_messages
 from memory.llm.protocol import (
     LLM,
-    CallContext,
     Completion,
     Message,
     TextBlock,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
-    retry_after_seconds,
-    status_error,
 )
+from memory.llm.provider_calls import CallContext, retry_after_seconds, status_error
 from runtime.db import Database
 
 CHAT = 777

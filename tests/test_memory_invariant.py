@@ -18,11 +18,11 @@ from actors.agent.handler import Agent, sql_agent
 from actors.agent.turn import TurnInput
 from actors.compactor import CompactorActor, sql_compactor
 from actors.settings import Settings, load_settings
+from memory.compaction.backlog import CompactionSweep, SqlBacklog
 from memory.conversation.messages import ChatMessage, insert_rows, recent_window
 from memory.conversation.window import CompactionRule
 from memory.embeddings.providers import LocalEmbedder
 from memory.llm.anthropic_provider import AnthropicLLM
-from memory.patterns.backlog import CompactionSweep, SqlBacklog
 from runtime.db import Database
 
 CHAT = 6060601

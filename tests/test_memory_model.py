@@ -18,7 +18,7 @@ import trio
 from fakes.anthropic_api import FakeAnthropic
 from fakes.bot_api import DEFAULT_TOKEN, run_fake_bot_api
 
-from memory.patterns.extraction_prompt import EXTRACTION_SYSTEM
+from memory.extraction.prompt import EXTRACTION_SYSTEM
 from runtime.db import Database
 
 CHAT = 5550777

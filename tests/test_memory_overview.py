@@ -14,7 +14,7 @@ from chat_bot import CHAT, NOW, OTHER, TZ, add_messages, add_pattern
 from actors.chat.command_base import CommandCall
 from actors.chat.memory_commands import MemoryServices, profile, stats_text, summary_text
 from memory.embeddings.providers import LocalEmbedder
-from memory.patterns.claims import KINDS
+from memory.extraction.claims import KINDS
 from memory.patterns.views import profile_view
 from runtime.db import Database
 from runtime.words import count, plural

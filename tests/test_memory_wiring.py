@@ -19,7 +19,7 @@ from memory.embeddings.thresholds import thresholds_for
 from memory.llm.anthropic_provider import AnthropicLLM
 from memory.patterns.dedup import LLMAdjudicator
 from memory.patterns.explicit import keep_apart, store_explicit_pattern
-from memory.patterns.retrieval import SqlPatternRetriever
+from memory.retrieval.retriever import SqlPatternRetriever
 from memory.tools.memory_tools import memory_tools
 from runtime.db import Database
 

@@ -15,15 +15,17 @@ import trio
 from fakes.bot_api import FakeBotApi, run_fake_bot_api
 
 from actors.agent.turn import TurnInput, TurnReply
-from actors.chat.actor import MODEL_AWAY, ChatDeps, chat_factory
+from actors.chat.actor import chat_factory
+from actors.chat.deps import ChatDeps
 from actors.chat.store import SqlChatStore
+from actors.chat.turns import MODEL_AWAY
 from actors.chat.wakes import Wake
 from actors.errors import ModelUnavailable
 from actors.queues import inbox
 from actors.queues.outbox import OutboxRow
 from actors.router import Router
-from actors.sender import OutboxReady, SenderActor
-from actors.sender_policy import SenderSettings
+from actors.sender.actor import OutboxReady, SenderActor
+from actors.sender.policy import SenderSettings
 from actors.telegram.client import BotApiClient
 from memory.errors import LLMOverloaded
 from runtime.actor import Address

@@ -17,13 +17,14 @@ from actors.chat.forget_command import register_taps as register_forget_taps
 from actors.chat.memory_commands import MemoryServices, remember_command
 from actors.chat.model_asks import ModelAsks, memory_restore, register_taps
 from actors.queues import inbox
-from actors.telegram.types import UNKNOWN_ORIGIN, CallbackQuery, forward_origin, parse_update
+from actors.telegram.forwards import UNKNOWN_ORIGIN, forward_origin
+from actors.telegram.types import CallbackQuery, parse_update
+from memory.extraction.claims import ChunkMessage, Extraction, NewPattern
+from memory.extraction.guardrails import check_extraction
+from memory.extraction.prompt import format_message
 from memory.patterns.canonical import canonical_hash
-from memory.patterns.claims import ChunkMessage, Extraction, NewPattern
 from memory.patterns.controls import link_patterns
 from memory.patterns.explicit import refusal
-from memory.patterns.extraction_prompt import format_message
-from memory.patterns.guardrails import check_extraction
 from memory.patterns.restore import restore_superseded
 from memory.untrusted import escape_own, own_words, split_forwarded, wrap_forwarded
 from runtime.db import Database

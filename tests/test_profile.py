@@ -15,11 +15,11 @@ from fakes.anthropic_api import FakeAnthropic
 from actors.agent.context import PROFILE_HEADER, build_context, profile_section
 from actors.agent.handler import sql_agent
 from actors.agent.turn import TurnInput, TurnReply
+from memory.compaction.run import CompactionOptions, compact_chat
 from memory.conversation.messages import ChatMessage, insert_rows
 from memory.embeddings.providers import LocalEmbedder
 from memory.llm.anthropic_provider import AnthropicLLM
-from memory.patterns.compaction import CompactionOptions, compact_chat
-from memory.patterns.profile import (
+from memory.retrieval.profile import (
     GROUPS,
     Profile,
     ProfileItem,
@@ -28,8 +28,8 @@ from memory.patterns.profile import (
     load_profile,
     within_budget,
 )
-from memory.patterns.ranking import estimate_tokens
-from memory.patterns.retrieval import RetrievedMemory
+from memory.retrieval.ranking import estimate_tokens
+from memory.retrieval.retriever import RetrievedMemory
 from runtime.db import Database
 
 CHAT, OTHER = 9990001, 9990002

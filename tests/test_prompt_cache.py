@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from fakes.anthropic_api import FakeAnthropic
 
-from actors.agent.context import HISTORY_HEADER, LATEST_HEADER
 from actors.agent.handler import Agent, sql_agent
 from actors.agent.turn import TurnInput, TurnReply
+from actors.agent.window_text import HISTORY_HEADER, LATEST_HEADER
 from memory.conversation.messages import ChatMessage, insert_rows
 from memory.llm.anthropic_provider import AnthropicLLM
 from memory.llm.cost import DEFAULT_RATES, token_cost

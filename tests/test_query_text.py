@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.patterns.query_text import MAX_TERMS, content_text, content_words, or_tsquery
+from memory.retrieval.query_text import MAX_TERMS, content_text, content_words, or_tsquery
 
 
 def test_question_words_and_filler_are_dropped() -> None:

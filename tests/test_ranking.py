@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from memory.patterns.ranking import (
+from memory.retrieval.ranking import (
     DECAY_BY_KIND,
     EVENT_AFTER_DAYS,
     EVENT_AHEAD_DAYS,
@@ -32,7 +32,7 @@ from memory.patterns.ranking import (
     validity,
     weight,
 )
-from memory.patterns.temporal import moment, part_of_day, season, southern
+from memory.retrieval.temporal import moment, part_of_day, season, southern
 
 # (kind, half-life days, value at 0, 1 and 3 half-lives) = floor + (1 - floor) / 2**n
 DECAY_CASES = [

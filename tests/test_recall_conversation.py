@@ -17,17 +17,18 @@ import trio
 from fakes.anthropic_api import FakeAnthropic
 from fakes.extraction import ScriptedExtractor, is_extraction
 
-from actors.agent.context import EPISODES_HEADER, HISTORY_HEADER
+from actors.agent.context import EPISODES_HEADER
 from actors.agent.handler import Agent, sql_agent
 from actors.agent.turn import TurnInput
+from actors.agent.window_text import HISTORY_HEADER
 from actors.compactor import CompactorActor, sql_compactor
 from actors.settings import Settings, load_settings
+from memory.compaction.backlog import CompactionSweep, SqlBacklog
 from memory.conversation.messages import ChatMessage, insert_rows
 from memory.conversation.window import CompactionRule
 from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.store import store_vectors
 from memory.llm.anthropic_provider import AnthropicLLM
-from memory.patterns.backlog import CompactionSweep, SqlBacklog
 from memory.tools.conversation_tools import snippet
 from memory.tools.memory_tools import memory_registry, memory_tools
 from memory.tools.registry import ToolContext

@@ -1,4 +1,4 @@
-"""Pattern retrieval (memory.patterns.retrieval) against the real (embedded) PostgreSQL."""
+"""Pattern retrieval (memory.retrieval.retriever) against the real (embedded) PostgreSQL."""
 
 from __future__ import annotations
 
@@ -17,20 +17,22 @@ from actors.agent.context import patterns_section
 from memory.embeddings.store import ensure_vector_index, store_vectors
 from memory.embeddings.thresholds import SEED, Thresholds
 from memory.errors import EmbeddingError
-from memory.patterns import ranking
-from memory.patterns.ranking import relevance
-from memory.patterns.retrieval import (
+from memory.retrieval import ranking
+from memory.retrieval.ranking import relevance
+from memory.retrieval.retriever import (
     DEGRADED_MARK,
-    Lexicon,
-    LexiconCache,
     RankedPattern,
     SqlPatternRetriever,
+    pattern_line,
+    rank_patterns,
+)
+from memory.retrieval.sql import (
+    Lexicon,
+    LexiconCache,
     VectorPlanner,
     chat_index_name,
     choose_plan,
     ensure_chat_indexes,
-    pattern_line,
-    rank_patterns,
 )
 from runtime.db import Database
 

@@ -18,9 +18,9 @@ from fakes.bot_api import Failure, FakeBotApi, run_fake_bot_api
 
 from actors.queues import outbox
 from actors.queues.outbox import OutboxRow
-from actors.sender import OutboxReady, SenderActor
-from actors.sender_policy import SenderLedger, SenderSettings, SlidingWindowLimiter
-from actors.sender_store import DbOutbox, MessageClient, OutboxStore, plain_fallback, plan_chunks
+from actors.sender.actor import OutboxReady, SenderActor
+from actors.sender.policy import SenderLedger, SenderSettings, SlidingWindowLimiter
+from actors.sender.store import DbOutbox, MessageClient, OutboxStore, plain_fallback, plan_chunks
 from actors.settings import load_settings
 from actors.telegram.chunking import html_to_text, utf16_len, visible_text
 from actors.telegram.client import BotApiClient

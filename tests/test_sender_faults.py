@@ -16,9 +16,9 @@ from fakes.bot_api import Failure, FakeBotApi, run_fake_bot_api
 
 from actors.queues import outbox
 from actors.queues.outbox import OutboxRow
-from actors.sender import OutboxReady, SenderActor
-from actors.sender_policy import SenderSettings
-from actors.sender_store import DbOutbox
+from actors.sender.actor import OutboxReady, SenderActor
+from actors.sender.policy import SenderSettings
+from actors.sender.store import DbOutbox
 from actors.telegram.client import BotApiClient
 from runtime import db as dbmod
 from runtime.actor import Address

@@ -269,7 +269,8 @@ def test_engram_home_must_be_a_directory_or_makeable(tmp_path: Path) -> None:
 
 
 def test_a_secret_parser_that_quotes_its_value_is_cut_out() -> None:
-    from runtime.settings import Field, Secret, SettingsSection
+    from runtime.parsers import Secret
+    from runtime.settings import Field, SettingsSection
     from runtime.settings import load_settings as load_section
 
     def leaky(raw: str) -> Secret:

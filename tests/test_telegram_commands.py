@@ -20,7 +20,7 @@ from actors.settings import Settings, load_settings
 from actors.telegram.types import ALLOWED_UPDATES
 from runtime.cli import base_parser
 from runtime.errors import SettingsError
-from runtime.settings import Secret
+from runtime.parsers import Secret
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN_SECRET = DEFAULT_TOKEN.split(":", 1)[1]

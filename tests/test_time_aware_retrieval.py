@@ -1,5 +1,5 @@
 """The time-aware parts of the retrieval weight in SQL against the Python oracle
-(:mod:`memory.patterns.ranking`): events near their day and long past, today reckoned in the
+(:mod:`memory.retrieval.ranking`): events near their day and long past, today reckoned in the
 person's time zone, the ``temporal`` hints of seed 000's "Time-aware retrieval boost", and core
 tenets that never decay. Real PostgreSQL; one pattern per chat, so relevance is fixed (cosine
 0.8, the best keyword match: 0.9) and the score is relevance × weight."""
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from memory.embeddings.store import store_vectors
-from memory.patterns import ranking
-from memory.patterns.retrieval import RankedPattern, rank_patterns
-from memory.patterns.temporal import moment
+from memory.retrieval import ranking
+from memory.retrieval.retriever import RankedPattern, rank_patterns
+from memory.retrieval.temporal import moment
 from runtime.db import Database
 
 DIMS = 16

@@ -10,18 +10,9 @@ import attrs
 import pytest
 import structlog
 
+from memory.errors import ToolError
 from memory.tools.personal_tools import LogWeightInput
-from memory.tools.registry import (
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolRegistry,
-    date_spec,
-    json_schema,
-    parse_input,
-    spec,
-    tool,
-)
+from memory.tools.registry import Tool, ToolContext, ToolRegistry, tool
 from memory.tools.results import (
     STORAGE_CAP,
     excerpt,
@@ -29,6 +20,7 @@ from memory.tools.results import (
     truncate_for_storage,
     writing_stats,
 )
+from memory.tools.schema import date_spec, json_schema, parse_input, spec
 from memory.untrusted import escape_untrusted, wrap_untrusted
 
 

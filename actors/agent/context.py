@@ -1,18 +1,11 @@
 """Context assembly for a turn: system prompt, retrieved patterns, the summaries of earlier
 conversation (episodes), the recent window, tools.
 
-The recent window is rendered as seed 004 does it: a day separator line when the local date
-changes, and every message stamped with its local time and how long ago it was sent::
-
-    ─── Monday, 18 February 2026 ───
-    [09:15, 2 hours ago] User: Can you add the API design task to my goals?
-    [09:17, 2 hours ago] Assistant: Added.
-
-Tool activity is shown as ``called <tool> {...}`` lines and results inside ``<untrusted>``
-tags. Everything here is pure: the caller passes ``now`` and the time zone. The retrieved
-patterns arrive as a :class:`memory.patterns.retrieval.RetrievedMemory`, the episodes as
-:class:`memory.patterns.episodes.Episode` rows (:func:`episodes_section`: newest last, local
-dates, within a token budget).
+The recent window's text (day separators, local times, relative ages) is
+:mod:`actors.agent.window_text`. Everything here is pure: the caller passes ``now`` and the time
+zone. The retrieved patterns arrive as a :class:`memory.retrieval.retriever.RetrievedMemory`,
+the episodes as :class:`memory.conversation.episodes.Episode` rows (:func:`episodes_section`:
+newest last, local dates, within a token budget).
 
 :func:`context_tokens` estimates the full context (system prompt + patterns + window + tool
 definitions, ~4 characters per token); the compactor uses it to decide when to compact.
@@ -26,29 +19,36 @@ changes every turn last, with prompt-cache breakpoints (``cache``) after the sta
     retrieved patterns, "Now: ...", the latest rows with their ages
     the new message (and the turn's tool calls)                      | breakpoint 4 (tool loop)
 
-The window is split by :func:`split_window`: all but the newest ``recent_rows`` rows, in whole
-blocks of ``block_rows`` rows counted from the window's first row, are the older part. A
-block's text depends on its own rows only (and the day of the row before it), and the window's
-first row moves only when a compaction removes rows, so between compactions every older block
-stays byte-identical and a new one is added every ``block_rows`` rows: each request reads the
-prefix the previous one cached (the API looks back up to 20 blocks from a breakpoint) and
-writes only what is new. The latest ``recent_rows`` to ``recent_rows + block_rows - 1`` rows
-carry their relative ages ("8 hours ago"), the older ones their local time under the day
-separators, which the model compares with the "Now" line.
+The window is split by :func:`~actors.agent.window_text.split_window`: all but the newest
+``recent_rows`` rows, in whole blocks of ``block_rows`` rows counted from the window's first row,
+are the older part. A block's text depends on its own rows only (and the day of the row before it),
+and the window's first row moves only when a compaction removes rows, so between compactions every
+older block stays byte-identical and a new one is added every ``block_rows`` rows: each request
+reads the prefix the previous one cached (the API looks back up to 20 blocks from a breakpoint) and
+writes only what is new. The latest ``recent_rows`` to ``recent_rows + block_rows - 1`` rows carry
+their relative ages ("8 hours ago"), the older ones their local time under the day separators,
+which the model compares with the "Now" line.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-from collections.abc import Iterable, Sequence
-from datetime import date, datetime
+from collections.abc import Sequence
+from datetime import datetime
 from zoneinfo import ZoneInfo
 
 import attrs
 
-from memory.conversation.messages import ChatMessage, render_tool_call, render_tool_result
+from actors.agent.window_text import (
+    BLOCK_ROWS,
+    RECENT_ROWS,
+    day_label,
+    local,
+    window_parts,
+)
+from memory.conversation.episodes import EPISODE_BUDGET_TOKENS, Episode
+from memory.conversation.messages import ChatMessage
 from memory.llm.protocol import (
     Block,
     CacheTTL,
@@ -59,26 +59,15 @@ from memory.llm.protocol import (
     ToolUseBlock,
     system_text,
 )
-from memory.patterns.episodes import EPISODE_BUDGET_TOKENS, Episode
-from memory.patterns.profile import Profile
-from memory.patterns.retrieval import DEGRADED_MARK, RetrievedMemory
+from memory.retrieval.profile import Profile
+from memory.retrieval.retriever import DEGRADED_MARK, RetrievedMemory
 from runtime.clock import local_date, local_time
-from runtime.words import count
 
 CHARS_PER_TOKEN = 4
-SEPARATOR = "───"
 PATTERNS_HEADER = "═══ WHAT YOU KNOW ABOUT THE PERSON ═══"
 PROFILE_HEADER = "═══ ABOUT THE PERSON ═══"
-HISTORY_HEADER = "═══ CONVERSATION HISTORY ═══"
 EPISODES_HEADER = "═══ EARLIER IN THIS CONVERSATION ═══"
-LATEST_HEADER = "═══ LATEST MESSAGES (the conversation history continued) ═══"
 NO_PATTERNS = "(nothing yet)"
-NO_HISTORY = "(no earlier messages)"
-#: the newest window rows always shown with their age, at least (see :func:`split_window`);
-#: chosen with bench/cost.py (README, Performance)
-RECENT_ROWS = 2
-#: the window's older rows are cached in blocks of this many rows
-BLOCK_ROWS = 4
 DEGRADED_NOTE = (
     f"{DEGRADED_MARK} Memory retrieval is degraded right now: some relevant memories may be"
     " missing."
@@ -111,129 +100,6 @@ How your memory works:
   their weight, call log_weight (dates are YYYY-MM-DD in their time zone; no date means today).
 - Your reply is sent as plain Telegram text: no Markdown headings or tables, and keep it short
   unless they ask for detail."""
-
-
-# --- time formatting -----------------------------------------------------------------------------
-
-
-def relative_time(then: datetime, now: datetime) -> str:
-    """How long ago ``then`` was: "just now", "5 minutes ago", "2 hours ago", "yesterday"
-    (24 to 48 hours), "3 days ago"."""
-    seconds = (now - then).total_seconds()
-    if seconds < 60:
-        return "just now"
-    if seconds < 3600:
-        minutes = int(seconds // 60)
-        return f"{count(minutes, 'minute')} ago"
-    hours = seconds / 3600
-    if hours < 24:
-        n = max(1, min(23, round(hours)))
-        return f"{count(n, 'hour')} ago"
-    if hours < 48:
-        return "yesterday"
-    return f"{max(2, round(hours / 24))} days ago"
-
-
-def local(at: datetime, tz: ZoneInfo) -> datetime:
-    """``at`` in ``tz`` (naive datetimes are taken as UTC)."""
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=ZoneInfo("UTC"))
-    return at.astimezone(tz)
-
-
-def clock_time(at: datetime, tz: ZoneInfo) -> str:
-    """Local time of day, "07:02" ("7:02 AM" with TIME_FORMAT=12h): :func:`runtime.clock.local_time`
-    (cached there: the window shows mostly the same rows each turn)."""
-    return local_time(at, tz)
-
-
-@functools.lru_cache(maxsize=4096)
-def local_day(at: datetime, tz: ZoneInfo) -> date:
-    """The local date of ``at`` (cached like :func:`clock_time`)."""
-    return local(at, tz).date()
-
-
-def day_label(at: datetime, tz: ZoneInfo) -> str:
-    """Local date, "Monday, 18 February 2026"."""
-    d = local(at, tz)
-    return f"{d:%A}, {d.day} {d:%B %Y}"
-
-
-def day_separator(at: datetime, tz: ZoneInfo) -> str:
-    """The line opening a new local day in the window."""
-    return f"{SEPARATOR} {day_label(at, tz)} {SEPARATOR}"
-
-
-def format_message(row: ChatMessage, tz: ZoneInfo, now: datetime | None) -> list[str]:
-    """The window lines of one row (an assistant row with calls gives a line per call); its
-    stamp carries the relative age unless ``now`` is None."""
-    age = "" if now is None else f", {relative_time(row.created_at, now)}"
-    stamp = f"[{clock_time(row.created_at, tz)}{age}]"
-    if row.role == "user":
-        return [f"{stamp} User: {row.content}"]
-    if row.role == "tool_result":
-        return [f"{stamp} Result of {row.tool_name or 'tool'}:\n{render_tool_result(row)}"]
-    lines = [f"{stamp} Assistant: {row.content}"] if row.content.strip() else []
-    lines += [f"{stamp} Assistant called {render_tool_call(c)}" for c in row.tool_calls]
-    return lines
-
-
-def format_window(rows: Iterable[ChatMessage], timezone: str, now: datetime) -> str:
-    """The recent window as text: day separators, local times, relative ages."""
-    tz = ZoneInfo(timezone)
-    lines: list[str] = []
-    current = None
-    for row in rows:
-        day = local_day(row.created_at, tz)
-        if day != current:
-            if lines:
-                lines.append("")
-            lines.append(day_separator(row.created_at, tz))
-            current = day
-        lines += format_message(row, tz, now)
-    return "\n".join(lines)
-
-
-def split_window(
-    rows: Sequence[ChatMessage], recent_rows: int = RECENT_ROWS, block_rows: int = BLOCK_ROWS
-) -> tuple[list[Sequence[ChatMessage]], Sequence[ChatMessage]]:
-    """The window's older rows in whole blocks of ``block_rows`` counted from its first row,
-    and the rest (at least ``recent_rows`` newest rows, fewer than ``recent_rows +
-    block_rows``): the boundary moves only in steps of a block."""
-    stable = max(0, len(rows) - recent_rows) // block_rows * block_rows
-    blocks = [rows[i : i + block_rows] for i in range(0, stable, block_rows)]
-    return blocks, rows[stable:]
-
-
-def window_parts(
-    rows: Sequence[ChatMessage],
-    timezone: str,
-    now: datetime,
-    *,
-    recent_rows: int = RECENT_ROWS,
-    block_rows: int = BLOCK_ROWS,
-) -> tuple[tuple[str, ...], str]:
-    """The window as sent: the older blocks' texts (local times; the first opens the history)
-    and the latest rows' text (relative ages too; opened by its day's separator)."""
-    tz = ZoneInfo(timezone)
-    blocks, recent = split_window(rows, recent_rows, block_rows)
-    older: list[str] = []
-    current = None
-    for block in blocks:
-        lines = [HISTORY_HEADER] if not older else []
-        for row in block:
-            day = local_day(row.created_at, tz)
-            if day != current:
-                if current is not None:
-                    lines.append("")
-                lines.append(day_separator(row.created_at, tz))
-                current = day
-            lines += format_message(row, tz, None)
-        older.append("\n".join(lines))
-    if not recent:
-        return tuple(older), "" if older else f"{HISTORY_HEADER}\n{NO_HISTORY}"
-    header = LATEST_HEADER if older else HISTORY_HEADER
-    return tuple(older), f"{header}\n{format_window(recent, timezone, now)}"
 
 
 # --- system prompt -------------------------------------------------------------------------------
@@ -291,7 +157,7 @@ def episodes_section(episodes: Sequence[Episode], timezone: str, budget_tokens: 
 
 
 def profile_section(profile: Profile) -> str:
-    """The "About the person" part of the system prompt (:mod:`memory.patterns.profile`):
+    """The "About the person" part of the system prompt (:mod:`memory.retrieval.profile`):
     empty when nothing is known yet."""
     body = profile.text
     return f"{PROFILE_HEADER}\n{body}" if body else ""

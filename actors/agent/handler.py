@@ -43,15 +43,7 @@ from zoneinfo import ZoneInfo
 import attrs
 import trio
 
-from actors.agent.context import (
-    BLOCK_ROWS,
-    PERSONA,
-    RECENT_ROWS,
-    TurnContext,
-    build_context,
-    context_tokens,
-    format_window,
-)
+from actors.agent.context import PERSONA, TurnContext, build_context, context_tokens
 from actors.agent.tool_loop import (
     Guardrails,
     LoopState,
@@ -63,7 +55,16 @@ from actors.agent.tool_loop import (
 )
 from actors.agent.turn import AskFactory, TurnInput, TurnReply
 from actors.agent.turn_links import link_cited_entries
+from actors.agent.window_text import BLOCK_ROWS, RECENT_ROWS, format_window
 from actors.errors import ModelUnavailable
+from memory.conversation.episodes import (
+    EPISODE_BUDGET_TOKENS,
+    Episode,
+    EpisodeSource,
+    NoEpisodes,
+    SqlEpisodes,
+    episodes_to_load,
+)
 from memory.conversation.messages import (
     DEFAULT_WINDOW_LIMIT,
     ChatMessage,
@@ -73,18 +74,10 @@ from memory.conversation.messages import (
 from memory.conversation.window import CompactionRule, WindowState
 from memory.journal.tools import JOURNAL_TOOLS
 from memory.llm.protocol import LLM, CacheTTL, Message
-from memory.patterns.episodes import (
-    EPISODE_BUDGET_TOKENS,
-    Episode,
-    EpisodeSource,
-    NoEpisodes,
-    SqlEpisodes,
-    episodes_to_load,
-)
-from memory.patterns.profile import NoProfile, Profile, ProfileSource, SqlProfile
-from memory.patterns.ranking import local_today
-from memory.patterns.retrieval import NoPatterns, PatternRetriever, RetrievedMemory
 from memory.patterns.stats import TurnRecorder, record_turn
+from memory.retrieval.profile import NoProfile, Profile, ProfileSource, SqlProfile
+from memory.retrieval.ranking import local_today
+from memory.retrieval.retriever import NoPatterns, PatternRetriever, RetrievedMemory
 from memory.tools.registry import QueryEmbedder, Tool, ToolContext, ToolRegistry
 from runtime.concurrency import both
 from runtime.db import Connection, Database, Queries

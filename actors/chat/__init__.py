@@ -1,5 +1,7 @@
 """The per-chat actor: one per chat, its inbox rows in order, fragment and media-group timers,
-voice, commands, and the turn loop (:mod:`~actors.chat.actor`), with the timers in
+voice and commands (:mod:`~actors.chat.actor`), its state and turn loop
+(:mod:`~actors.chat.turns`), what every chat actor shares (:mod:`~actors.chat.deps`), with the
+timers in
 :mod:`~actors.chat.fragments`, the typing indicator in :mod:`~actors.chat.typing_indicator` and
 its view of the inbox and outbox in :mod:`~actors.chat.store`; what it shares with the router
 (the ``Wake`` message, pending wakes, running turns) in :mod:`~actors.chat.wakes`; inline
@@ -12,7 +14,7 @@ to forget or supersede, confirmed by the person (and ``/memory restore``), in
 
 Imports the turn's interface (:mod:`actors.agent.turn`), the queues, the Telegram types and the
 memory domain (the commands' reads and actions); not the sender, the system or the CLI. Public:
-``actor.chat_factory``, ``actor.ChatDeps``, ``store.SqlChatStore``, ``wakes.Wake``,
+``actor.chat_factory``, ``deps.ChatDeps``, ``store.SqlChatStore``, ``wakes.Wake``,
 ``fragments.FragmentBuffer``, ``callbacks.keyboard``, ``callbacks.CallbackTable``,
 ``callbacks.CallbackContext``, ``commands.command_table``, ``memory_commands.MemoryServices``,
 ``model_asks.model_asks``.

@@ -41,30 +41,25 @@ seconds old; then it is answered ``MODEL_GAVE_UP``.
 
 from __future__ import annotations
 
-import random
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
 
-from actors.agent.turn import TurnHandler, TurnInput, TurnReply
-from actors.chat import fragments, limits
-from actors.chat.callbacks import Callbacks
-from actors.chat.command_base import CommandTable
+from actors.agent.turn import TurnInput, TurnReply
+from actors.chat import fragments
 from actors.chat.commands import command_table
-from actors.chat.store import ChatStore
+from actors.chat.deps import ChatDeps
+from actors.chat.turns import UNSUPPORTED, ChatTurns
 from actors.chat.typing_indicator import typing_while
-from actors.chat.wakes import PendingWakes, RunningTurns, Wake
+from actors.chat.wakes import Wake
 from actors.errors import ModelUnavailable
-from actors.queues import inbox, outbox
+from actors.queues import inbox
 from actors.telegram.errors import MalformedUpdate, VoiceError
 from actors.telegram.types import Message, Voice, parse_update
 from memory.untrusted import wrap_forwarded
 from runtime.backoff import backoff_delay
 from runtime.errors import (
-    DatabaseError,
     DatabaseOutage,
     DatabaseUnavailable,
     QueryCanceled,
@@ -80,81 +75,15 @@ NOT_THE_ROWS = (DatabaseUnavailable, DatabaseOutage, QueryCanceled, Serializatio
 #: gives up past DB_OUTAGE_LIMIT): the others are retried by the actor itself
 OUTAGE = (DatabaseUnavailable, DatabaseOutage)
 
-SORRY = "Sorry, something went wrong on my side. Please try again in a moment."
 GAVE_UP = "Sorry, I could not process one of your messages, so I skipped it."
 NO_VOICE = "I can't transcribe voice messages here (no speech-to-text is configured). Please type."
-UNSUPPORTED = "I can only read text, captions and voice messages for now."
 HELP = command_table().help_text()  # /start and /help without the memory commands
-MODEL_AWAY = "I can't reach my model right now; I'll answer as soon as it's back."
-MODEL_GAVE_UP = (
-    "Sorry, my model stayed unreachable for too long, so I could not answer one of your "
-    "messages. Please send it again."
-)
-
-
-Transcriber = Callable[[int, Voice], Awaitable[str]]
-
-
-class ChatActionClient(Protocol):
-    async def send_chat_action(self, chat_id: int | str, action: str = "typing") -> None: ...
 
 
 @attrs.define
-class ChatDeps:
-    """What every chat actor shares."""
-
-    store: ChatStore
-    turns: TurnHandler
-    bot: ChatActionClient
-    outbox_ready: Callable[[int, outbox.OutboxRow | None], None]
-    running: RunningTurns = attrs.field(factory=RunningTurns)
-    wakes: PendingWakes = attrs.field(factory=PendingWakes)
-    transcribe: Transcriber | None = None
-    typing_interval: float = 5.0
-    max_attempts: int = 3
-    max_crashes: int = inbox.MAX_CRASHES
-    #: waits before retrying a chat's oldest row while the model is down (seconds)
-    model_retry_base: float = 5.0
-    model_retry_cap: float = 300.0
-    #: a row waiting for the model is answered MODEL_GAVE_UP once this old (SEND_DEADLINE)
-    model_deadline: float = 86_400.0
-    #: waits before the chat's rows are taken again after one failed (seconds; doubling)
-    failure_retry_base: float = 0.5
-    failure_retry_cap: float = 30.0
-    wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC)
-    #: the chat commands (``engram serve``: with the memory commands)
-    commands: CommandTable = attrs.field(factory=command_table)
-    #: inline buttons' handlers (None: taps are skipped)
-    callbacks: Callbacks | None = None
-    #: model turns a chat may start per minute (CHAT_TURNS_PER_MINUTE; 0: no limit)
-    turns_per_minute: int = 0
-    #: CHAT_DAILY_COST_USD (None: no limit) and what a chat's model calls cost today
-    daily_cost_usd: float | None = None
-    spent_today: Callable[[int, datetime], Awaitable[float]] | None = None
-    #: when the next day starts (the daily limit renews), from the wall clock's ``now``
-    next_day: Callable[[datetime], datetime] | None = None
-
-
-@attrs.define
-class ChatActor:
-    """The per-chat actor body (a registry handler with a timer)."""
-
-    chat_id: int
-    deps: ChatDeps
-    state: fragments.Reassembler = attrs.field(factory=fragments.Reassembler)
-    cursor: int = 0  # highest inbox id already taken into memory
-    sources: dict[int, tuple[str, str]] = attrs.field(factory=dict)  # inbox id -> (ext id, kind)
-    in_hand: tuple[int, ...] = ()  # the rows being processed: charged if it raises
-    received: dict[int, datetime] = attrs.field(factory=dict)  # inbox id -> received_at
-    retry_at: float | None = None  # the model is down: when to retry the chat's oldest row
-    model_failures: int = 0  # postponements in a row (the retry backoff's exponent)
-    failures: int = 0  # failures since a row was last answered (the retry's exponent)
-    ready: list[fragments.Flushed] = attrs.field(factory=list)  # taken, for the next turn
-    held: list[fragments.Flushed] = attrs.field(factory=list)  # waiting for a per-chat limit
-    held_until: float | None = None  # when the limit lets the held messages' turn start
-    told_limit: bool = False  # the person was told the chat is at its limit (once)
-    turn_starts: list[float] = attrs.field(factory=list)  # recent turns (the rate limit)
-    turns_run: int = 0
+class ChatActor(ChatTurns):
+    """The per-chat actor body (a registry handler with a timer): reads the chat's inbox rows
+    in order; its state and turns are :class:`~actors.chat.turns.ChatTurns`'."""
 
     # --- registry hooks ------------------------------------------------------------------------
 
@@ -220,12 +149,6 @@ class ChatActor:
         self.failures += 1
         self.retry_at = trio.current_time() + delay
         self._forget()
-
-    def _forget(self) -> None:
-        self.state, self.cursor, self.in_hand = fragments.Reassembler(), 0, ()
-        self.ready, self.held, self.held_until = [], [], None
-        self.sources.clear()
-        self.received.clear()
 
     async def _take_new(self) -> None:
         rows, claimed = await self.deps.store.take_open(
@@ -357,144 +280,6 @@ class ChatActor:
             TurnInput(self.chat_id, text, (inbox_id,), message_ids, (ext,), sender_id, kind=kind)
         )
 
-    def _ext(self, inbox_id: int) -> str:
-        return self.sources.pop(inbox_id, (f"inbox:{inbox_id}", "text"))[0]
-
-    # --- turns ---------------------------------------------------------------------------------
-
-    async def _run_flushed(self, flushed: Sequence[fragments.Flushed]) -> None:
-        """Turns for the texts taken so far and ``flushed``: consecutive ones together
-        (:func:`actors.chat.limits.coalesce`), unless the chat is at a limit (then they wait)."""
-        batch = limits.coalesce([*self.ready, *flushed])
-        self.ready = []
-        for n, item in enumerate(batch):
-            if not item.text.strip():
-                await self._commit(TurnReply(UNSUPPORTED), item.update_ids, skipped="no text")
-                continue
-            if await self._held(batch[n:]):
-                return
-            kinds = {self.sources.get(i, ("", "text"))[1] for i in item.update_ids}
-            turn = TurnInput(
-                chat_id=self.chat_id,
-                text=item.text,
-                inbox_ids=tuple(item.update_ids),
-                message_ids=tuple(item.message_ids),
-                external_ids=tuple(self._ext(i) for i in item.update_ids),
-                sender_id=item.sender_id or None,
-                kind="media_group" if "media_group" in kinds else "text",
-            )
-            await self._run_turn(turn)
-
-    async def _reclaim_and_run(self, held: Sequence[fragments.Flushed]) -> None:
-        """The held messages' turn, now that the limit allows it (claimed again first)."""
-        ids = [i for item in held for i in item.update_ids]
-        self.in_hand = tuple(ids)
-        await self.deps.store.mark_processing(ids)
-        await self._run_flushed(held)
-
-    async def _held(self, items: Sequence[fragments.Flushed]) -> bool:
-        """True when the chat is at a per-chat limit (:mod:`actors.chat.limits`): ``items``
-        then wait, handed back to the inbox uncharged, for :attr:`held_until`; the person is
-        told once."""
-        deps, now = self.deps, trio.current_time()
-        until, why = self.held_until, ""
-        if until is None:
-            until, why = limits.next_turn_at(self.turn_starts, now, deps.turns_per_minute), "rate"
-        if until is None and deps.daily_cost_usd is not None and deps.spent_today is not None:
-            wall = deps.wall_clock()
-            if await deps.spent_today(self.chat_id, wall) >= deps.daily_cost_usd:
-                renew = deps.next_day(wall) if deps.next_day is not None else wall
-                until, why = now + max(1.0, (renew - wall).total_seconds()), "cost"
-        if until is None:
-            return False
-        ids = [i for item in items for i in item.update_ids]
-        self.held += items
-        self.held_until = until
-        await deps.store.release(ids, "waiting: per-chat limit")
-        if not self.told_limit and why:
-            self.told_limit = True
-            text = limits.RATE_LIMITED if why == "rate" else limits.COST_LIMITED
-            notice = await deps.store.notify(self.chat_id, text)
-            if notice is not None:
-                deps.outbox_ready(self.chat_id, notice if notice.status == "sending" else None)
-            log.info("chat.limited", limit=why, inbox_ids=ids, wait=round(until - now, 1))
-        return True
-
-    async def _run_turn(self, turn: TurnInput) -> None:
-        self.in_hand = turn.inbox_ids
-        self.told_limit = False
-        self.turns_run += 1
-        self.turn_starts = [*self.turn_starts[-max(1, self.deps.turns_per_minute) :],
-                            trio.current_time()]  # fmt: skip
-        reply: TurnReply | None = None
-        outage: ModelUnavailable | None = None
-        with trio.CancelScope() as scope:
-            self.deps.running.register(self.chat_id, scope)
-            try:
-                async with typing_while(self.deps.bot, self.chat_id, self.deps.typing_interval):
-                    reply = await self.deps.turns.run_turn(turn)
-            except ModelUnavailable as exc:
-                outage = exc
-            except DatabaseError:
-                raise  # the rows' failure or the database's (see _charging), not a SORRY
-            except Exception as exc:
-                log.error("chat.turn_failed", inbox_ids=list(turn.inbox_ids), exc_info=exc)
-                reply = TurnReply(SORRY)
-            finally:
-                self.deps.running.unregister(self.chat_id, scope)
-        if outage is not None:
-            if await self._postpone(turn, outage):
-                raise outage  # leaves the actor's loops: the chat's later rows wait behind it
-            reply = TurnReply(MODEL_GAVE_UP)
-        self.model_failures = 0  # the model answered, or the wait for it is over
-        if scope.cancelled_caught or reply is None:
-            log.info("chat.turn_stopped", inbox_ids=list(turn.inbox_ids))
-            await self.deps.store.mark_skipped(turn.inbox_ids, "stopped by /stop")
-            return
-        await self._commit(reply, turn.inbox_ids)
-        if reply.after_commit is not None:
-            try:
-                await reply.after_commit()
-            except Exception as exc:  # the reply is committed: nothing to undo, keep going
-                log.error("chat.after_commit_failed", inbox_ids=list(turn.inbox_ids),
-                          exc_info=exc)  # fmt: skip
-
-    async def _postpone(self, turn: TurnInput, outage: ModelUnavailable) -> bool:
-        """The model is down: hand the turn's rows back uncharged, tell the person (once), and
-        retry the chat's oldest open row later, forgetting what is in memory (it is all in the
-        inbox). False when the turn's oldest row is past ``model_deadline``: answer it."""
-        deps, ids = self.deps, turn.inbox_ids
-        arrived = [self.received[i] for i in ids if i in self.received]
-        age = (deps.wall_clock() - min(arrived)).total_seconds() if arrived else 0.0
-        cause = type(outage.cause).__name__
-        if age >= deps.model_deadline:
-            log.error("chat.model_gave_up", inbox_ids=list(ids), age=round(age), cause=cause)
-            return False
-        await deps.store.release(ids, str(outage))
-        notice = await deps.store.notify(self.chat_id, MODEL_AWAY)
-        if notice is not None:
-            deps.outbox_ready(self.chat_id, notice if notice.status == "sending" else None)
-        base, cap = deps.model_retry_base, deps.model_retry_cap
-        delay = backoff_delay(self.model_failures, base=base, cap=cap, jitter=0.2,
-                              draw=random.random())  # fmt: skip
-        self.model_failures += 1
-        self.retry_at = trio.current_time() + delay
-        self._forget()
-        log.warning("chat.model_unavailable", inbox_ids=list(ids), cause=cause,
-                    retry_in=round(delay, 3), told=notice is not None)  # fmt: skip
-        return True
-
-    async def _commit(
-        self, reply: TurnReply, inbox_ids: Sequence[int], *, skipped: str | None = None
-    ) -> None:
-        """Commit the reply and finish the rows (see :class:`ChatStore`); then notify."""
-        self.in_hand = tuple(inbox_ids)
-        claimed = await self.deps.store.commit(self.chat_id, reply, inbox_ids, skipped)
-        self.failures = 0  # rows answered: the next failure is a new row's
-        for row_id in inbox_ids:
-            self.received.pop(row_id, None)
-        self.deps.outbox_ready(self.chat_id, claimed)
-
 
 def chat_factory(deps: ChatDeps) -> Callable[[int], ChatActor]:
     """The registry factory: a fresh actor body per chat (and per restart)."""
@@ -505,4 +290,4 @@ def chat_factory(deps: ChatDeps) -> Callable[[int], ChatActor]:
     return build
 
 
-__all__: Any = ["ChatActor", "ChatDeps", "PendingWakes", "RunningTurns", "Wake", "chat_factory"]
+__all__ = ["ChatActor", "chat_factory"]

@@ -21,8 +21,8 @@ from actors.agent.turn import TurnReply
 from actors.chat.command_base import CommandCall
 from memory.embeddings.providers import Embedder
 from memory.embeddings.thresholds import Thresholds
+from memory.extraction.claims import KINDS
 from memory.patterns.audit import AuditRow, history
-from memory.patterns.claims import KINDS
 from memory.patterns.controls import pin_pattern
 from memory.patterns.explicit import (
     MAX_FACT_CHARS,
@@ -33,10 +33,10 @@ from memory.patterns.explicit import (
     refusal,
     remember,
 )
-from memory.patterns.retrieval import LexiconCache, VectorPlanner
 from memory.patterns.stats import chat_stats
 from memory.patterns.views import Item, list_patterns, profile_view, search_patterns, summary_view
 from memory.patterns.why import PatternDetail, explain
+from memory.retrieval.sql import LexiconCache, VectorPlanner
 from runtime.clock import clock_text, local_date, local_datetime
 from runtime.db import Database
 from runtime.words import count

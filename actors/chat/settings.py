@@ -7,7 +7,8 @@ from typing import ClassVar
 
 import attrs
 
-from runtime.settings import Field, SettingsSection, int_range
+from runtime.parsers import int_range
+from runtime.settings import Field, SettingsSection
 
 
 def cost_limit(raw: str) -> float | None:

@@ -24,7 +24,7 @@ from runtime.cli import base_parser, run_cli
 from runtime.errors import SettingsError, settings_error
 
 if TYPE_CHECKING:  # the serve path's modules are imported by cmd_serve: --help stays fast
-    from actors.chat.actor import Transcriber
+    from actors.chat.deps import Transcriber
     from actors.settings import Settings
     from actors.system import BotSystem
     from actors.telegram.types import Voice
@@ -117,6 +117,7 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     from actors.chat.model_asks import model_asks
     from actors.compactor import sql_compactor
     from actors.system import BotSystem
+    from memory.compaction.backlog import CompactionSweep, SqlBacklog
     from memory.conversation.purge import PurgeJob
     from memory.conversation.window import CompactionRule
     from memory.embeddings.providers import open_embedder
@@ -125,11 +126,11 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     from memory.llm.cost import configured_rates
     from memory.llm.factory import open_llm
     from memory.llm.usage_writer import open_usage_writer
-    from memory.patterns.backlog import CompactionSweep, SqlBacklog
     from memory.patterns.dedup import LLMAdjudicator
     from memory.patterns.maintenance import ChatIndexJob, PatternTtlJob
-    from memory.patterns.profile import SqlProfile
-    from memory.patterns.retrieval import LexiconCache, SqlPatternRetriever
+    from memory.retrieval.profile import SqlProfile
+    from memory.retrieval.retriever import SqlPatternRetriever
+    from memory.retrieval.sql import LexiconCache
     from memory.tools.memory_tools import memory_tools
     from runtime.cli import open_settings_database
     from runtime.serve import serve

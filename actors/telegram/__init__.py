@@ -1,4 +1,5 @@
-"""The Telegram edge: the Bot API client (:mod:`~actors.telegram.client`), its types and errors,
+"""The Telegram edge: the Bot API client (:mod:`~actors.telegram.client`), its types and errors
+(who a forward came from: :mod:`~actors.telegram.forwards`),
 the webhook route, the poller, ingest of an update into the inbox, message chunking and HTML
 fallback, voice download and transcription, who may talk to the bot (the allowlist, pairing and
 strangers' kept updates: :mod:`~actors.telegram.pairing`, :mod:`~actors.telegram.access`), and

@@ -6,7 +6,8 @@ answers, ``PreConnectError``/``MaybeDeliveredError`` for network failures.
 
 The token is part of every URL, so it must never leak: network errors are re-raised without
 chaining the httpx exception (which carries the request URL), messages are scrubbed, the
-``httpx`` logger gets a redacting filter while a client is open, and ``repr`` hides it.
+``httpx`` logger gets a redacting filter while a client is open
+(:mod:`actors.telegram.redaction`), and ``repr`` hides it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 
 import httpx
@@ -33,6 +34,7 @@ from actors.telegram.keyboards import (
     commands_json,
     parse_bot_commands,
 )
+from actors.telegram.redaction import REDACTED, RedactToken
 from actors.telegram.settings import BOT_TOKEN_RE
 from actors.telegram.types import (
     BotUser,
@@ -49,27 +51,10 @@ from runtime.concurrency import AsyncClosing
 
 DEFAULT_BASE_URL = "https://api.telegram.org"
 _FILE_PATH_RE = re.compile(r"[A-Za-z0-9_.\-/]{1,512}")
-REDACTED = "<redacted>"
 #: How Bot API servers and emulators say they lack a method (Telegram itself: 404 "Not Found").
 _NO_SUCH_METHOD = re.compile(
     r"method not found|unknown method|not implemented|no such method", re.IGNORECASE
 )
-
-
-class _RedactToken(logging.Filter):
-    """Rewrites httpx's "HTTP Request: POST https://.../bot<token>/..." log lines."""
-
-    def __init__(self, scrub: Callable[[str], str]) -> None:
-        super().__init__()
-        self._scrub = scrub
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:  # a broken record is not ours to fix
-            return True
-        record.msg, record.args = self._scrub(message), None
-        return True
 
 
 async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
@@ -139,7 +124,7 @@ class BotApiClient(AsyncClosing):
         self._timeout_s = timeout
         self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
         self._http = httpx.AsyncClient(timeout=self._timeout, transport=transport)
-        self._filter = _RedactToken(self.scrub)
+        self._filter = RedactToken(self.scrub)
         logging.getLogger("httpx").addFilter(self._filter)
 
     def __repr__(self) -> str:

@@ -8,16 +8,8 @@ from typing import ClassVar
 
 import attrs
 
-from runtime.settings import (
-    Field,
-    Secret,
-    SettingsSection,
-    chat_ids,
-    float_range,
-    http_url,
-    secret_token,
-    web_url_problem,
-)
+from runtime.parsers import Secret, chat_ids, float_range, http_url, secret_token, web_url_problem
+from runtime.settings import Field, SettingsSection
 
 #: A bot token as @BotFather issues it: the bot's id, a colon, its secret (35 characters today).
 BOT_TOKEN_RE = re.compile(r"[0-9]{1,20}:[A-Za-z0-9_-]{35,200}")

@@ -14,6 +14,7 @@ from typing import Literal
 import attrs
 
 from actors.telegram.errors import MalformedUpdate, UnexpectedResponse
+from actors.telegram.forwards import forward_origin
 
 UpdateKind = Literal["message", "edited_message", "callback_query", "unknown"]
 #: The update kinds engram asks for (``allowed_updates`` of setWebhook/getUpdates).
@@ -207,51 +208,6 @@ def _parse_message(value: object, where: str) -> Message:
         edit_date=_opt_int(obj, "edit_date", where),
         forwarded_from=forward_origin(obj),
     )
-
-
-ORIGIN_NAME_CHARS = 64
-UNKNOWN_ORIGIN = "an unknown origin"
-
-
-def _name(value: object) -> str:
-    text = " ".join(value.split()) if isinstance(value, str) else ""
-    return text if len(text) <= ORIGIN_NAME_CHARS else text[: ORIGIN_NAME_CHARS - 1] + "…"
-
-
-def _named(word: str, who: object, *title_keys: str) -> str:
-    obj = who if isinstance(who, Mapping) else {}
-    title = " ".join(n for k in title_keys if (n := _name(obj.get(k))))
-    handle = _name(obj.get("username"))
-    out = f"{word} “{title}”" if title else word
-    return f"{out} (@{handle})" if handle else out
-
-
-def forward_origin(message: Mapping[str, object]) -> str | None:
-    """Who a forwarded message came from, from its ``forward_origin`` (Bot API 7:
-    user, hidden_user, chat, channel; the older ``forward_from``/``forward_from_chat``/
-    ``forward_sender_name`` otherwise), named in a few words; None when it is not a forward.
-    Never raises: a forward whose origin cannot be read is from :data:`UNKNOWN_ORIGIN`."""
-    origin = message.get("forward_origin")
-    if isinstance(origin, Mapping):
-        kind = origin.get("type")
-        if kind == "user":
-            return _named("user", origin.get("sender_user"), "first_name", "last_name")
-        if kind == "hidden_user":
-            return _named("hidden user", {"name": origin.get("sender_user_name")}, "name")
-        if kind == "chat":
-            return _named("chat", origin.get("sender_chat"), "title")
-        if kind == "channel":
-            return _named("channel", origin.get("chat"), "title")
-        return UNKNOWN_ORIGIN
-    if message.get("forward_from") is not None:
-        return _named("user", message.get("forward_from"), "first_name", "last_name")
-    if message.get("forward_from_chat") is not None:
-        return _named("chat", message.get("forward_from_chat"), "title")
-    if message.get("forward_sender_name") is not None:
-        return _named("hidden user", {"name": message.get("forward_sender_name")}, "name")
-    if origin is not None or message.get("forward_date") is not None:
-        return UNKNOWN_ORIGIN
-    return None
 
 
 def _parse_callback(value: object) -> CallbackQuery:

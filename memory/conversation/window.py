@@ -14,9 +14,9 @@ compacted now, and why:
 
 The rule is written once, here: the agent applies it after every turn
 (:mod:`actors.agent.handler`, with the turn's own rows counted), the compaction re-checks it
-inside the chat's lock before every chunk (:func:`memory.patterns.compaction.compact_chat`, fed
+inside the chat's lock before every chunk (:func:`memory.compaction.run.compact_chat`, fed
 by :class:`actors.compactor.WindowEstimate`), and the maintenance sweep applies it to every
-chat's backlog (:mod:`memory.patterns.backlog`). A compaction removes the oldest rows, at most
+chat's backlog (:mod:`memory.compaction.backlog`). A compaction removes the oldest rows, at most
 ``chunk_messages`` per round, and runs round after round while the rule still says so.
 """
 

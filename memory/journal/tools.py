@@ -15,20 +15,13 @@ from typing import Any
 
 import attrs
 
+from memory.errors import ToolError
 from memory.journal.search import LOCAL, Sql, embed_query, find_candidates
-from memory.patterns.ranking import rrf
+from memory.retrieval.ranking import rrf
 from memory.tools.personal_tools import PERSONAL_TOOLS
-from memory.tools.registry import (
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolRegistry,
-    date_spec,
-    spec,
-    tool,
-)
+from memory.tools.registry import Tool, ToolContext, ToolRegistry, tool
 from memory.tools.results import excerpt, writing_stats
-from memory.tools.schema import date_range, optional_date
+from memory.tools.schema import date_range, date_spec, optional_date, spec
 from runtime.clock import clock_text
 
 SNIPPET_CHARS = 300

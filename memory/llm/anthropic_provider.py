@@ -30,10 +30,8 @@ from memory.llm.cost import DEFAULT_RATES, RateTable
 from memory.llm.protocol import (
     Block,
     CacheTTL,
-    CallContext,
     Completion,
     Message,
-    SdkErrors,
     StopReason,
     System,
     TextBlock,
@@ -41,6 +39,10 @@ from memory.llm.protocol import (
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
+)
+from memory.llm.provider_calls import (
+    CallContext,
+    SdkErrors,
     call_and_record,
     classify_sdk_error,
     invalid_response,

@@ -26,10 +26,8 @@ from memory.errors import LLMError
 from memory.llm.cost import DEFAULT_RATES, RateTable
 from memory.llm.protocol import (
     Block,
-    CallContext,
     Completion,
     Message,
-    SdkErrors,
     StopReason,
     System,
     TextBlock,
@@ -37,11 +35,15 @@ from memory.llm.protocol import (
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
+    system_text,
+)
+from memory.llm.provider_calls import (
+    CallContext,
+    SdkErrors,
     call_and_record,
     classify_sdk_error,
     invalid_response,
     status_error,
-    system_text,
 )
 from runtime.concurrency import AsyncClosing
 from runtime.db import Queries

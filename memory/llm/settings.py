@@ -8,7 +8,8 @@ from typing import ClassVar, Literal
 import attrs
 
 from memory.llm.cost import parse_rates
-from runtime.settings import Field, Secret, SettingsSection, choice, http_url, secret_word, visible
+from runtime.parsers import Secret, choice, http_url, secret_word, visible
+from runtime.settings import Field, SettingsSection
 
 #: The values of LLM_PROVIDER.
 PROVIDERS = ("anthropic", "openai")

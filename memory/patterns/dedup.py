@@ -42,9 +42,9 @@ import numpy as np
 
 from memory.embeddings.thresholds import Thresholds
 from memory.errors import ExtractionInvalid, LLMError
+from memory.llm.json_reply import load_json_object
 from memory.llm.protocol import LLM, Message
 from memory.patterns.canonical import canonical_hash
-from memory.patterns.claims import load_json_object
 from memory.untrusted import escape_untrusted
 from runtime.db import Queries
 from runtime.logs import get_logger

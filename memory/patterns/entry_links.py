@@ -4,7 +4,8 @@ linking (both paths)").
 During a turn the model may look at journal entries (``search_entries``, ``get_entry``, ...).
 Entries it actually *cites* become candidate links between the turn's injected patterns and
 those entries, with ``source='tool_loop'`` and a low confidence (:data:`TOOL_LOOP_CONFIDENCE`);
-compaction later finalises links with ``source='compaction'`` and a higher one. Repeated
+compaction later finalises links with ``source='compaction'`` and a higher one
+(:func:`link_entries`, :data:`COMPACTION_LINK_CONFIDENCE`). Repeated
 linking bumps ``times_linked`` and ``last_linked_at``; a compaction link is never downgraded.
 
 **What counts as cited** (:func:`cited_entries`, pure):
@@ -32,7 +33,7 @@ from typing import Any
 
 import attrs
 
-from memory.patterns.ranking import VALIDITY_BY_STATUS
+from memory.retrieval.ranking import VALIDITY_BY_STATUS
 from runtime.db import Queries
 
 TOOL_LOOP_SOURCE = "tool_loop"
@@ -219,3 +220,36 @@ async def link_turn(
     return await record_tool_loop_links(
         db, chat_id, pattern_ids, cited_entries(calls, answer), now=now
     )
+
+
+#: compaction's links; tool-loop links are recorded lower (:data:`TOOL_LOOP_CONFIDENCE`)
+COMPACTION_LINK_CONFIDENCE = 0.8
+
+# --- compaction's links ------------------------------------------------------------------------
+
+_LINK = """
+INSERT INTO pattern_entries (pattern_id, entry_uuid, chat_id, source, confidence, times_linked,
+                             last_linked_at)
+VALUES ($1, $2, $3, 'compaction', $4, 1, coalesce($5, now()))
+ON CONFLICT (pattern_id, entry_uuid) DO UPDATE SET
+    source = 'compaction',
+    confidence = greatest(pattern_entries.confidence, EXCLUDED.confidence),
+    times_linked = pattern_entries.times_linked + 1,
+    last_linked_at = greatest(pattern_entries.last_linked_at, EXCLUDED.last_linked_at)
+"""
+
+
+async def link_entries(
+    conn: Queries,
+    pattern_id: int,
+    chat_id: int,
+    entry_uuids: Sequence[str],
+    *,
+    at: datetime | None = None,
+    confidence: float = COMPACTION_LINK_CONFIDENCE,
+) -> int:
+    """Upsert the pattern's links to journal entries cited by the extraction; the count."""
+    uuids = list(dict.fromkeys(entry_uuids))
+    if uuids:
+        await conn.executemany(_LINK, [(pattern_id, u, chat_id, confidence, at) for u in uuids])
+    return len(uuids)

@@ -20,7 +20,6 @@ import attrs
 from memory.embeddings.providers import Embedder
 from memory.embeddings.thresholds import Thresholds, thresholds_for
 from memory.patterns.dedup import Adjudicator, DedupDecision, find_duplicate
-from memory.patterns.grounding import instruction_reason
 from memory.patterns.writes import (
     Evidence,
     Vectors,
@@ -29,6 +28,7 @@ from memory.patterns.writes import (
     insert_pattern,
     reinforce_pattern,
 )
+from memory.untrusted import instruction_reason
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -73,7 +73,7 @@ def clean_fact(text: str) -> str:
 
 def refusal(fact: str) -> str | None:
     """The one-line answer refusing ``fact`` when it reads like an instruction (compaction's
-    rule, :func:`memory.patterns.grounding.instruction_reason`: it would be shown as trusted
+    rule, :func:`memory.untrusted.instruction_reason`: it would be shown as trusted
     "About the person" in every turn); None when it may be stored."""
     rule = instruction_reason(fact)
     if rule is None:

@@ -2,7 +2,7 @@
 patterns.
 
 A chat too big for an exact scan and too small a share of the model's shared HNSW index gets
-its own partial index (:func:`memory.patterns.retrieval.ensure_chat_indexes`, built
+its own partial index (:func:`memory.retrieval.sql.ensure_chat_indexes`, built
 ``CONCURRENTLY`` so
 other chats keep writing). This job runs that at start and then every ``interval`` seconds; a
 failing pass is logged and retried at the next one.
@@ -12,7 +12,7 @@ The TTL (seed 000 "Privacy and retention controls"): an active pattern of low co
 :func:`expire_stale_patterns` (never a core tenet), audited as maintenance's ``expire``;
 :class:`PatternTtlJob` runs it every ``interval``, then :func:`cap_patterns`: a chat with more
 than ``MAX_PATTERNS_PER_CHAT`` active patterns loses the weakest (the typed weight of
-:mod:`memory.patterns.ranking`, lowest first; never a pinned one), each deprecated and audited
+:mod:`memory.retrieval.ranking`, lowest first; never a pinned one), each deprecated and audited
 the same way, with :data:`CAP_REASON`.
 """
 
@@ -22,8 +22,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from memory.patterns.audit import change_status
-from memory.patterns.ranking import WEIGHT_JOINS, WEIGHT_SQL, weight_parameters
-from memory.patterns.retrieval import ensure_chat_indexes
+from memory.retrieval.ranking import WEIGHT_JOINS, WEIGHT_SQL, weight_parameters
+from memory.retrieval.sql import ensure_chat_indexes
 from runtime.db import Queries
 from runtime.logs import get_logger
 from runtime.periodic import PeriodicJob

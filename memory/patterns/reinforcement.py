@@ -14,7 +14,7 @@ Contradiction (soft; a hard contradiction is a supersede, handled by the store):
 
 After ``DISPUTE_AFTER`` (2) contradictions an active pattern becomes ``disputed``: one
 contradiction may be noise or a passing mood, two independent ones mean the claim is contested
-and should rank lower (see :mod:`memory.patterns.ranking`) while coexisting with its rival.
+and should rank lower (see :mod:`memory.retrieval.ranking`) while coexisting with its rival.
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ model; the wording is the chat command's (:mod:`actors.chat.memory_commands`).
   from ``chat_pattern_counts``, kept by triggers; messages, episodes); two short statements
   whatever the chat's size.
 * :func:`list_patterns` — the strongest active patterns (optionally of one kind) by their
-  typed weight (:data:`memory.patterns.ranking.WEIGHT_SQL`: decay, strength, confidence, boosts —
+  typed weight (:data:`memory.retrieval.ranking.WEIGHT_SQL`: decay, strength, confidence, boosts —
   the retrieval score without the query).
 * :func:`search_patterns` — the product's retrieval
-  (:func:`memory.patterns.retrieval.rank_patterns`) with its scores.
+  (:func:`memory.retrieval.retriever.rank_patterns`) with its scores.
 * :func:`topic_matches` — what ``/forget <topic>`` offers: the retrieval's matches and the
   patterns whose words contain the topic (full text), live ones only.
 * :func:`summary_view` — the chat's episodes, newest first, and the current window's size.
@@ -31,17 +31,13 @@ from typing import Any
 
 import attrs
 
+from memory.conversation.episodes import Episode, episode_from_record
 from memory.embeddings.providers import Embedder
 from memory.embeddings.thresholds import Thresholds
-from memory.patterns.episodes import Episode, episode_from_record
-from memory.patterns.ranking import WEIGHT_JOINS, WEIGHT_SQL, local_today, weight_parameters
-from memory.patterns.retrieval import (
-    DEFAULT_CANDIDATES,
-    LexiconCache,
-    VectorPlanner,
-    rank_patterns,
-)
 from memory.patterns.topic import topic_tsquery, topic_words
+from memory.retrieval.ranking import WEIGHT_JOINS, WEIGHT_SQL, local_today, weight_parameters
+from memory.retrieval.retriever import rank_patterns
+from memory.retrieval.sql import DEFAULT_CANDIDATES, LexiconCache, VectorPlanner
 from runtime.concurrency import both
 from runtime.db import Queries
 

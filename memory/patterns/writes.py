@@ -58,7 +58,6 @@ from runtime.logs import get_logger
 log = get_logger(__name__)
 
 EXTRACTOR_VERSION = "v1"
-COMPACTION_LINK_CONFIDENCE = 0.8  # tool-loop links are recorded lower (memory.patterns.retrieval)
 VECTOR_TABLES = (("pattern_embeddings", "pattern_id"), ("alias_embeddings", "alias_id"),
                  ("episode_embeddings", "episode_id"))  # fmt: skip
 
@@ -366,36 +365,6 @@ async def children_strength(conn: Queries, chat_id: int, child_ids: Sequence[int
         chat_id, list(child_ids),
     )  # fmt: skip
     return float(min(max(float(total), 1.0), STRENGTH_CAP))
-
-
-# --- entry links ------------------------------------------------------------------------------
-
-_LINK = """
-INSERT INTO pattern_entries (pattern_id, entry_uuid, chat_id, source, confidence, times_linked,
-                             last_linked_at)
-VALUES ($1, $2, $3, 'compaction', $4, 1, coalesce($5, now()))
-ON CONFLICT (pattern_id, entry_uuid) DO UPDATE SET
-    source = 'compaction',
-    confidence = greatest(pattern_entries.confidence, EXCLUDED.confidence),
-    times_linked = pattern_entries.times_linked + 1,
-    last_linked_at = greatest(pattern_entries.last_linked_at, EXCLUDED.last_linked_at)
-"""
-
-
-async def link_entries(
-    conn: Queries,
-    pattern_id: int,
-    chat_id: int,
-    entry_uuids: Sequence[str],
-    *,
-    at: datetime | None = None,
-    confidence: float = COMPACTION_LINK_CONFIDENCE,
-) -> int:
-    """Upsert the pattern's links to journal entries cited by the extraction; the count."""
-    uuids = list(dict.fromkeys(entry_uuids))
-    if uuids:
-        await conn.executemany(_LINK, [(pattern_id, u, chat_id, confidence, at) for u in uuids])
-    return len(uuids)
 
 
 # --- embedding before a transaction -------------------------------------------------------------

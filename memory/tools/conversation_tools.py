@@ -4,7 +4,7 @@ The turn's window shows the recent messages and "Earlier in this conversation" t
 of older spans; this tool finds the exact words (seed 004 Tests 7c and 12: "what exactly did
 you say this morning?", "what's my AWS dev account number?"). It searches this chat's retained
 messages by full text and its episodes by full text and meaning
-(:func:`memory.patterns.recall.recall`; never another chat's rows) and answers dated snippets:
+(:func:`memory.retrieval.recall.recall`; never another chat's rows) and answers dated snippets:
 each message with its local date and time, role and an excerpt around the words that matched
 (the best match whole, up to 4,000 characters; when compacted, the episode it lies in); each
 episode with its local date range, size and summary.
@@ -22,13 +22,14 @@ from typing import Any
 
 import attrs
 
+from memory.conversation.episodes import Episode
 from memory.embeddings.thresholds import Thresholds, thresholds_for
-from memory.patterns.episodes import Episode
-from memory.patterns.query_text import content_words
-from memory.patterns.recall import MessageHit, QueryVector, Span, has_terms, recall
-from memory.tools.registry import Tool, ToolContext, ToolError, spec, tool
+from memory.errors import ToolError
+from memory.retrieval.query_text import content_words
+from memory.retrieval.recall import MessageHit, QueryVector, Span, has_terms, recall
+from memory.tools.registry import Tool, ToolContext, tool
 from memory.tools.results import excerpt
-from memory.tools.schema import date_range, optional_date
+from memory.tools.schema import date_range, optional_date, spec
 from runtime.clock import local_datetime
 from runtime.logs import get_logger
 

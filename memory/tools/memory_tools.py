@@ -5,8 +5,8 @@ Every tool is scoped to ``ToolContext.chat_id``: a chat can neither see nor chan
 chat's patterns (an id from another chat reads exactly like an unknown id).
 
 * ``recall_memory(query, limit)`` ranks this chat's live patterns with
-  :func:`memory.patterns.retrieval.rank_patterns` (hybrid vector + full text, typed decay); when the
-  query cannot be embedded the answer is ``degraded`` (keyword matches only).
+  :func:`memory.retrieval.retriever.rank_patterns` (hybrid vector + full text, typed decay);
+  when the query cannot be embedded the answer is ``degraded`` (keyword matches only).
 * ``remember(fact, kind="belief", date?, time?)`` stores an explicit pattern through
   :func:`memory.patterns.explicit.remember` (canonical hash, then similarity dedup with
   adjudication in the grey zone; the same path as the person's ``/remember``); the answer says
@@ -40,7 +40,8 @@ import attrs
 import numpy as np
 
 from memory.embeddings.thresholds import Thresholds
-from memory.patterns.claims import EVENT
+from memory.errors import ToolError
+from memory.extraction.claims import EVENT
 from memory.patterns.controls import FORGETTABLE, Relation, check_link, link_patterns
 from memory.patterns.dedup import Adjudicator
 from memory.patterns.explicit import (
@@ -50,19 +51,12 @@ from memory.patterns.explicit import (
     refusal,
     remember,
 )
-from memory.patterns.retrieval import LexiconCache, VectorPlanner, rank_patterns
 from memory.patterns.views import items_by_id
+from memory.retrieval.retriever import rank_patterns
+from memory.retrieval.sql import LexiconCache, VectorPlanner
 from memory.tools.conversation_tools import conversation_tools
-from memory.tools.registry import (
-    Tool,
-    ToolContext,
-    ToolError,
-    ToolRegistry,
-    date_spec,
-    spec,
-    tool,
-)
-from memory.tools.schema import parse_day
+from memory.tools.registry import Tool, ToolContext, ToolRegistry, tool
+from memory.tools.schema import date_spec, parse_day, spec
 from runtime.clock import clock_text, local_date
 from runtime.logs import get_logger
 

@@ -10,10 +10,11 @@ from typing import Any
 
 import attrs
 
+from memory.errors import ToolError
 from memory.llm.usage import usage_summary
-from memory.tools.registry import Tool, ToolContext, ToolError, date_spec, spec, tool
+from memory.tools.registry import Tool, ToolContext, tool
 from memory.tools.results import usage_report
-from memory.tools.schema import date_range, optional_date, parse_day
+from memory.tools.schema import date_range, date_spec, optional_date, parse_day, spec
 
 _TOOLS: list[Tool[Any]] = []
 

@@ -35,13 +35,8 @@ import numpy.typing as npt
 
 from memory.errors import ToolError
 from memory.tools.schema import (
-    CHECK_META,
-    DATE_PATTERN,
-    SCHEMA_META,
-    date_spec,
     json_schema,
     parse_input,
-    spec,
 )
 from runtime.db import Queries
 from runtime.logs import get_logger
@@ -49,21 +44,12 @@ from runtime.logs import get_logger
 log = get_logger(__name__)
 
 __all__ = [
-    "CHECK_META",
-    "DATE_PATTERN",
-    "SCHEMA_META",
     "Confirmations",
-    "Queries",
     "QueryEmbedder",
     "Tool",
     "ToolContext",
-    "ToolError",
     "ToolOutcome",
     "ToolRegistry",
-    "date_spec",
-    "json_schema",
-    "parse_input",
-    "spec",
     "to_json",
     "tool",
 ]

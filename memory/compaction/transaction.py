@@ -17,7 +17,7 @@ episode row and the ``ok`` run row. Decisions recorded here:
 * a meta pattern starts with the sum of its children's strengths (capped at 20), ``parent_of``
   from it to each child, and an observation quoting the children (signal implicit);
 * an event keeps its day and time (dedup only against events of that day); a claim the
-  extractor proposed as core (:attr:`memory.patterns.claims.NewPattern.pinned`) makes the new
+  extractor proposed as core (:attr:`memory.extraction.claims.NewPattern.pinned`) makes the new
   or the reinforced pattern a core tenet;
 * an episode is written only when the summary survived the guardrails.
 """
@@ -34,15 +34,10 @@ from memory.conversation.messages import ChatMessage, render_tool_call
 from memory.embeddings.providers import Embedder
 from memory.embeddings.store import store_vectors
 from memory.embeddings.thresholds import Thresholds
+from memory.extraction.claims import ChunkMessage, Extraction, KnownPattern, NewPattern, Supersede
+from memory.extraction.guardrails import evidence_for
 from memory.patterns.dedup import Adjudicator, DedupDecision, find_duplicate
-from memory.patterns.extraction import (
-    ChunkMessage,
-    Extraction,
-    KnownPattern,
-    NewPattern,
-    Supersede,
-    evidence_for,
-)
+from memory.patterns.entry_links import link_entries
 from memory.patterns.writes import (
     Evidence,
     Vectors,
@@ -51,7 +46,6 @@ from memory.patterns.writes import (
     contradict_pattern,
     embed_texts,
     insert_pattern,
-    link_entries,
     reinforce_pattern,
     set_core_tenet,
     supersede_pattern,

@@ -27,8 +27,8 @@ from typing import Protocol
 
 import attrs
 
+from memory.compaction.run import CompactionOutcome
 from memory.conversation.window import CompactionRule, Reason, WindowState
-from memory.patterns.compaction import CompactionOutcome
 from runtime.db import Queries
 from runtime.logs import get_logger
 from runtime.periodic import PeriodicJob

@@ -6,14 +6,14 @@ every request passes the per-chat pacing (one per ``chat_interval`` s) and the g
 (``global_rate`` per ``global_period``). On start-up, and every ``sweep_interval``, every chat
 with open rows gets a worker, so a lost notification only delays a reply.
 
-Exactly once, or visibly uncertain. Before a chunk (:func:`~actors.sender_store.plan_chunks`)
+Exactly once, or visibly uncertain. Before a chunk (:func:`~actors.sender.store.plan_chunks`)
 is handed to the Bot API its row records, committed, that it is in flight (``mark_in_flight``;
 for a reply claimed by its turn's commit, that commit did it); after Telegram's answer the
 outcome is recorded (``record_chunk_sent``, idempotent, or ``release_in_flight`` when the
 answer proves it was not delivered), retried through database errors with backoff, each
 attempt shielded from cancellation for ``record_timeout``, instead of crashing the sender. A
 starting sender marks ``uncertain`` every open row still in flight — left by an earlier
-process, or by this process's crashed sender (:class:`~actors.sender_policy.SenderLedger`):
+process, or by this process's crashed sender (:class:`~actors.sender.policy.SenderLedger`):
 it was interrupted between request and record, and is never resent.
 
 Per request:
@@ -38,15 +38,21 @@ import random
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import Literal, TypeVar
+from typing import TypeVar
 
 import attrs
 import structlog
 import trio
 
 from actors.queues.outbox import OutboxRow
-from actors.sender_policy import SenderLedger, SenderSettings, SlidingWindowLimiter
-from actors.sender_store import (
+from actors.sender.policy import (
+    SenderLedger,
+    SenderSettings,
+    SlidingWindowLimiter,
+    Undelivered,
+    describe,
+)
+from actors.sender.store import (
     DbOutbox,
     MessageClient,
     OutboxStore,
@@ -68,7 +74,7 @@ from runtime.backoff import backoff_delay
 from runtime.db import Queries
 from runtime.errors import DatabaseError
 
-__all__ = ["OutboxReady", "SenderActor", "SenderLedger", "SenderSettings"]
+__all__ = ["OutboxReady", "SenderActor"]
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -89,29 +95,12 @@ def wall_now() -> datetime:
     return datetime.now(UTC)
 
 
-Outcome = Literal["failed", "uncertain", "closed"]
-
-
-@attrs.frozen
-class _Final:
-    """Why a chunk was not delivered: the row ends ``failed``/``uncertain``, or was closed.
-    ``gave_up``: failed because retryable failures lasted past the deadline."""
-
-    outcome: Outcome
-    error: str = ""
-    gave_up: bool = False
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
 @attrs.define(eq=False)
 class SenderActor:
     """The outbox sender; ``run`` reports ``Address[OutboxReady]`` once the start-up scan is done.
 
-    ``db`` is a database handle (wrapped in :class:`~actors.sender_store.DbOutbox`) or any
-    :class:`~actors.sender_store.OutboxStore`. ``ledger``: shared by the senders of one process
+    ``db`` is a database handle (wrapped in :class:`~actors.sender.store.DbOutbox`) or any
+    :class:`~actors.sender.store.OutboxStore`. ``ledger``: shared by the senders of one process
     (the supervisor restarts a crashed one). Timing uses only ``trio.sleep``/``current_time``,
     so it runs on a MockClock; ``wall_clock`` only ages rows (their ``created_at``).
     """
@@ -257,7 +246,7 @@ class SenderActor:
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id)
         plan = plan_row(row, self.settings.chunk_limit)  # an edit is one request
         if not plan.chunks:
-            await self._finish(row, 0, 0, _Final("failed", "empty reply: nothing to send"))
+            await self._finish(row, 0, 0, Undelivered("failed", "empty reply: nothing to send"))
             return
         if row.chunks_sent:
             rlog.info("sender.resuming", chunks_sent=row.chunks_sent, chunks=len(plan.chunks))
@@ -270,7 +259,7 @@ class SenderActor:
             chunk, last = plan.chunks[index], index == len(plan.chunks) - 1
             result = await self._deliver(row, index, chunk, plan.parse_mode, deadline, marked, last)
             marked = False
-            if isinstance(result, _Final):
+            if isinstance(result, Undelivered):
                 await self._finish(row, index, len(plan.chunks), result)
                 return
             message_ids.append(result)
@@ -285,7 +274,7 @@ class SenderActor:
         age = max(0.0, (self.wall_clock() - row.created_at).total_seconds())
         return trio.current_time() + self.settings.deadline - age
 
-    async def _finish(self, row: OutboxRow, index: int, total: int, result: _Final) -> None:
+    async def _finish(self, row: OutboxRow, index: int, total: int, result: Undelivered) -> None:
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id, chunk=index + 1, chunks=total)
         if result.outcome == "closed":
             rlog.info("sender.row_closed")
@@ -311,8 +300,8 @@ class SenderActor:
         deadline: float,
         marked: bool,
         last: bool,
-    ) -> int | _Final:
-        """Send one chunk (:func:`~actors.sender_store.send_chunk`: the last carries the row's
+    ) -> int | Undelivered:
+        """Send one chunk (:func:`~actors.sender.store.send_chunk`: the last carries the row's
         keyboard; an edit row edits its message), applying the retry policy; the message id, or
         why it was not sent. ``marked``: the chunk is already marked in flight (by the turn's
         commit)."""
@@ -324,7 +313,7 @@ class SenderActor:
             if not marked:
                 mark = partial(self.store.mark_in_flight, row.id, index)
                 if await self._db("mark_in_flight", mark) is None:
-                    return _Final("closed")
+                    return Undelivered("closed")
             marked = False
             self.ledger.in_flight.add(row.id)
             attempts += 1
@@ -338,7 +327,7 @@ class SenderActor:
                 event = "sender.rate_limited"
             except BadRequest as exc:
                 if not (exc.is_parse_error and mode is not None):
-                    return _Final("failed", _describe(exc))
+                    return Undelivered("failed", describe(exc))
                 rlog.warning("sender.parse_fallback", parse_mode=mode, error=str(exc))
                 text, mode = plain_fallback(chunk, mode, self.settings.chunk_limit), None
                 continue
@@ -346,18 +335,18 @@ class SenderActor:
                 error, delay, event = exc, self._backoff(failures), "sender.retrying"
                 failures += 1
             except ApiError as exc:  # 403 blocked, 401, 404, ...: permanent
-                return _Final("failed", _describe(exc))
+                return Undelivered("failed", describe(exc))
             except (NetworkError, UnexpectedResponse) as exc:  # may have been delivered
-                return _Final("uncertain", _describe(exc))
+                return Undelivered("uncertain", describe(exc))
             if trio.current_time() + delay > deadline:
-                why = f"gave up after {attempts} attempts at the deadline: {_describe(error)}"
-                return _Final("failed", why, gave_up=True)
-            release = partial(self.store.release_in_flight, row.id, index, _describe(error))
+                why = f"gave up after {attempts} attempts at the deadline: {describe(error)}"
+                return Undelivered("failed", why, gave_up=True)
+            release = partial(self.store.release_in_flight, row.id, index, describe(error))
             await self._db("release", release)
             self.ledger.in_flight.discard(row.id)
             rlog.warning(event, attempt=attempts, retry_after=delay, error=str(error))
             if not await self._wait(delay):
-                return _Final("closed")
+                return Undelivered("closed")
 
     def _backoff(self, failures: int) -> float:
         s = self.settings
@@ -403,7 +392,7 @@ class SenderActor:
                     return await call()
                 error = f"timed out after {s.record_timeout:g} s"
             except DatabaseError as exc:
-                error = _describe(exc)
+                error = describe(exc)
             delay = backoff_delay(failures, base=s.db_retry_base, cap=s.db_retry_cap,
                                   jitter=s.jitter, draw=self.rng.random())  # fmt: skip
             failures += 1

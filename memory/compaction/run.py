@@ -11,7 +11,7 @@
    compaction that finished meanwhile may have made this one unnecessary -> ``not_needed``. So
    is a chat with nothing beyond its ``keep_recent`` newest rows.
 3. :func:`select_chunk` picks the rows; the chat's top patterns (by strength x confidence) and
-   their linked entry uuids are loaded; :func:`memory.patterns.extraction.extract` is called.
+   their linked entry uuids are loaded; :func:`memory.extraction.extractor.extract` is called.
    ``None``
    (invalid JSON twice) or an LLM error -> a ``failed`` run row, every message left as it was.
 4. The texts to store are embedded in one call *before* the transaction (an embedding failure
@@ -19,7 +19,7 @@
    hash only), and each new/replacement/meta pattern gets its
    :func:`memory.patterns.dedup.find_duplicate` decision (the adjudication LLM call happens here,
    never inside a transaction).
-5. ONE transaction (:func:`memory.patterns.compaction_tx.apply_extraction`): patterns, observations,
+5. ONE transaction (:func:`memory.compaction.transaction.apply_extraction`): patterns, observations,
    reinforcements, contradictions, supersedes, meta patterns, entry links, the episode row,
    ``compacted_at = now()`` on exactly the chunk's rows, and the ``ok`` run row with its counts.
 
@@ -37,16 +37,17 @@ from collections.abc import Awaitable, Callable, Sequence
 import attrs
 import trio
 
+from memory.compaction.transaction import apply_extraction, chunk_message, plan_patterns
 from memory.conversation.messages import ChatMessage, from_record
 from memory.conversation.window import CompactionRule, WindowState
 from memory.embeddings.providers import Embedder
 from memory.embeddings.thresholds import Thresholds, thresholds_for
+from memory.extraction.claims import KnownPattern
+from memory.extraction.extractor import extract
+from memory.extraction.guardrails import Rejection
 from memory.llm.protocol import LLM
 from memory.patterns.canonical import lock_key
-from memory.patterns.compaction_tx import apply_extraction, chunk_message, plan_patterns
 from memory.patterns.dedup import Adjudicator, LLMAdjudicator
-from memory.patterns.explicit import store_explicit_pattern
-from memory.patterns.extraction import KnownPattern, Rejection, extract
 from memory.patterns.writes import ensure_indexes
 from runtime.db import Connection, Database
 from runtime.logs import get_logger
@@ -306,6 +307,9 @@ async def _locked(
 
 
 __all__ = [
-    "CompactionOptions", "CompactionOutcome", "compact_chat", "compaction_lock_key",
-    "select_chunk", "store_explicit_pattern",
-]  # fmt: skip
+    "CompactionOptions",
+    "CompactionOutcome",
+    "compact_chat",
+    "compaction_lock_key",
+    "select_chunk",
+]

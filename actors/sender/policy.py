@@ -1,13 +1,15 @@
-"""The sender's policy (:mod:`actors.sender`): its settings (per-chat pacing, the global rate,
+"""The sender's policy (:mod:`actors.sender.actor`): its settings (per-chat pacing, the global rate,
 retry backoff and deadline, 429 waits, batching; the backoff itself is
 :func:`runtime.backoff.backoff_delay`), the global sliding-window rate limiter shared by all its
-workers, and the :class:`SenderLedger` that outlives a restarted sender. Timing uses only
+workers, the :class:`SenderLedger` that outlives a restarted sender, and what an undelivered
+chunk ends as (:class:`Undelivered`). Timing uses only
 ``trio.sleep_until``/``trio.current_time``, so it runs on a MockClock.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from typing import Literal
 
 import attrs
 import trio
@@ -96,3 +98,21 @@ class SlidingWindowLimiter:
                     self._stamps.append(now)
                     return
                 await trio.sleep_until(self._stamps[0] + self.period)
+
+
+Outcome = Literal["failed", "uncertain", "closed"]
+
+
+@attrs.frozen
+class Undelivered:
+    """Why a chunk was not delivered: the row ends ``failed``/``uncertain``, or was closed.
+    ``gave_up``: failed because retryable failures lasted past the deadline."""
+
+    outcome: Outcome
+    error: str = ""
+    gave_up: bool = False
+
+
+def describe(exc: BaseException) -> str:
+    """How an error is recorded on its row and logged: ``Type: message``."""
+    return f"{type(exc).__name__}: {exc}"

@@ -2,7 +2,7 @@
 pattern's ``temporal`` hints and the moment a turn happens in, as those hints name it.
 
 A pattern's ``temporal`` JSONB is the extractor's free-form object of simple values
-(:mod:`memory.patterns.claims`); four of its keys are recognised, each with fixed values::
+(:mod:`memory.extraction.claims`); four of its keys are recognised, each with fixed values::
 
     time_of_day  morning (05-12) | afternoon (12-17) | evening (17-23) | night (23-05)
     day_of_week  monday .. sunday | weekday | weekend
@@ -13,7 +13,7 @@ A pattern's ``temporal`` JSONB is the extractor's free-form object of simple val
 ("tuesday", "weekday"), ...}``). A pattern's hints *match* the moment when it has at least one
 recognised key and every recognised key's value (case and spaces ignored) is accepted
 (:func:`matches`); other keys are ignored. The retrieval weight multiplies a match by
-:data:`memory.patterns.ranking.TEMPORAL_BOOST`. Pure.
+:data:`memory.retrieval.ranking.TEMPORAL_BOOST`. Pure.
 """
 
 from __future__ import annotations

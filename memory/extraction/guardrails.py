@@ -1,9 +1,9 @@
 """The guardrails over the extractor's output (seed 000, "Pattern extraction during compaction";
 seed 001: grounding check and injection-like text rejection). Pure, no I/O.
 
-:func:`check_extraction` applies the text rules of :mod:`memory.patterns.grounding` (grounding,
+:func:`check_extraction` applies the text rules of :mod:`memory.extraction.grounding` (grounding,
 instruction-like text, bot directives, entry uuids in tool results) and the structural rules
-(cap, evidence roles, known ids) to a parsed :class:`memory.patterns.extraction.Extraction`.
+(cap, evidence roles, known ids) to a parsed :class:`memory.extraction.extractor.Extraction`.
 :func:`evidence_for` is the evidence snapshot of the cited rows.
 """
 
@@ -14,8 +14,7 @@ from typing import TypeVar
 
 import attrs
 
-from memory.patterns.canonical import canonical_hash
-from memory.patterns.claims import (
+from memory.extraction.claims import (
     ChunkMessage,
     Extraction,
     KnownPattern,
@@ -24,15 +23,9 @@ from memory.patterns.claims import (
     Reinforcement,
     Supersede,
 )
-from memory.patterns.grounding import (
-    directs_the_bot,
-    entry_uuids_in,
-    injection_in,
-    instruction_reason,
-    is_grounded,
-    overlap,
-)
-from memory.untrusted import own_words
+from memory.extraction.grounding import entry_uuids_in, is_grounded, overlap
+from memory.patterns.canonical import canonical_hash
+from memory.untrusted import directs_the_bot, injection_in, instruction_reason, own_words
 
 CITABLE_ROLES = ("user", "tool_result")
 Linked = TypeVar("Linked", "NewPattern", "Reinforcement", "Supersede")

@@ -37,8 +37,8 @@ from typing import Any, Protocol
 
 import attrs
 
-from memory.patterns.ranking import EVENT_AHEAD_DAYS, estimate_tokens, local_today
-from memory.patterns.temporal import event_day
+from memory.retrieval.ranking import EVENT_AHEAD_DAYS, estimate_tokens, local_today
+from memory.retrieval.temporal import event_day
 from runtime.db import Queries
 
 #: the default of ``PROFILE_BUDGET_TOKENS``: ~25 lines, 2.5 % of the default context budget

@@ -3,7 +3,7 @@
 Seed 000 "Pattern retrieval with typed decay + floor" and "Hybrid retrieval for patterns".
 One call of :meth:`SqlPatternRetriever.retrieve` is:
 
-1. **Candidates** (one SQL statement, :func:`memory.patterns.retrieval_sql.candidates_sql`):
+1. **Candidates** (one SQL statement, :func:`memory.retrieval.sql.candidates_sql`):
    the chat's ``candidates`` nearest pattern vectors of the embedder's model (vector arm) and its
    ``candidates`` best full-text matches (``to_tsquery('english', or_tsquery(query))`` ordered by
    ``ts_rank``; full-text arm), both over this chat only. For every candidate of either arm the
@@ -12,27 +12,27 @@ One call of :meth:`SqlPatternRetriever.retrieve` is:
    lexemes (``to_tsvector('english', content words)``) and the typed weight ``recency(kind, days
    since last_seen or an event's day, floor) × memory(strength) × confidence × validity(status)
    × boost`` (the seed's formula with facts, events, core tenets and the time-aware boost,
-   :data:`memory.patterns.ranking.WEIGHT_SQL`, with the
-   :data:`memory.patterns.ranking.DECAY_BY_KIND` half-lives and floors at full strength; days and
+   :data:`memory.retrieval.ranking.WEIGHT_SQL`, with the
+   :data:`memory.retrieval.ranking.DECAY_BY_KIND` half-lives and floors at full strength; days and
    the local moment in the retriever's ``timezone``);
    superseded, deprecated and merged patterns are never candidates (validity 0), disputed ones
-   count at :data:`memory.patterns.ranking.DISPUTED_VALIDITY`.
+   count at :data:`memory.retrieval.ranking.DISPUTED_VALIDITY`.
 2. **Fusion** (:func:`fuse`, in Python): candidates below ``thresholds.min_similarity`` are
    dropped whichever arm found them (a keyword hit with no semantic affinity to the query is not
    injected), as are those without a stored vector for the model. Each remaining candidate gets
    ``relevance = 0.5 × max(similarity, 0) + 0.5 × lexical / max_lexical``
-   (:func:`memory.patterns.ranking.relevance`) and the score ``relevance × typed weight``.
+   (:func:`memory.retrieval.ranking.relevance`) and the score ``relevance × typed weight``.
    ``lexical`` is the candidate's BM25 over the query's lexemes
    (k1 1.2, b 0.75, term frequency taken as 1, ``idf = ln(1 + (N - df + 0.5) / (df + 0.5))``
    with ``N``, ``df`` and the mean length from the chat's live patterns: ``ts_stat``, cached per
-   chat by :class:`memory.patterns.retrieval_sql.LexiconCache` for 30 minutes), 0 when it shares no
+   chat by :class:`memory.retrieval.sql.LexiconCache` for 30 minutes), 0 when it shares no
    lexeme with the query; ``max_lexical`` is the highest among this query's candidates (the best
    keyword match has 1), so ``relevance`` is in [0, 1]. Both halves are graded scores, not
    ranks: a rare keyword such as "melatonin" lifts a pattern by up to half, a close paraphrase
    without shared words still counts by its cosine. (:func:`rank_patterns` called without a
    ``LexiconCache`` uses ``ts_rank`` as ``lexical``.)
 3. **MMR** (λ = 0.7) over the best ``limit × 3`` candidates' stored vectors picks up to ``limit``
-   patterns, then :func:`memory.patterns.ranking.apply_budget` drops the lowest-scored until the
+   patterns, then :func:`memory.retrieval.ranking.apply_budget` drops the lowest-scored until the
    lines fit 2,000 tokens.
 
 When the query cannot be embedded (outage, rate limit), or the chat's patterns have no vector
@@ -42,7 +42,7 @@ of the model yet (a model switch before the re-embed), the full-text arm alone r
 ``[memory: degraded]``. Never does an embedding failure fail the turn.
 
 The vector arm's plan (exact scan, shared HNSW walk or the chat's own index), the SQL and the
-per-chat caches (vector counts, document frequencies) live in :mod:`memory.patterns.retrieval_sql`
+per-chat caches (vector counts, document frequencies) live in :mod:`memory.retrieval.sql`
 (names re-exported here). What a turn gets back is a :class:`RetrievedMemory`, from any
 :class:`PatternRetriever` (:class:`NoPatterns` until pattern memory exists).
 """
@@ -59,8 +59,8 @@ import numpy as np
 from memory.embeddings.providers import PURPOSE, Embedder
 from memory.embeddings.store import check_model
 from memory.embeddings.thresholds import Thresholds, default_thresholds
-from memory.patterns.query_text import or_tsquery
-from memory.patterns.ranking import (
+from memory.retrieval.query_text import or_tsquery
+from memory.retrieval.ranking import (
     MMR_LAMBDA,
     PATTERN_BUDGET_TOKENS,
     apply_budget,
@@ -68,35 +68,34 @@ from memory.patterns.ranking import (
     relevance,
     weight_parameters,
 )
-from memory.patterns.retrieval_sql import (
+from memory.retrieval.sql import (
     DEFAULT_CANDIDATES,
-    EF_SEARCH_MAX,
-    EXACT_MAX,
     LIVE_STATUSES,
-    SIZE_TTL,
-    ChatSize,
     Lexicon,
     LexiconCache,
     Plan,
     VectorPlanner,
     candidates_sql,
-    chat_index_name,
-    choose_plan,
-    ensure_chat_indexes,
 )
-from memory.patterns.temporal import event_day
+from memory.retrieval.temporal import event_day
 from runtime.clock import local_date
 from runtime.db import Queries
 from runtime.logs import get_logger
 
 __all__ = [
-    "DEFAULT_CANDIDATES", "DEFAULT_LIMIT", "DEGRADED_MARK", "EF_SEARCH_MAX", "EXACT_MAX",
-    "LIVE_STATUSES", "SIZE_TTL", "ChatSize", "Lexicon", "LexiconCache", "NoPatterns",
-    "PatternRetriever", "Plan", "Queries", "RankedPattern", "RetrievedMemory",
-    "SqlPatternRetriever", "VectorPlanner", "candidates_sql", "chat_index_name", "choose_plan",
-    "ensure_chat_indexes", "fetch_candidates", "fuse", "memory_block", "pattern_line",
+    "DEFAULT_LIMIT",
+    "DEGRADED_MARK",
+    "NoPatterns",
+    "PatternRetriever",
+    "RankedPattern",
+    "RetrievedMemory",
+    "SqlPatternRetriever",
+    "fetch_candidates",
+    "fuse",
+    "memory_block",
+    "pattern_line",
     "rank_patterns",
-]  # fmt: skip
+]
 
 log = get_logger(__name__)
 

@@ -1,4 +1,4 @@
-"""The extractor's prompt (:mod:`memory.patterns.extraction`): the system text, the request (stored
+"""The extractor's prompt (:mod:`memory.extraction.extractor`): the system text, the request (stored
 patterns and the span's messages, tool results wrapped as untrusted) and the one repair request.
 """
 
@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from memory.patterns.claims import ChunkMessage, KnownPattern
-from memory.patterns.temporal import event_day
+from memory.extraction.claims import ChunkMessage, KnownPattern
+from memory.retrieval.temporal import event_day
 from memory.untrusted import escape_own, escape_untrusted, wrap_untrusted
 from runtime.clock import local, local_date, local_time
 

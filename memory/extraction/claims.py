@@ -9,13 +9,12 @@ resolved by the model against the local time of the message that says it) and ma
 (seed 000 "Core tenets"), honoured only for a belief or a fact at confidence
 >= :data:`CORE_MIN_CONFIDENCE` (:attr:`NewPattern.pinned`).
 
-Pure; the prompt (:mod:`memory.patterns.extraction_prompt`), the guardrails
-(:mod:`memory.patterns.guardrails`) and the call (:mod:`memory.patterns.extraction`) build on it.
+Pure; the prompt (:mod:`memory.extraction.prompt`), the guardrails
+(:mod:`memory.extraction.guardrails`) and the call (:mod:`memory.extraction.extractor`) build on it.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import date, datetime, time
@@ -24,6 +23,7 @@ from typing import Any
 import attrs
 
 from memory.errors import ExtractionInvalid
+from memory.llm.json_reply import load_json_object
 
 KINDS = (
     "behavior", "emotion", "belief", "goal", "preference", "temporal", "causal", "fact", "event",
@@ -155,27 +155,6 @@ class Extraction:
 
 
 # --- parsing -----------------------------------------------------------------------------------
-
-_FENCE = re.compile(r"```[A-Za-z]*[ \t]*\n?(.*?)```", re.DOTALL)
-
-
-def load_json_object(text: str) -> dict[str, Any]:
-    """The first JSON object in ``text`` (inside a ``` fence if there is one; prose around it
-    is ignored); :class:`ExtractionInvalid` when there is none."""
-    decoder = json.JSONDecoder()
-    for candidate in [m.group(1) for m in _FENCE.finditer(text)] + [text]:
-        start = candidate.find("{")
-        while start != -1:
-            try:
-                value, _ = decoder.raw_decode(candidate, start)
-            except ValueError:
-                start = candidate.find("{", start + 1)
-                continue
-            if isinstance(value, dict):
-                return value
-            start = candidate.find("{", start + 1)
-    raise ExtractionInvalid("the reply holds no JSON object")
-
 
 def _get(obj: dict[str, Any], key: str, where: str) -> Any:
     if key not in obj or obj[key] is None:

@@ -7,9 +7,9 @@ Two sources, both of one chat only (every statement filters on ``chat_id``):
   ``ts_rank_cd``; each hit says whether it was compacted and, if so, the episode it lies in;
 * **episodes** — the summaries of compacted spans, by full text and by the cosine of their
   vectors (``episode_embeddings`` of the query's model, an exact scan of the chat's own), fused by
-  reciprocal rank (:func:`memory.patterns.ranking.rrf`).
+  reciprocal rank (:func:`memory.retrieval.ranking.rrf`).
 
-The query's content words are OR-ed (:func:`memory.patterns.query_text.or_tsquery`), so a
+The query's content words are OR-ed (:func:`memory.retrieval.query_text.or_tsquery`), so a
 question matches the messages sharing most of its words first. An optional ``[start, end)``
 window of instants restricts both sources (an episode counts when its span overlaps it). With no
 content words the window alone selects: its newest messages and episodes.
@@ -23,10 +23,10 @@ from typing import Any, TypeVar
 
 import attrs
 
+from memory.conversation.episodes import Episode, episode_from_record
 from memory.embeddings.store import check_model
-from memory.patterns.episodes import Episode, episode_from_record
-from memory.patterns.query_text import or_tsquery
-from memory.patterns.ranking import rrf
+from memory.retrieval.query_text import or_tsquery
+from memory.retrieval.ranking import rrf
 from runtime.concurrency import both
 from runtime.db import Database, Queries
 

@@ -1,5 +1,5 @@
 """The SQL of pattern retrieval: the vector arm's plan (per chat and model) and the one
-candidates statement. See :mod:`memory.patterns.retrieval` for how one retrieval uses them.
+candidates statement. See :mod:`memory.retrieval.retriever` for how one retrieval uses them.
 
 **Vector arm plan.** pgvector 0.6 filters HNSW results *after* the graph walk (no iterative
 scan), so a chat holding a small share of the model's index can get too few rows back; an exact
@@ -29,7 +29,7 @@ from typing import Literal
 import attrs
 
 from memory.embeddings.store import check_model
-from memory.patterns.ranking import VALIDITY_BY_STATUS, WEIGHT_JOINS, WEIGHT_SQL
+from memory.retrieval.ranking import VALIDITY_BY_STATUS, WEIGHT_JOINS, WEIGHT_SQL
 from runtime.db import Queries
 from runtime.logs import get_logger
 
@@ -197,10 +197,10 @@ async def ensure_chat_indexes(
 # --- SQL ------------------------------------------------------------------------------------
 
 # $1 chat, $2 now, $3 kinds, $4 half-lives, $5 floors, $6 statuses, $7 validities, $8 today
-# (local), $9 the local moment ($3 .. $9: memory.patterns.ranking.weight_parameters()), $10 live
+# (local), $9 the local moment ($3 .. $9: memory.retrieval.ranking.weight_parameters()), $10 live
 # statuses, $11 candidates per arm, $12 tsquery text, $13 query vector (or NULL), $14
 # hnsw.ef_search (graph-walk plans).
-# The typed weight and its joins are memory.patterns.ranking's WEIGHT_SQL and WEIGHT_JOINS.
+# The typed weight and its joins are memory.retrieval.ranking's WEIGHT_SQL and WEIGHT_JOINS.
 
 _FTS_ARM = """
     fts AS MATERIALIZED (

@@ -19,15 +19,18 @@ On LoCoMo's 1,210 extracted observations (speaker name read as "User") against t
 cite, 89% are grounded; against a random turn of the same conversation, 1.4% (0.45 alone: 81% and
 0.7%).
 
-**Instruction-like text.** :func:`instruction_reason` names the first rule a text breaks
+**Instruction-like text** (:mod:`memory.untrusted`, the store's ``remember`` applies it too).
+:func:`~memory.untrusted.instruction_reason` names the first rule a text breaks
 (ignore/disregard previous instructions, "you must", system/developer prompt, role-play and
 jailbreak phrases, new instructions, secrets, a URL with an action verb, markup/tags, chat
 template lines) or returns None (none of LoCoMo's 1,210 observations trips one). A claim that
-tells the bot how to behave (:func:`directs_the_bot`) is rejected when all its evidence is tool
-output: journal text may describe the user, it may not instruct the assistant.
+tells the bot how to behave (:func:`~memory.untrusted.directs_the_bot`) is rejected when all
+its evidence is tool output: journal text may describe the user, it may not instruct the
+assistant.
 
-**Guardrails.** :func:`memory.patterns.guardrails.check_extraction` applies these and the structural
-rules (cap, evidence roles, known ids) to a parsed :class:`memory.patterns.extraction.Extraction`.
+**Guardrails.** :func:`memory.extraction.guardrails.check_extraction` applies these and the
+structural rules (cap, evidence roles, known ids) to a parsed
+:class:`memory.extraction.claims.Extraction`.
 """
 
 from __future__ import annotations
@@ -145,73 +148,6 @@ def is_grounded(claim: str, evidence: str) -> bool:
     return share >= GROUNDING_MIN_OVERLAP or (
         m >= LONG_CLAIM_MATCHES and share >= LONG_CLAIM_MIN_OVERLAP
     )
-
-
-# --- instruction-like text ---------------------------------------------------------------------
-
-_URL = r"(?:https?://|www\.)\S+"
-INSTRUCTION_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(pattern, re.IGNORECASE))
-    for name, pattern in (
-        ("ignore instructions", r"\b(ignore|disregard|forget|override|bypass)\b[^.]{0,40}"
-         r"\b(previous|prior|above|earlier|all|your|system|safety)\b[^.]{0,20}"
-         r"\b(instructions?|prompts?|rules?|messages?|guidelines?|directives?)\b"),
-        ("addresses the model", r"\byou (must|should|will|are to|have to|need to|shall)\b"),
-        ("addresses the model", r"\byou are (now|no longer|an? (ai|assistant|bot|model))\b"),
-        ("system prompt",
-         r"\b(system|developer|hidden|initial)[ _-]?(prompt|message|instructions?)\b"),
-        ("new instructions", r"\b(new|updated|real|additional) instructions?\b"),
-        ("role-play", r"\b(act as|pretend (to be|you)|role[ -]?play|roleplay|from now on,? you)\b"),
-        ("jailbreak", r"\b(jailbreak|do anything now|developer mode|dan mode|unfiltered mode)\b"),
-        ("secrets", r"\b(api[ _-]?keys?|passwords?|secret (keys?|tokens?)|access tokens?|"
-         r"credentials?)\b"),
-        ("url with an action", r"\b(visit|open|click|go to|navigate to|download|fetch|send|post|"
-         r"call|curl|browse)\b[^.]{0,60}" + _URL),
-        ("url with an action", _URL + r"[^.]{0,60}\b(visit|open|click|download|fetch|send|post|"
-         r"call|curl|browse)\b"),
-        ("markup", r"</?\s*(untrusted|system|assistant|user|instructions?|tool_result)\b[^>]*>"),
-        ("chat template", r"(^|\n)\s*(system|assistant|human)\s*:"),
-    )
-)  # fmt: skip
-
-_BOT = r"(assistant|bot|ai|model|claude|chatbot|you)"
-_DIRECTIVE = re.compile(
-    rf"\b(always|never|must|should|has to|is required to|is instructed to)\b[^.]{{0,40}}\b{_BOT}\b|"
-    rf"\b{_BOT}\b[^.]{{0,30}}\b(always|never|must|should|has to|is required to|will)\b",
-    re.IGNORECASE,
-)
-
-
-def instruction_reason(text: str) -> str | None:
-    """The name of the first instruction/injection rule ``text`` breaks, or None."""
-    folded = unicodedata.normalize("NFKC", text)
-    for name, pattern in INSTRUCTION_RULES:
-        if pattern.search(folded):
-            return name
-    return None
-
-
-#: the rules that make a tool result (journal text) unusable as evidence: an injection attempt
-#: there must not steer memory even through an innocent-looking claim. Narrower than the claim
-#: rules: journal prose says "you should", "act as" and "password" innocently.
-EVIDENCE_RULES = frozenset(
-    {"ignore instructions", "system prompt", "new instructions", "jailbreak", "markup",
-     "chat template"}
-)  # fmt: skip
-
-
-def injection_in(text: str) -> str | None:
-    """The name of the first :data:`EVIDENCE_RULES` rule ``text`` breaks, or None."""
-    folded = unicodedata.normalize("NFKC", text)
-    for name, pattern in INSTRUCTION_RULES:
-        if name in EVIDENCE_RULES and pattern.search(folded):
-            return name
-    return None
-
-
-def directs_the_bot(text: str) -> bool:
-    """Whether ``text`` tells the assistant how to behave (always/never/must + bot/you)."""
-    return bool(_DIRECTIVE.search(unicodedata.normalize("NFKC", text)))
 
 
 # --- entry uuids in tool results ---------------------------------------------------------------

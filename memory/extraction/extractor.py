@@ -11,7 +11,7 @@ object::
 :func:`parse_extraction` validates it strictly into :class:`Extraction` (wrong types, unknown
 kinds or signals, confidences outside [0, 1] -> :class:`ExtractionInvalid`; a ```json fence and
 prose around the object are tolerated). :func:`check_extraction`
-(:mod:`memory.patterns.guardrails`) then
+(:mod:`memory.extraction.guardrails`) then
 applies the guardrails and returns what survives plus a :class:`Rejection` for everything dropped
 (see its docstring).
 :func:`extract` is the only I/O: one call, and exactly one "return valid JSON only" repair call
@@ -25,29 +25,18 @@ from collections.abc import Collection, Sequence
 from zoneinfo import ZoneInfo
 
 from memory.errors import ExtractionInvalid
-from memory.llm.protocol import LLM, Message
-from memory.patterns.claims import (
+from memory.extraction.claims import (
     ChunkMessage,
-    Contradiction,
     Extraction,
     KnownPattern,
-    MetaPattern,
-    NewPattern,
-    Reinforcement,
-    Supersede,
-    load_json_object,
     parse_extraction,
 )
-from memory.patterns.extraction_prompt import EXTRACTION_SYSTEM, repair_prompt, user_prompt
-from memory.patterns.guardrails import CITABLE_ROLES, Rejection, check_extraction, evidence_for
+from memory.extraction.guardrails import Rejection, check_extraction
+from memory.extraction.prompt import EXTRACTION_SYSTEM, repair_prompt, user_prompt
+from memory.llm.protocol import LLM, Message
 from runtime.logs import get_logger
 
-__all__ = [
-    "CITABLE_ROLES", "EXTRACTION_SYSTEM", "ChunkMessage", "Contradiction", "Extraction",
-    "ExtractionInvalid", "KnownPattern", "MetaPattern", "NewPattern", "Reinforcement", "Rejection",
-    "Supersede", "check_extraction", "evidence_for", "extract", "load_json_object",
-    "parse_extraction", "repair_prompt", "user_prompt",
-]  # fmt: skip
+__all__ = ["extract"]
 
 log = get_logger(__name__)
 
@@ -56,7 +45,7 @@ EXTRACTION_MAX_TOKENS = 4096
 PURPOSE = "compaction"
 
 
-# --- the call (the prompt: memory.patterns.extraction_prompt) -------------------------------------
+# --- the call (the prompt: memory.extraction.prompt) -------------------------------------
 
 
 async def extract(

@@ -16,7 +16,7 @@ full weight until its day and then fades like an emotion. A core tenet (``is_cor
 seed 000 "Core tenets") never decays. ``event_boost`` is :data:`EVENT_NEAR_BOOST` from
 :data:`EVENT_AHEAD_DAYS` before an event's day to :data:`EVENT_AFTER_DAYS` after it;
 ``temporal_boost`` is :data:`TEMPORAL_BOOST` when the pattern's ``temporal`` hints match the
-turn's local time of day, weekday, season or month (:mod:`memory.patterns.temporal`).
+turn's local time of day, weekday, season or month (:mod:`memory.retrieval.temporal`).
 
 ``validity`` is 1.0 for active patterns, 0.0 for superseded/deprecated/merged ones and
 ``DISPUTED_VALIDITY`` (0.5) for disputed ones: a disputed pattern is a live but contested
@@ -24,7 +24,7 @@ hypothesis, so it still surfaces on a strong match, at half weight.
 
 The store computes the weight in SQL: :data:`WEIGHT_SQL` (with :data:`WEIGHT_JOINS` and the
 arrays of :func:`weight_parameters`) is generated from the constants here, and
-:func:`relevance` runs in Python on the SQL's candidates (:mod:`memory.patterns.retrieval`).
+:func:`relevance` runs in Python on the SQL's candidates (:mod:`memory.retrieval.retriever`).
 The Python :func:`recency`, :func:`memory_factor`, :func:`validity`, :func:`event_boost`,
 :func:`temporal_boost`, :func:`weight` and :func:`score` are the oracle the tests compare the
 SQL with (and the LoCoMo bench's reference); no production path calls them.
@@ -43,7 +43,7 @@ import attrs
 import numpy as np
 import numpy.typing as npt
 
-from memory.patterns.temporal import Moment, matches, moment, moment_json
+from memory.retrieval.temporal import Moment, matches, moment, moment_json
 
 Vector = Sequence[float] | npt.NDArray[np.floating]
 
@@ -131,7 +131,7 @@ def event_boost(days_since: int | None) -> float:
 
 def temporal_boost(temporal: Mapping[str, object] | None, at: Moment) -> float:
     """:data:`TEMPORAL_BOOST` when the hints match the moment ``at``
-    (:func:`memory.patterns.temporal.matches`), else 1.0."""
+    (:func:`memory.retrieval.temporal.matches`), else 1.0."""
     return TEMPORAL_BOOST if matches(temporal, at) else 1.0
 
 
@@ -204,7 +204,7 @@ def weight_parameters(now: datetime, timezone: str) -> WeightParameters:
     """The parameters ``$3`` .. ``$9`` of :data:`WEIGHT_SQL` and :data:`WEIGHT_JOINS`: kinds,
     their half-lives (days) and floors (:data:`DECAY_BY_KIND`), statuses and their validities
     (:data:`VALIDITY_BY_STATUS`), today in ``timezone`` and the moment ``now`` there (JSON of
-    every recognised hint key, see :func:`memory.patterns.temporal.moment`)."""
+    every recognised hint key, see :func:`memory.retrieval.temporal.moment`)."""
     return (
         list(DECAY_BY_KIND),
         [d.half_life_days for d in DECAY_BY_KIND.values()],

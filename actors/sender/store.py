@@ -1,4 +1,4 @@
-"""What the sender (:mod:`actors.sender`) works with: the outbox as a :class:`OutboxStore`
+"""What the sender (:mod:`actors.sender.actor`) works with: the outbox as a :class:`OutboxStore`
 (:class:`DbOutbox` over :mod:`actors.queues.outbox`; tests use memory), the part of the Bot API
 client it calls (:class:`MessageClient`), and how a row's text becomes its chunks
 (:func:`plan_chunks`, deterministic so ``chunks_sent`` indexes into it; :func:`plain_fallback`

@@ -7,7 +7,7 @@ loads the chat's newest ones (:meth:`SqlEpisodes.recent`, one indexed query, con
 the window and the pattern retrieval) and shows those that fit ``EPISODE_BUDGET_TOKENS`` as
 "Earlier in this conversation" (:func:`actors.agent.context.episodes_section`), so the model
 knows what was said before its window even when no pattern matches. Their full text is
-searched by ``recall_conversation`` (:mod:`memory.patterns.recall`).
+searched by ``recall_conversation`` (:mod:`memory.retrieval.recall`).
 """
 
 from __future__ import annotations
