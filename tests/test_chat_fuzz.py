@@ -109,7 +109,8 @@ async def test_random_input_through_every_command_and_button(
         names
     )
     assert set(taps.entries) == {"forget_one", "forget_all", "forget_keep", "forget_messages",
-                                 "merge_confirm", "merge_keep"}  # fmt: skip
+                                 "merge_confirm", "merge_keep", "supersede_confirm",
+                                 "supersede_keep"}  # fmt: skip
     counter = itertools.count(1)
     seen: dict[str, int] = {"commands": 0, "live taps": 0, "dead taps": 0, "gave up": 0}
 
