@@ -22,7 +22,7 @@ from fakes.bot_api import DEFAULT_TOKEN, run_fake_bot_api
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PW = "Hunter2-database-secret"  # in no output, log line or error
 QPW = "Query-password-secret"  # the same, given as ?password=
 README_TOKEN = "123456:ABC..."  # the README's command 1, pasted as it stands

@@ -27,7 +27,7 @@ from actors.settings import load_settings
 from actors.telegram.pairing import PAIRED
 from actors.telegram.types import ALLOWED_UPDATES
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WRONG_TOKEN = "123456789:WrongSecretWrongSecretWrongSecret_xyz"
 REJECTED = "engram: configuration error: TELEGRAM_BOT_TOKEN: Telegram rejected the token"
 WEBHOOK_URL = "https://bot.example.org/api/telegram"

@@ -25,7 +25,7 @@ import pytest
 
 from actors.cli.main import build_parser
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TOP_LEVEL = ("runtime", "actors", "memory", "migrations")
 TIMEOUT = 120  # seconds, for each subprocess
 PIP = ("-m", "pip", "--disable-pip-version-check")  # no network: --no-index on every call

@@ -20,7 +20,7 @@ from runtime.serve import EmptySystem, serve
 from runtime.settings import ProcessSettings, load_settings
 from runtime.shutdown import Shutdown
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:

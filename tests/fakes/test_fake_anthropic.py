@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+
 from fakes.anthropic_api import (
     DEFAULT_API_KEY,
     Failure,

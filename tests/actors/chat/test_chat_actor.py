@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from functools import partial
 from typing import Any
 
 import attrs
 import pytest
 import trio
 import trio.testing
+from fakes.memory import CHAT, Agent, Bot, MemoryStore, msg
 
-from actors.agent.turn import TurnInput, TurnReply
 from actors.chat.actor import (
     GAVE_UP,
     MODEL_AWAY,
@@ -24,154 +22,10 @@ from actors.chat.actor import (
 )
 from actors.chat.commands import NOTHING_TO_STOP, STOPPED, command_table
 from actors.chat.wakes import RunningTurns, Wake
-from actors.errors import ModelUnavailable
 from actors.queues import inbox
-from actors.queues.inbox import InboxRow
-from actors.queues.outbox import OutboxRow
 from actors.telegram.errors import VoiceTooLarge
 from actors.telegram.types import Voice
-from memory.errors import LLMUnavailable
-from runtime.errors import DatabaseUnavailable, UniqueViolation
 from runtime.registry import Registry
-
-CHAT = 42
-
-
-@attrs.define
-class MemoryStore:
-    """In-memory ChatStore: rows by id, plus every commit in order."""
-
-    rows: dict[int, InboxRow] = attrs.field(factory=dict)
-    commits: list[tuple[str, tuple[int, ...], str | None, float]] = attrs.field(factory=list)
-    outbox: list[str] = attrs.field(factory=list)  # every reply and notice, in order
-    next_id: int = 1
-    received_at: datetime = attrs.field(factory=lambda: datetime.now(UTC))
-    blipped: bool = False
-
-    def add(self, payload: dict[str, Any], attempts: int = 0, crashes: int = 0) -> int:
-        row_id = self.next_id
-        self.next_id += 1
-        self.rows[row_id] = InboxRow(
-            id=row_id,
-            update_key=f"update:{payload['update_id']}",
-            update_id=payload["update_id"],
-            chat_id=CHAT,
-            kind="message",
-            payload=payload,
-            status="pending",
-            attempts=attempts,
-            last_error=None,
-            received_at=self.received_at,
-            processed_at=None,
-            crashes=crashes,
-        )
-        return row_id
-
-    def _set(self, ids: Sequence[int], **changes: Any) -> None:
-        for i in ids:
-            self.rows[i] = attrs.evolve(self.rows[i], **changes)
-
-    async def take_open(
-        self, chat_id: int, after: int, max_attempts: int, max_crashes: int
-    ) -> tuple[list[InboxRow], int | None]:
-        rows = [
-            r
-            for r in sorted(self.rows.values(), key=lambda r: r.id)
-            if r.status in ("pending", "processing", "failed") and r.id > after
-        ]
-        claimed = None
-        if rows and rows[0].attempts < max_attempts and rows[0].crashes < max_crashes:
-            claimed = rows[0].id
-            await self.mark_processing([claimed])
-        return rows, claimed
-
-    async def mark_processing(self, ids: Sequence[int]) -> None:
-        self._set(ids, status="processing")
-
-    async def mark_failed(self, ids: Sequence[int], error: str) -> None:
-        for i in ids:
-            self._set([i], status="failed", attempts=self.rows[i].attempts + 1, last_error=error)
-
-    async def mark_skipped(self, ids: Sequence[int], reason: str) -> None:
-        self._set(ids, status="skipped", last_error=reason)
-
-    async def release(self, ids: Sequence[int], reason: str) -> None:
-        self._set(ids, status="pending", last_error=reason)
-
-    async def notify(self, chat_id: int, text: str) -> OutboxRow | None:
-        if self.outbox and self.outbox[-1] == text:
-            return None
-        self.outbox.append(text)
-        return OutboxRow(id=len(self.outbox), chat_id=chat_id, text=text, parse_mode=None,
-                         reply_to_message_id=None, inbox_ids=(), status="pending", attempts=0,
-                         last_error=None, chunks_sent=0, telegram_message_ids=(),
-                         created_at=datetime.now(UTC), sent_at=None)  # fmt: skip
-
-    async def commit(
-        self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
-    ) -> None:
-        if reply.text == "echo:breaks a constraint":
-            raise UniqueViolation("duplicate key value violates unique constraint")
-        if reply.text == "echo:db blip" and not self.blipped:
-            self.blipped = True
-            raise DatabaseUnavailable("connection lost")
-        self._set(inbox_ids, status="skipped" if skipped else "done")
-        self.commits.append((reply.text, tuple(inbox_ids), skipped, trio.current_time()))
-        self.outbox.append(reply.text)
-
-
-@attrs.define
-class Agent:
-    """A turn handler that records turns; 'slow' takes 100 s, 'boom' raises."""
-
-    turns: list[tuple[TurnInput, float]] = attrs.field(factory=list)
-    store: MemoryStore | None = None
-    after_commits: list[tuple[str, int]] = attrs.field(factory=list)
-    model_down_until: float = float("-inf")
-
-    async def run_turn(self, turn: TurnInput) -> TurnReply:
-        self.turns.append((turn, trio.current_time()))
-        if trio.current_time() < self.model_down_until:
-            await trio.sleep(110)  # the turn's own retries, then it gives up
-            down = LLMUnavailable("connection refused", provider="fake", model="fake")
-            raise ModelUnavailable(down)
-        if turn.text == "slow":
-            await trio.sleep(100)
-        if turn.text == "boom":
-            raise RuntimeError("model exploded")
-        if turn.text.startswith("after"):
-            return TurnReply(f"echo:{turn.text[:20]}", after_commit=partial(self.after, turn.text))
-        return TurnReply(f"echo:{turn.text[:20]}")
-
-    async def after(self, text: str) -> None:
-        """The after-commit hook: records how many commits it saw; 'after boom' raises."""
-        self.after_commits.append((text, len(self.store.commits) if self.store else -1))
-        if text == "after boom":
-            raise RuntimeError("compactor gone")
-
-
-@attrs.define
-class Bot:
-    actions: list[float] = attrs.field(factory=list)
-    fail: bool = False
-
-    async def send_chat_action(self, chat_id: int | str, action: str = "typing") -> None:
-        self.actions.append(trio.current_time())
-        if self.fail:
-            raise OSError("network down")
-
-
-def msg(update_id: int, message_id: int, text: str | None = None, **extra: Any) -> dict[str, Any]:
-    m: dict[str, Any] = {
-        "message_id": message_id,
-        "date": 0,
-        "chat": {"id": CHAT, "type": "private"},
-        "from": {"id": 7, "is_bot": False, "first_name": "A"},
-    }
-    if text is not None:
-        m["text"] = text
-    m.update(extra)
-    return {"update_id": update_id, "message": m}
 
 
 @attrs.define

@@ -12,7 +12,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from test_chat_actor import CHAT, Agent, Bot, MemoryStore, msg
+from fakes.memory import CHAT, Agent, Bot, MemoryStore, msg
 
 from actors.agent.turn import TurnInput, TurnReply
 from actors.chat import fragments, limits

@@ -22,7 +22,7 @@ from runtime.cli import base_parser
 from runtime.errors import SettingsError
 from runtime.settings import Secret
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 TOKEN_SECRET = DEFAULT_TOKEN.split(":", 1)[1]
 URL = "https://bot.example.org/api/telegram"
 CONFIGURED_SECRET = "configured-Secret_0123456789"

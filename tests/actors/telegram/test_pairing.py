@@ -48,7 +48,7 @@ from runtime.shutdown import Shutdown
 
 OWNER = 7001
 STRANGER = 7002
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @attrs.define

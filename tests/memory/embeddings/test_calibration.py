@@ -17,7 +17,7 @@ import pytest
 from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.thresholds import BY_MODEL, SEED
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 MODEL = "wordllama-l2-supercat-256"
 
 

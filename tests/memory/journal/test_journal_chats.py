@@ -8,17 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from fakes.journal import add_entry, call, call_error, make_ctx
+from fakes.memory import DIMS, MODEL, FakeEmbedder, bag_of_words
 from structlog.testing import capture_logs
-from test_journal_tools import (
-    DIMS,
-    MODEL,
-    FakeEmbedder,
-    add_entry,
-    bag_of_words,
-    call,
-    call_error,
-    make_ctx,
-)
 
 from actors.journal_owner import (
     JournalChatError,

@@ -31,7 +31,7 @@ from memory.journal.dayone import (
 from runtime.db import Database
 from runtime.progress import Progress, format_duration, render_line
 
-FIXTURE = Path(__file__).parent / "fixtures" / "dayone_small.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "dayone_small.json"
 VALID = 28
 MODEL = "wordllama-l2-supercat-256"
 CHAT, OTHER = 1, 2
@@ -366,7 +366,7 @@ def _cli(
     return subprocess.run(
         [sys.executable, "-c", _CLI, *args],
         env=env,
-        cwd=Path(__file__).parent.parent,
+        cwd=Path(__file__).resolve().parents[3],
         capture_output=True,
         text=True,
         timeout=120,

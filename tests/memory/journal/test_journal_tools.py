@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import calendar
-import hashlib
 import json
-import re
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, date, datetime, timedelta
@@ -17,6 +15,8 @@ import attrs
 import numpy as np
 import pytest
 import trio
+from fakes.journal import NOW, REGISTRY, add_entry, call, call_error, make_ctx
+from fakes.memory import DIMS, MODEL, FakeEmbedder, bag_of_words
 
 from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.store import ensure_vector_index, index_name
@@ -30,115 +30,11 @@ from memory.journal.search import (
     search_candidates,
     vector_arm,
 )
-from memory.journal.tools import JOURNAL_TOOLS, journal_registry
+from memory.journal.tools import JOURNAL_TOOLS
 from memory.llm.usage import log_api_usage
-from memory.tools.registry import ToolContext, ToolOutcome
+from memory.tools.registry import ToolContext
 from runtime.db import Database
 from runtime.migrate import apply_migrations, load_migrations
-
-DIMS = 64
-MODEL = "fake-bow-64"
-NOW = datetime(2024, 6, 15, 10, 0, tzinfo=UTC)  # 12:00 in Madrid
-
-
-def bag_of_words(text: str) -> np.ndarray:
-    """Hashing bag-of-words, unit-normalised: texts sharing words are close."""
-    v = np.zeros(DIMS, dtype=np.float32)
-    for word in re.findall(r"[a-z]+", text.lower()):
-        v[int(hashlib.sha256(word.encode()).hexdigest(), 16) % DIMS] += 1.0
-    norm = float(np.linalg.norm(v))
-    return v / norm if norm else v
-
-
-@attrs.define
-class FakeEmbedder:
-    model: str = MODEL
-    dims: int = DIMS
-    fail: bool = False
-    calls: list[tuple[list[str], str, int | None]] = attrs.field(factory=list)
-
-    async def embed(
-        self, texts: Sequence[str], *, purpose: str, chat_id: int | None = None
-    ) -> list[np.ndarray]:
-        self.calls.append((list(texts), purpose, chat_id))
-        if self.fail:
-            raise RuntimeError("embedding service down")
-        return [bag_of_words(t) for t in texts]
-
-
-async def add_entry(
-    db: Database,
-    uuid: str,
-    at: str,
-    text: str,
-    *,
-    tags: Sequence[str] = (),
-    city: str | None = None,
-    tz: str | None = "Europe/Madrid",
-    vector: np.ndarray | None = None,
-    embed: bool = True,
-    chat_id: int = 1,
-) -> int:
-    """Insert one entry of ``chat_id``'s journal (``at`` is an ISO UTC instant) and, unless
-    ``embed=False``, its vector."""
-    created = datetime.fromisoformat(at).replace(tzinfo=UTC)
-    entry_id: int = await db.fetchval(
-        "INSERT INTO entries (uuid, created_at, timezone, text, tags, city, word_count, chat_id) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
-        uuid,
-        created,
-        tz,
-        text,
-        list(tags),
-        city,
-        len(text.split()),
-        chat_id,
-    )
-    if embed:
-        vec = bag_of_words(text) if vector is None else vector
-        await db.execute(
-            "INSERT INTO entry_embeddings (entry_id, model, dims, embedding, chat_id) "
-            "VALUES ($1, $2, $3, $4, $5)",
-            entry_id,
-            MODEL,
-            DIMS,
-            vec.astype(np.float32),
-            chat_id,
-        )
-    return entry_id
-
-
-def make_ctx(
-    db: Any,
-    embedder: FakeEmbedder | None = None,
-    now: datetime = NOW,
-    tz: str = "Europe/Madrid",
-    chat_id: int = 1,
-) -> ToolContext:
-    return ToolContext(
-        db=db,
-        embedder=FakeEmbedder() if embedder is None else embedder,
-        chat_id=chat_id,
-        timezone=tz,
-        now=now,
-    )
-
-
-REGISTRY = journal_registry()
-
-
-async def call(ctx: ToolContext, name: str, **raw: Any) -> dict[str, Any]:
-    out = await REGISTRY.call(name, raw, ctx)
-    assert not out.is_error, out.content
-    result: dict[str, Any] = json.loads(out.content)
-    return result
-
-
-async def call_error(ctx: ToolContext, name: str, raw: object) -> dict[str, Any]:
-    out: ToolOutcome = await REGISTRY.call(name, raw, ctx)
-    assert out.is_error, out.content
-    result: dict[str, Any] = json.loads(out.content)
-    return result
 
 
 def uuids(items: list[dict[str, Any]]) -> list[str]:
@@ -779,7 +675,7 @@ async def test_find_similar_defaults_to_5(db: Database) -> None:
 
 # --- the tools on a journal imported from the Day One fixture -----------------------------------
 
-DAYONE = Path(__file__).parent / "fixtures" / "dayone_small.json"
+DAYONE = Path(__file__).resolve().parents[2] / "fixtures" / "dayone_small.json"
 DAYONE_NOW = datetime(2024, 6, 15, 10, 0, tzinfo=UTC)
 
 
