@@ -57,9 +57,12 @@ def webhook_args() -> list[str]:
     if _WEBHOOK_FLAG is None:
         out = subprocess.run(
             [sys.executable, "-m", "actors.cli", "serve", "--help"],
-            capture_output=True, text=True, cwd=REPO, check=False,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=False,
             env={**os.environ, "PYTHONPATH": str(REPO)},
-        ).stdout  # fmt: skip
+        ).stdout
         _WEBHOOK_FLAG = ["--webhook"] if "--webhook" in out else []
     return _WEBHOOK_FLAG
 
@@ -215,9 +218,8 @@ async def post_update(client: httpx.AsyncClient, port: int, body: Mapping[str, A
         r = await client.post(
             f"http://127.0.0.1:{port}{WEBHOOK}",
             content=json.dumps(body).encode(),
-            headers={"X-Telegram-Bot-Api-Secret-Token": SECRET,
-                     "Content-Type": "application/json"},
-        )  # fmt: skip
+            headers={"X-Telegram-Bot-Api-Secret-Token": SECRET, "Content-Type": "application/json"},
+        )
     except httpx.TransportError:
         return 0
     return r.status_code
@@ -250,9 +252,11 @@ class EchoAnthropic(FakeAnthropic):
             if message.get("role") != "user":
                 continue
             content = message.get("content")
-            texts = [content] if isinstance(content, str) else [
-                b.get("text", "") for b in content or [] if isinstance(b, dict)
-            ]  # fmt: skip
+            texts = (
+                [content]
+                if isinstance(content, str)
+                else [b.get("text", "") for b in content or [] if isinstance(b, dict)]
+            )
             ids = [i for t in texts for i in _ID.findall(t or "")]
             if ids:
                 break

@@ -215,8 +215,9 @@ class ChatActor:
         """Forget what is in memory (it is all in the inbox) and take the chat's open rows
         again after the failure backoff, as a restarted actor would."""
         deps = self.deps
-        delay = backoff_delay(self.failures, base=deps.failure_retry_base,
-                              cap=deps.failure_retry_cap)  # fmt: skip
+        delay = backoff_delay(
+            self.failures, base=deps.failure_retry_base, cap=deps.failure_retry_cap
+        )
         self.failures += 1
         self.retry_at = trio.current_time() + delay
         self._forget()
@@ -257,8 +258,9 @@ class ChatActor:
         self.received[row.id] = row.received_at
         failed = row.attempts >= self.deps.max_attempts
         if failed or row.crashes >= self.deps.max_crashes:
-            log.warning("chat.giving_up", inbox_id=row.id, attempts=row.attempts,
-                        crashes=row.crashes)  # fmt: skip
+            log.warning(
+                "chat.giving_up", inbox_id=row.id, attempts=row.attempts, crashes=row.crashes
+            )
             why = "too many failed attempts" if failed else f"in its turn at {row.crashes} crashes"
             await self._run_flushed(fragments.flush_all(self.state))
             await self._commit(TurnReply(GAVE_UP), [row.id], skipped=why)
@@ -320,9 +322,12 @@ class ChatActor:
         await self._run_flushed(fragments.flush_all(self.state))
         deps = self.deps
         reply = await deps.commands.run(
-            self.chat_id, text, sender_id=msg.from_user_id, now=deps.wall_clock(),
+            self.chat_id,
+            text,
+            sender_id=msg.from_user_id,
+            now=deps.wall_clock(),
             consume_stopped=lambda: deps.running.consume_stopped(self.chat_id),
-        )  # fmt: skip
+        )
         await self._commit(reply, [inbox_id])
 
     async def _voice(self, inbox_id: int, ext: str, msg: Message, voice: Voice) -> None:
@@ -424,8 +429,10 @@ class ChatActor:
         self.in_hand = turn.inbox_ids
         self.told_limit = False
         self.turns_run += 1
-        self.turn_starts = [*self.turn_starts[-max(1, self.deps.turns_per_minute) :],
-                            trio.current_time()]  # fmt: skip
+        self.turn_starts = [
+            *self.turn_starts[-max(1, self.deps.turns_per_minute) :],
+            trio.current_time(),
+        ]
         reply: TurnReply | None = None
         outage: ModelUnavailable | None = None
         with trio.CancelScope() as scope:
@@ -456,8 +463,7 @@ class ChatActor:
             try:
                 await reply.after_commit()
             except Exception as exc:  # the reply is committed: nothing to undo, keep going
-                log.error("chat.after_commit_failed", inbox_ids=list(turn.inbox_ids),
-                          exc_info=exc)  # fmt: skip
+                log.error("chat.after_commit_failed", inbox_ids=list(turn.inbox_ids), exc_info=exc)
 
     async def _postpone(self, turn: TurnInput, outage: ModelUnavailable) -> bool:
         """The model is down: hand the turn's rows back uncharged, tell the person (once), and
@@ -475,13 +481,19 @@ class ChatActor:
         if notice is not None:
             deps.outbox_ready(self.chat_id, notice if notice.status == "sending" else None)
         base, cap = deps.model_retry_base, deps.model_retry_cap
-        delay = backoff_delay(self.model_failures, base=base, cap=cap, jitter=0.2,
-                              draw=random.random())  # fmt: skip
+        delay = backoff_delay(
+            self.model_failures, base=base, cap=cap, jitter=0.2, draw=random.random()
+        )
         self.model_failures += 1
         self.retry_at = trio.current_time() + delay
         self._forget()
-        log.warning("chat.model_unavailable", inbox_ids=list(ids), cause=cause,
-                    retry_in=round(delay, 3), told=notice is not None)  # fmt: skip
+        log.warning(
+            "chat.model_unavailable",
+            inbox_ids=list(ids),
+            cause=cause,
+            retry_in=round(delay, 3),
+            told=notice is not None,
+        )
         return True
 
     async def _commit(

@@ -90,13 +90,34 @@ from runtime.db import Queries
 from runtime.logs import get_logger
 
 __all__ = [
-    "DEFAULT_CANDIDATES", "DEFAULT_LIMIT", "DEGRADED_MARK", "EF_SEARCH_MAX", "EXACT_MAX",
-    "LIVE_STATUSES", "SIZE_TTL", "ChatSize", "Lexicon", "LexiconCache", "NoPatterns",
-    "PatternRetriever", "Plan", "Queries", "RankedPattern", "RetrievedMemory",
-    "SqlPatternRetriever", "VectorPlanner", "candidates_sql", "chat_index_name", "choose_plan",
-    "ensure_chat_indexes", "fetch_candidates", "fuse", "memory_block", "pattern_line",
+    "DEFAULT_CANDIDATES",
+    "DEFAULT_LIMIT",
+    "DEGRADED_MARK",
+    "EF_SEARCH_MAX",
+    "EXACT_MAX",
+    "LIVE_STATUSES",
+    "SIZE_TTL",
+    "ChatSize",
+    "Lexicon",
+    "LexiconCache",
+    "NoPatterns",
+    "PatternRetriever",
+    "Plan",
+    "Queries",
+    "RankedPattern",
+    "RetrievedMemory",
+    "SqlPatternRetriever",
+    "VectorPlanner",
+    "candidates_sql",
+    "chat_index_name",
+    "choose_plan",
+    "ensure_chat_indexes",
+    "fetch_candidates",
+    "fuse",
+    "memory_block",
+    "pattern_line",
     "rank_patterns",
-]  # fmt: skip
+]
 
 log = get_logger(__name__)
 
@@ -204,8 +225,9 @@ def fuse(
     if lexicon is None:
         lexical = [float(r["lexical"]) for r in rows]
     else:
-        lexical = [lexicon.bm25(r["qlexemes"] or (), r["lexemes"] or (), int(r["doclen"]))
-                   for r in rows]  # fmt: skip
+        lexical = [
+            lexicon.bm25(r["qlexemes"] or (), r["lexemes"] or (), int(r["doclen"])) for r in rows
+        ]
     max_lexical = max(lexical, default=0.0)
     out: list[RankedPattern] = []
     for r, lex in zip(rows, lexical, strict=True):
@@ -288,9 +310,13 @@ async def rank_patterns(
     if vector is not None:
         plan, ef = await planner.plan(db, chat_id, model, dims, limit)
     args: list[Any] = [
-        chat_id, now, *weight_parameters(now, timezone), list(LIVE_STATUSES), limit,
+        chat_id,
+        now,
+        *weight_parameters(now, timezone),
+        list(LIVE_STATUSES),
+        limit,
         or_tsquery(query),
-    ]  # fmt: skip
+    ]
     if plan != "none":
         args.append(np.asarray(vector, dtype=np.float32))
     rows = await fetch_candidates(db, candidates_sql(model, dims, plan, chat_id), args, ef)

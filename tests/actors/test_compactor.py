@@ -152,10 +152,13 @@ async def test_aclose_before_start_returns() -> None:
 
 def rows(n: int, size: int = 20) -> list[ChatMessage]:
     return [
-        ChatMessage(role="user" if i % 2 == 0 else "assistant", content=f"message {i} " * size,
-                    created_at=T0 + timedelta(minutes=i))
+        ChatMessage(
+            role="user" if i % 2 == 0 else "assistant",
+            content=f"message {i} " * size,
+            created_at=T0 + timedelta(minutes=i),
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 EMPTY = json.dumps({"new_patterns": [], "episode_summary": "User chatted about little."})
@@ -249,8 +252,9 @@ async def bot_turn(
         run_fake_bot_api() as bot_api,
         AnthropicLLM(api_key=fake_claude.api_key, base_url=fake_claude.base_url, db=db) as llm,
     ):
-        agent = sql_agent(db, llm, timezone=settings.timezone,
-                          context_token_budget=settings.context_token_budget)  # fmt: skip
+        agent = sql_agent(
+            db, llm, timezone=settings.timezone, context_token_budget=settings.context_token_budget
+        )
         compactor = sql_compactor(db, llm, LocalEmbedder(), settings, tools=agent.tools)
         agent.on_over_budget = compactor.request
 
@@ -260,8 +264,9 @@ async def bot_turn(
             def bot() -> BotApiClient:
                 return BotApiClient(DEFAULT_TOKEN, base_url=bot_api.base_url)
 
-            system = BotSystem(s, d, sh, polling=True, turns=agent, bot_factory=bot,
-                               compactor=compactor)  # fmt: skip
+            system = BotSystem(
+                s, d, sh, polling=True, turns=agent, bot_factory=bot, compactor=compactor
+            )
             system.poller_factory = lambda *a, **k: Poller(*a, poll_timeout=1, **k)
             return system
 

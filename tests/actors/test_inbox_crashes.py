@@ -89,13 +89,16 @@ async def insert(db: Database, update_id: int, text: str) -> int:
     payload: dict[str, Any] = {
         "update_id": update_id,
         "message": {
-            "message_id": update_id, "date": 0, "text": text,
+            "message_id": update_id,
+            "date": 0,
+            "text": text,
             "chat": {"id": CHAT, "type": "private"},
             "from": {"id": 7, "is_bot": False, "first_name": "A"},
         },
-    }  # fmt: skip
-    row_id = await inbox.insert_update(db, f"update:{update_id}", update_id, CHAT, "message",
-                                       payload)  # fmt: skip
+    }
+    row_id = await inbox.insert_update(
+        db, f"update:{update_id}", update_id, CHAT, "message", payload
+    )
     assert row_id is not None
     return row_id
 
@@ -149,7 +152,10 @@ async def test_an_update_that_kills_the_process_every_time_is_skipped_at_the_cra
         assert Killed in [type(e) for e in leaf_exceptions(died.value)]
         row = await inbox.get(db, poison)
         assert row is not None and (row.status, row.attempts, row.crashes) == (
-            "processing", 0, crashes)  # fmt: skip
+            "processing",
+            0,
+            crashes,
+        )
     assert turns.seen == ["poison"] * inbox.MAX_CRASHES
     # the next start finds it in its turn at the cap: skipped, the person told, the rest goes on
     async with process(db, turns, bot):
@@ -162,4 +168,7 @@ async def test_an_update_that_kills_the_process_every_time_is_skipped_at_the_cra
     for row_id in later:
         stored = await inbox.get(db, row_id)
         assert stored is not None and (stored.status, stored.attempts, stored.crashes) == (
-            "done", 0, 0)  # fmt: skip
+            "done",
+            0,
+            0,
+        )

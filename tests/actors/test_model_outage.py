@@ -68,8 +68,14 @@ async def process(db: Database, model: Model, bot: BotApiClient) -> AsyncIterato
             with suppress(ActorError):
                 sender.send_nowait(OutboxReady(chat_id, row))
 
-        deps = ChatDeps(store=SqlChatStore(db), turns=model, bot=Quiet(), outbox_ready=ready,
-                        model_retry_base=0.02, model_retry_cap=0.1)  # fmt: skip
+        deps = ChatDeps(
+            store=SqlChatStore(db),
+            turns=model,
+            bot=Quiet(),
+            outbox_ready=ready,
+            model_retry_base=0.02,
+            model_retry_cap=0.1,
+        )
         registry: Registry[int, Wake] = Registry(
             "chats", chat_factory(deps), idle_timeout=600, key_name="chat_id"
         )
@@ -84,13 +90,16 @@ async def insert(db: Database, update_id: int, text: str) -> int:
     payload: dict[str, Any] = {
         "update_id": update_id,
         "message": {
-            "message_id": update_id, "date": 0, "text": text,
+            "message_id": update_id,
+            "date": 0,
+            "text": text,
             "chat": {"id": CHAT, "type": "private"},
             "from": {"id": 7, "is_bot": False, "first_name": "A"},
         },
-    }  # fmt: skip
-    row_id = await inbox.insert_update(db, f"update:{update_id}", update_id, CHAT, "message",
-                                       payload)  # fmt: skip
+    }
+    row_id = await inbox.insert_update(
+        db, f"update:{update_id}", update_id, CHAT, "message", payload
+    )
     assert row_id is not None
     return row_id
 

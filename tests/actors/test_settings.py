@@ -188,8 +188,12 @@ def test_every_bad_variable_is_reported_at_once() -> None:
 def test_cross_field_checks_report_every_problem() -> None:
     from runtime.errors import settings_problems
 
-    env = {"DB_POOL_MIN": "5", "DB_POOL_MAX": "2", "RESTART_BACKOFF_BASE": "40",
-           "RESTART_BACKOFF_CAP": "10"}  # fmt: skip
+    env = {
+        "DB_POOL_MIN": "5",
+        "DB_POOL_MAX": "2",
+        "RESTART_BACKOFF_BASE": "40",
+        "RESTART_BACKOFF_CAP": "10",
+    }
     with pytest.raises(SettingsError) as info:
         load_settings(env, dotenv=None)
     assert [p.name for p in settings_problems(info.value)] == [
@@ -203,8 +207,12 @@ def test_cli_prints_every_problem_one_line_each(tmp_path: Path) -> None:
     env.update(ENGRAM_PORT="not-a-port", TIMEZONE="Nowhere/Else", DB_POOL_MAX="0")
     proc = subprocess.run(
         [sys.executable, "-m", "actors.cli", "migrate"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == [
         "engram: configuration error: ENGRAM_PORT: expected an integer, got 'not-a-port'",
@@ -291,11 +299,13 @@ def test_a_secret_parser_that_quotes_its_value_is_cut_out() -> None:
     ("env", "shown"),
     [
         ({}, "claude-haiku-4-5 (default for LLM_PROVIDER=anthropic)"),
-        ({"LLM_PROVIDER": "openai", "OPENAI_MODEL": "qwen2.5:7b"},
-         "qwen2.5:7b (OPENAI_MODEL for LLM_PROVIDER=openai)"),
+        (
+            {"LLM_PROVIDER": "openai", "OPENAI_MODEL": "qwen2.5:7b"},
+            "qwen2.5:7b (OPENAI_MODEL for LLM_PROVIDER=openai)",
+        ),
         ({"MEMORY_MODEL": "claude-opus-4-1"}, "claude-opus-4-1 (setting)"),
     ],
-)  # fmt: skip
+)
 def test_config_shows_the_memory_model_in_force_with_its_source(
     env: dict[str, str], shown: str
 ) -> None:

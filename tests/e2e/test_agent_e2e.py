@@ -56,8 +56,12 @@ async def add_runs(db: Database) -> None:
         await db.execute(
             "INSERT INTO entries (uuid, created_at, timezone, text, chat_id)"
             " VALUES ($1, $2, $3, $4, $5)",
-            uuid, datetime.fromisoformat(at), TZ, text, CHAT,
-        )  # fmt: skip
+            uuid,
+            datetime.fromisoformat(at),
+            TZ,
+            text,
+            CHAT,
+        )
 
 
 def turn(text: str, update: int = 100) -> TurnInput:
@@ -105,8 +109,9 @@ async def claude_agent(
 
 async def test_claude_tool_chain_round_trip(db: Database, fake_claude: FakeAnthropic) -> None:
     await add_runs(db)
-    fake_claude.queue_tool_use("search_entries", {"query": "run"}, text="Let me check.",
-                               input_tokens=900, output_tokens=50)  # fmt: skip
+    fake_claude.queue_tool_use(
+        "search_entries", {"query": "run"}, text="Let me check.", input_tokens=900, output_tokens=50
+    )
     fake_claude.queue_text("You ran three times lately.", input_tokens=1200, output_tokens=40)
     async with claude_agent(db, fake_claude) as agent:
         reply = await agent.run_turn(turn("When did I last run?"))
@@ -123,14 +128,20 @@ async def test_claude_tool_chain_round_trip(db: Database, fake_claude: FakeAnthr
     assert (tool_call["name"], tool_call["input"]) == ("search_entries", {"query": "run"})
     assert tool_call["id"].startswith("toolu_")
     assert (result["role"], result["tool_call_id"], result["tool_name"]) == (
-        "tool_result", tool_call["id"], "search_entries")  # fmt: skip
+        "tool_result",
+        tool_call["id"],
+        "search_entries",
+    )
     sent = fake_claude.requests[1].messages[-1]["content"][0]
     assert sent["type"] == "tool_result" and sent["tool_use_id"] == tool_call["id"]
     assert len(sent["content"]) > STORAGE_CAP  # the model saw the whole result ...
     assert result["content"] == truncate_for_storage("search_entries", sent["content"])
     assert len(result["content"]) <= STORAGE_CAP and "e1" in result["content"]  # ... not storage
     assert (final["role"], final["content"], final["tool_calls"]) == (
-        "assistant", "You ran three times lately.", None)  # fmt: skip
+        "assistant",
+        "You ran three times lately.",
+        None,
+    )
     assert all(r["compacted_at"] is None for r in await chat_rows(db))
 
     first = fake_claude.requests[0].body
@@ -144,10 +155,13 @@ async def test_claude_tool_chain_round_trip(db: Database, fake_claude: FakeAnthr
     assert rows[0]["cache_write_tokens"] > 0 and rows[1]["cache_read_tokens"] > 0
     for row in rows:
         expected = token_cost(
-            DEFAULT_RATES, "claude-sonnet-4-6", row["input_tokens"], row["output_tokens"],
+            DEFAULT_RATES,
+            "claude-sonnet-4-6",
+            row["input_tokens"],
+            row["output_tokens"],
             cache_read_tokens=row["cache_read_tokens"],
             cache_write_tokens=row["cache_write_tokens"],
-        )  # fmt: skip
+        )
         assert row["cost_usd"] == pytest.approx(expected.usd)
 
 
@@ -170,8 +184,10 @@ async def test_claude_transient_failure_is_retried_within_the_turn(
     status: int | None,
 ) -> None:
     # whatever an earlier test configured, warnings reach the capture
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
-                        cache_logger_on_first_use=False)  # fmt: skip
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+        cache_logger_on_first_use=False,
+    )
     fake_claude.fail_next(failure)
     fake_claude.queue_text("Here.")
     quick = Guardrails(model_retry_base=0.05)
@@ -207,7 +223,10 @@ async def test_claude_down_through_the_turn_postpones_it_and_keeps_the_user_row(
     assert type(info.value.cause).__name__ == cause
     [row] = await chat_rows(db)
     assert (row["role"], row["content"], row["external_message_id"]) == (
-        "user", "Are you there?", "update:100")  # fmt: skip
+        "user",
+        "Are you there?",
+        "update:100",
+    )
     [call] = await usage(db)
     assert (call["purpose"], call["ok"], call["cost_usd"]) == ("agent", False, 0.0)
 
@@ -216,13 +235,19 @@ async def test_claude_down_through_the_turn_postpones_it_and_keeps_the_user_row(
     ("failure", "status", "fix"),
     [
         (None, 401, "check ANTHROPIC_API_KEY"),
-        (AnthropicFailure.error(403, "permission_error", "no access"), 403,
-         "check ANTHROPIC_API_KEY"),
-        (AnthropicFailure.error(404, "not_found_error", "model: claude-nope"), 404,
-         "check ANTHROPIC_MODEL or ANTHROPIC_BASE_URL"),
+        (
+            AnthropicFailure.error(403, "permission_error", "no access"),
+            403,
+            "check ANTHROPIC_API_KEY",
+        ),
+        (
+            AnthropicFailure.error(404, "not_found_error", "model: claude-nope"),
+            404,
+            "check ANTHROPIC_MODEL or ANTHROPIC_BASE_URL",
+        ),
     ],
     ids=["401-wrong-key", "403", "404"],
-)  # fmt: skip
+)
 async def test_claude_refusing_our_requests_says_sorry_at_once_and_names_the_setting(
     db: Database,
     fake_claude: FakeAnthropic,
@@ -231,8 +256,10 @@ async def test_claude_refusing_our_requests_says_sorry_at_once_and_names_the_set
     status: int,
     fix: str,
 ) -> None:
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
-                        cache_logger_on_first_use=False)  # fmt: skip
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+        cache_logger_on_first_use=False,
+    )
     if failure is not None:
         fake_claude.fail_next(failure)
     key = "sk-ant-wrong" if failure is None else fake_claude.api_key
@@ -272,9 +299,14 @@ async def test_rerun_after_failure_keeps_one_user_row_and_history(
     assert "User: Are you there?" not in system_of(second.body)
     assert "[01:30, just now] User: Are you there?" in system_of(third.body)
     assert "Assistant: Yes, here." in system_of(third.body)
-    assert third.messages == [{"role": "user", "content": [
-        {"type": "text", "text": "What did I ask?",
-         "cache_control": {"type": "ephemeral"}}]}]  # fmt: skip
+    assert third.messages == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "What did I ask?", "cache_control": {"type": "ephemeral"}}
+            ],
+        }
+    ]
 
 
 @pytest.mark.parametrize(
@@ -296,7 +328,10 @@ async def test_bad_tool_input_is_an_error_result_and_the_turn_goes_on(
     _, second = fake_claude.answered
     [result] = second.messages[-1]["content"]
     assert (result["type"], result["tool_use_id"], result.get("is_error")) == (
-        "tool_result", call_id, True)  # fmt: skip
+        "tool_result",
+        call_id,
+        True,
+    )
     assert json.loads(result["content"]) == {"error": message, "field": "weight_kg"}
     assert await db.fetchval("SELECT count(*) FROM daily_metrics") == 0
     await commit(db, reply)
@@ -310,17 +345,25 @@ async def test_bad_tool_input_is_an_error_result_and_the_turn_goes_on(
 
 @asynccontextmanager
 async def openai_agent(db: Database, fake: FakeOpenAI) -> AsyncIterator[Agent]:
-    async with OpenAICompatibleLLM(api_key=fake.api_key, model=OAI_MODEL, base_url=fake.base_url,
-                                   db=db, rates=OAI_RATES, timeout=5.0) as llm:  # fmt: skip
-        yield sql_agent(db, llm, timezone=TZ, clock=lambda: NOW,
-                        guardrails=Guardrails(model_retry_base=0.05))  # fmt: skip
+    async with OpenAICompatibleLLM(
+        api_key=fake.api_key,
+        model=OAI_MODEL,
+        base_url=fake.base_url,
+        db=db,
+        rates=OAI_RATES,
+        timeout=5.0,
+    ) as llm:
+        yield sql_agent(
+            db, llm, timezone=TZ, clock=lambda: NOW, guardrails=Guardrails(model_retry_base=0.05)
+        )
 
 
 async def test_openai_tool_chain_and_rate_limit(db: Database) -> None:
     await add_runs(db)
     async with run_fake_openai() as fake, openai_agent(db, fake) as agent:
-        [call_id] = fake.queue_tool_calls([("search_entries", {"query": "knee"})],
-                                          prompt_tokens=800, completion_tokens=30)  # fmt: skip
+        [call_id] = fake.queue_tool_calls(
+            [("search_entries", {"query": "knee"})], prompt_tokens=800, completion_tokens=30
+        )
         fake.queue_chat_text("Your knee hurt on 26 May.", prompt_tokens=1000, completion_tokens=20)
         reply = await agent.run_turn(turn("When did my knee hurt?"))
         assert reply.text == "Your knee hurt on 26 May."
@@ -335,16 +378,25 @@ async def test_openai_tool_chain_and_rate_limit(db: Database) -> None:
     assert tool_message["role"] == "tool" and tool_message["tool_call_id"] == call_id
     rows = await chat_rows(db)
     assert [r["role"] for r in rows] == [
-        "user", "assistant", "tool_result", "assistant", "user", "assistant"]  # fmt: skip
+        "user",
+        "assistant",
+        "tool_result",
+        "assistant",
+        "user",
+        "assistant",
+    ]
     assert json.loads(rows[1]["tool_calls"])[0]["id"] == call_id
     assert rows[2]["tool_call_id"] == call_id and len(rows[2]["content"]) <= STORAGE_CAP
     assert rows[2]["content"] == truncate_for_storage("search_entries", tool_message["content"])
     calls = await usage(db)
-    assert [(r["provider"], r["purpose"], r["input_tokens"], r["output_tokens"], r["ok"])
-            for r in calls] == [("openai", "agent", 800, 30, True),
-                                ("openai", "agent", 1000, 20, True),
-                                ("openai", "agent", 0, 0, False),
-                                ("openai", "agent", 1100, 8, True)]  # fmt: skip
+    assert [
+        (r["provider"], r["purpose"], r["input_tokens"], r["output_tokens"], r["ok"]) for r in calls
+    ] == [
+        ("openai", "agent", 800, 30, True),
+        ("openai", "agent", 1000, 20, True),
+        ("openai", "agent", 0, 0, False),
+        ("openai", "agent", 1100, 8, True),
+    ]
     assert calls[0]["cost_usd"] == pytest.approx((800 * 0.15 + 30 * 0.60) / 1e6)
 
 
@@ -369,8 +421,9 @@ async def test_weight_message_end_to_end(db: Database, fake_claude: FakeAnthropi
         },
         dotenv=None,
     )
-    fake_claude.queue_tool_use("log_weight", {"weight_kg": 76.5}, input_tokens=700,
-                               output_tokens=30)  # fmt: skip
+    fake_claude.queue_tool_use(
+        "log_weight", {"weight_kg": 76.5}, input_tokens=700, output_tokens=30
+    )
     fake_claude.queue_text("Logged 76.5 kg for today.", input_tokens=800, output_tokens=12)
     shutdown = Shutdown(deadline=5, signals=())
     codes: list[int] = []
@@ -398,10 +451,15 @@ async def test_weight_message_end_to_end(db: Database, fake_claude: FakeAnthropi
     assert codes == [0]
     metric = await db.fetchrow("SELECT chat_id, date, weight_kg FROM daily_metrics")
     assert metric is not None and dict(metric) == {
-        "chat_id": CHAT, "date": date(2024, 6, 16), "weight_kg": 76.5}  # fmt: skip
+        "chat_id": CHAT,
+        "date": date(2024, 6, 16),
+        "weight_kg": 76.5,
+    }
     outbox = await db.fetchrow("SELECT text, status FROM outbox WHERE chat_id = $1", CHAT)
     assert outbox is not None and dict(outbox) == {
-        "text": "Logged 76.5 kg for today.", "status": "sent"}  # fmt: skip
+        "text": "Logged 76.5 kg for today.",
+        "status": "sent",
+    }
     rows = await chat_rows(db)
     assert [r["role"] for r in rows] == ["user", "assistant", "tool_result", "assistant"]
     assert rows[0]["external_message_id"] == f"update:{update['update_id']}"

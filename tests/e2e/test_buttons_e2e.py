@@ -77,9 +77,13 @@ class Bot:
 
 @asynccontextmanager
 async def running_bot(db: dbmod.Database, *, polling: bool = False) -> AsyncIterator[Bot]:
-    env = {"ENGRAM_PORT": "0", "TELEGRAM_BOT_TOKEN": DEFAULT_TOKEN, "SHUTDOWN_DEADLINE": "5",
-           "TELEGRAM_SECRET_TOKEN": SECRET,
-           "TELEGRAM_ALLOWED_CHAT_IDS": f"{CHAT},{OTHER}"}  # fmt: skip
+    env = {
+        "ENGRAM_PORT": "0",
+        "TELEGRAM_BOT_TOKEN": DEFAULT_TOKEN,
+        "SHUTDOWN_DEADLINE": "5",
+        "TELEGRAM_SECRET_TOKEN": SECRET,
+        "TELEGRAM_ALLOWED_CHAT_IDS": f"{CHAT},{OTHER}",
+    }
     picks = Picks()
     table = CallbackTable()
     table.register("pick", picks.pick, answer="Noted")
@@ -97,8 +101,9 @@ async def running_bot(db: dbmod.Database, *, polling: bool = False) -> AsyncIter
             def bot() -> BotApiClient:
                 return BotApiClient(DEFAULT_TOKEN, base_url=fake.base_url)
 
-            system = BotSystem(s, d, sh, polling=polling, turns=AskingAgent(d), bot_factory=bot,
-                               callbacks=table)  # fmt: skip
+            system = BotSystem(
+                s, d, sh, polling=polling, turns=AskingAgent(d), bot_factory=bot, callbacks=table
+            )
             if polling:
                 from actors.telegram.poller import Poller
 
@@ -152,12 +157,16 @@ async def test_a_tap_is_answered_at_once_and_its_handler_edits_the_message(
         assert bot.picks.seen == [(CHAT, message_id, "yes")]
         now = fake.message(CHAT, message_id)
         assert (now.visible_text, now.reply_markup) == ("Coffee after 3 pm? yes", None)
-        assert answered(fake, tap) == {"callback_query_id": tap["callback_query"]["id"],
-                                       "text": "Noted"}  # fmt: skip
+        assert answered(fake, tap) == {
+            "callback_query_id": tap["callback_query"]["id"],
+            "text": "Noted",
+        }
         assert len(fake.sent[CHAT]) == 1  # an edit, not a new message
     inbox = await db.fetch("SELECT kind, status FROM inbox ORDER BY id")
     assert [(r["kind"], r["status"]) for r in inbox] == [
-        ("message", "done"), ("callback_query", "done")]  # fmt: skip
+        ("message", "done"),
+        ("callback_query", "done"),
+    ]
     edit = await db.fetchrow("SELECT kind, status, edit_message_id FROM outbox WHERE kind = 'edit'")
     assert (edit["status"], edit["edit_message_id"]) == ("sent", message_id)
 
@@ -202,9 +211,12 @@ async def test_an_expired_button_or_one_from_another_chat_changes_nothing(
         assert answered(fake, foreign)["text"] == EXPIRED  # type: ignore[index]
 
         old_id = await ask(bot)
-        await db.execute("UPDATE callback_tokens SET created_at = now() - interval '25 hours' "
-                         "WHERE chat_id = $1 AND message_id IS NULL AND token = $2",
-                         CHAT, fake.buttons(CHAT, old_id)[0]["callback_data"])  # fmt: skip
+        await db.execute(
+            "UPDATE callback_tokens SET created_at = now() - interval '25 hours' "
+            "WHERE chat_id = $1 AND message_id IS NULL AND token = $2",
+            CHAT,
+            fake.buttons(CHAT, old_id)[0]["callback_data"],
+        )
         expired = fake.tap(CHAT, old_id, "Yes")
         await bot.deliver(expired)
         await wait_for(lambda: answered(fake, expired))

@@ -56,9 +56,16 @@ async def test_bad_ids_from_one_chat_never_stop_the_process(
     database_url: str, tmp_path: Path
 ) -> None:
     async with run_fake_bot_api() as bot_api, run_echo_anthropic() as model:
-        env = serve_env(tmp_path, bot_api=bot_api.base_url, model=model.base_url,
-                        port=free_port(), chats=[CHAT, OTHER], DATABASE_URL=database_url,
-                        RESTART_MAX="2", RESTART_WINDOW="60")  # fmt: skip
+        env = serve_env(
+            tmp_path,
+            bot_api=bot_api.base_url,
+            model=model.base_url,
+            port=free_port(),
+            chats=[CHAT, OTHER],
+            DATABASE_URL=database_url,
+            RESTART_MAX="2",
+            RESTART_WINDOW="60",
+        )
         engram = Engram(env, tmp_path / "engram.log")
         await engram.start()
         try:
@@ -105,9 +112,15 @@ async def test_a_burst_to_one_chat_is_answered_in_a_few_model_calls(
     count = 200
     async with run_fake_bot_api() as bot_api, run_echo_anthropic() as model:
         model.delay = 0.5  # a model call takes a while: the burst queues behind it
-        env = serve_env(tmp_path, bot_api=bot_api.base_url, model=model.base_url,
-                        port=free_port(), chats=[CHAT], DATABASE_URL=database_url,
-                        CHAT_TURNS_PER_MINUTE="6")  # the default  # fmt: skip
+        env = serve_env(
+            tmp_path,
+            bot_api=bot_api.base_url,
+            model=model.base_url,
+            port=free_port(),
+            chats=[CHAT],
+            DATABASE_URL=database_url,
+            CHAT_TURNS_PER_MINUTE="6",
+        )  # the default
         engram = Engram(env, tmp_path / "engram.log")
         await engram.start()
         try:

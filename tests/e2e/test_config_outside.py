@@ -128,8 +128,14 @@ async def test_serve_logs_the_database_url_without_its_passwords(
     """Both forms in one URL: the log of a whole start and stop holds neither password."""
     url = with_password(with_password(database_url, "userinfo"), "query", QPW)
     async with run_fake_bot_api() as bot_api:
-        env = serve_env(tmp_path / "home", bot_api=bot_api.base_url, model="http://127.0.0.1:9",
-                        port=free_port(), chats=[4242], DATABASE_URL=url)  # fmt: skip
+        env = serve_env(
+            tmp_path / "home",
+            bot_api=bot_api.base_url,
+            model="http://127.0.0.1:9",
+            port=free_port(),
+            chats=[4242],
+            DATABASE_URL=url,
+        )
         env["LOG_LEVEL"] = "DEBUG"
         serve = Engram(env, tmp_path / "engram.log")
         await serve.start()
@@ -151,9 +157,12 @@ def test_the_readme_placeholder_token_is_one_line_and_creates_nothing(
     tmp_path: Path, command: list[str]
 ) -> None:
     result = engram(
-        tmp_path, *command, TELEGRAM_BOT_TOKEN=README_TOKEN, ANTHROPIC_API_KEY=README_KEY,
+        tmp_path,
+        *command,
+        TELEGRAM_BOT_TOKEN=README_TOKEN,
+        ANTHROPIC_API_KEY=README_KEY,
         TELEGRAM_SECRET_TOKEN="webhook-secret",
-    )  # fmt: skip
+    )
     line = assert_one_configuration_line(result, "TELEGRAM_BOT_TOKEN")
     assert "ABC" not in line  # the token is never quoted, not even a bad one
     assert not (tmp_path / "home").exists(), sorted((tmp_path / "home").rglob("*"))[:10]
@@ -166,9 +175,12 @@ def test_a_non_numeric_database_port_is_one_line_without_the_password(
 ) -> None:
     url = f"postgresql://engram:{PW}@localhost:notaport/engram"
     result = engram(
-        tmp_path, command, DATABASE_URL=url, TELEGRAM_BOT_TOKEN=DEFAULT_TOKEN,
+        tmp_path,
+        command,
+        DATABASE_URL=url,
+        TELEGRAM_BOT_TOKEN=DEFAULT_TOKEN,
         ANTHROPIC_API_KEY="sk-ant-test-key-not-real",
-    )  # fmt: skip
+    )
     line = assert_one_configuration_line(result, "DATABASE_URL")
     assert "port must be a number" in line
     assert PW not in result.stdout + result.stderr and "notaport" not in line
@@ -190,18 +202,25 @@ def test_every_kind_of_bad_value_stops_serve_before_anything_is_created(
     tmp_path: Path, name: str, value: str
 ) -> None:
     result = engram(
-        tmp_path, "serve", TELEGRAM_BOT_TOKEN=DEFAULT_TOKEN,
-        ANTHROPIC_API_KEY="sk-ant-test-key-not-real", **{name: value},
-    )  # fmt: skip
+        tmp_path,
+        "serve",
+        TELEGRAM_BOT_TOKEN=DEFAULT_TOKEN,
+        ANTHROPIC_API_KEY="sk-ant-test-key-not-real",
+        **{name: value},
+    )
     assert_one_configuration_line(result, name)
     assert not (tmp_path / "home").exists()
 
 
 def test_every_problem_at_once_still_one_line_each(tmp_path: Path) -> None:
     result = engram(
-        tmp_path, "serve", TELEGRAM_BOT_TOKEN=README_TOKEN, ANTHROPIC_API_KEY=README_KEY,
-        DATABASE_URL=f"postgresql://u:{PW}@h:x/d", ENGRAM_PORT="eighty",
-    )  # fmt: skip
+        tmp_path,
+        "serve",
+        TELEGRAM_BOT_TOKEN=README_TOKEN,
+        ANTHROPIC_API_KEY=README_KEY,
+        DATABASE_URL=f"postgresql://u:{PW}@h:x/d",
+        ENGRAM_PORT="eighty",
+    )
     assert result.returncode == 2
     names = [line.split(": ")[2] for line in result.stderr.splitlines()]
     assert names == ["DATABASE_URL", "ENGRAM_PORT", "TELEGRAM_BOT_TOKEN"]

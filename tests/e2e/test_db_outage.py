@@ -169,8 +169,14 @@ async def test_usage_rows_wait_for_the_database(pg_server: Any, database_url: st
         async with open_usage_writer(database, retry_base=0.05, retry_cap=0.2) as writer:
             proxy.cut()
             for i in range(5):
-                await log_api_usage(writer, provider="anthropic", model="claude-sonnet-4-5",
-                                    purpose=f"p{i}", input_tokens=10, output_tokens=1)  # fmt: skip
+                await log_api_usage(
+                    writer,
+                    provider="anthropic",
+                    model="claude-sonnet-4-5",
+                    purpose=f"p{i}",
+                    input_tokens=10,
+                    output_tokens=1,
+                )
             with trio.fail_after(10):
                 while writer.retries < 3:  # noqa: ASYNC110 (the writer's own retries)
                     await trio.sleep(0.05)
@@ -184,9 +190,13 @@ async def test_usage_rows_wait_for_the_database(pg_server: Any, database_url: st
 
 
 def _update(update_id: int) -> bytes:
-    message = {"message_id": update_id, "date": 1_700_000_000, "text": "hi",
-               "chat": {"id": CHAT, "type": "private"},
-               "from": {"id": CHAT, "is_bot": False, "first_name": "A"}}  # fmt: skip
+    message = {
+        "message_id": update_id,
+        "date": 1_700_000_000,
+        "text": "hi",
+        "chat": {"id": CHAT, "type": "private"},
+        "from": {"id": CHAT, "is_bot": False, "first_name": "A"},
+    }
     return json.dumps({"update_id": update_id, "message": message}).encode()
 
 
@@ -198,18 +208,26 @@ async def test_webhook_and_readyz_say_503_while_the_database_is_down(
         async with trio.open_nursery() as nursery:
             writer: InboxWriter = await nursery.start(InboxWriter(database).run)
             webhook = webhook_handler(
-                secret_token=SECRET, allowed_chat_ids=frozenset({CHAT}), db=database,
-                notify=lambda inbox_id, update: None, dedupe=DedupeCache(),
+                secret_token=SECRET,
+                allowed_chat_ids=frozenset({CHAT}),
+                db=database,
+                notify=lambda inbox_id, update: None,
+                dedupe=DedupeCache(),
                 insert=writer.insert_update,
-            )  # fmt: skip
+            )
             app = PathDispatcher(
                 create_app([("database", database_readiness(database))]),
                 {WEBHOOK_PATH: webhook},
             )
             binds = await nursery.start(
-                partial(serve_http, app, hypercorn_config("127.0.0.1", 0), max_connections=16,
-                        shutdown_trigger=stop.wait)
-            )  # fmt: skip
+                partial(
+                    serve_http,
+                    app,
+                    hypercorn_config("127.0.0.1", 0),
+                    max_connections=16,
+                    shutdown_trigger=stop.wait,
+                )
+            )
             headers = {SECRET_HEADER: SECRET, "Content-Type": "application/json"}
             async with httpx.AsyncClient(base_url=binds[0], timeout=10) as client:
                 proxy.cut()
@@ -241,10 +259,17 @@ async def test_serve_waits_out_an_outage_then_gives_up_past_the_limit(
         run_fake_bot_api() as bot_api,
         run_echo_anthropic() as model,
     ):
-        env = serve_env(tmp_path, bot_api=bot_api.base_url, model=model.base_url,
-                        port=free_port(), chats=[CHAT], DATABASE_URL=proxy.url,
-                        DB_OUTAGE_LIMIT="6", RESTART_MAX="1",
-                        DB_CONNECT_TIMEOUT="2")  # fmt: skip
+        env = serve_env(
+            tmp_path,
+            bot_api=bot_api.base_url,
+            model=model.base_url,
+            port=free_port(),
+            chats=[CHAT],
+            DATABASE_URL=proxy.url,
+            DB_OUTAGE_LIMIT="6",
+            RESTART_MAX="1",
+            DB_CONNECT_TIMEOUT="2",
+        )
         engram = Engram(env, tmp_path / "engram.log")
         await engram.start()
         try:

@@ -88,8 +88,14 @@ async def test_serve_restarts_its_killed_embedded_server_and_answers_later_updat
     pgdata = home / "postgres"
     async with run_fake_bot_api() as bot_api, run_echo_anthropic() as model:
         port = free_port()
-        env = serve_env(home, bot_api=bot_api.base_url, model=model.base_url,
-                        port=port, chats=[CHAT], RESTART_MAX="2")  # fmt: skip
+        env = serve_env(
+            home,
+            bot_api=bot_api.base_url,
+            model=model.base_url,
+            port=port,
+            chats=[CHAT],
+            RESTART_MAX="2",
+        )
         engram = Engram(env, tmp_path / "engram.log")
         await engram.start()
         try:

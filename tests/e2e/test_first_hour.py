@@ -69,8 +69,20 @@ async def engram(tmp_path: Path, *argv: str, **env: str) -> subprocess.Completed
 
 
 def test_version_help_and_usage_errors_import_nothing_heavy(tmp_path: Path) -> None:
-    heavy = ("trio", "asyncpg", "anthropic", "openai", "httpx", "numpy", "structlog", "quart",
-             "hypercorn", "actors.system", "actors.telegram.client", "memory.patterns")  # fmt: skip
+    heavy = (
+        "trio",
+        "asyncpg",
+        "anthropic",
+        "openai",
+        "httpx",
+        "numpy",
+        "structlog",
+        "quart",
+        "hypercorn",
+        "actors.system",
+        "actors.telegram.client",
+        "memory.patterns",
+    )
     probe = (
         "import sys\n"
         "from actors.cli.main import main\n"
@@ -82,17 +94,29 @@ def test_version_help_and_usage_errors_import_nothing_heavy(tmp_path: Path) -> N
         "loaded = sorted(m for m in sys.modules if m.startswith(heavy))\n"
         "print('LOADED', code, loaded, file=sys.stderr)\n"
     )
-    for argv, code in ((["--version"], 0), (["--help"], 0), (["no-such-command"], 2),
-                       (["serve", "--polling", "--webhook"], 2)):  # fmt: skip
+    for argv, code in (
+        (["--version"], 0),
+        (["--help"], 0),
+        (["no-such-command"], 2),
+        (["serve", "--polling", "--webhook"], 2),
+    ):
         proc = subprocess.run(
-            [sys.executable, "-c", probe, *argv], env=environ(tmp_path), cwd=tmp_path,
-            capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+            [sys.executable, "-c", probe, *argv],
+            env=environ(tmp_path),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert f"LOADED {code} []" in proc.stderr, (argv, proc.stderr)
     version = subprocess.run(
-        [sys.executable, "-m", "actors.cli", "--version"], env=environ(tmp_path), cwd=tmp_path,
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [sys.executable, "-m", "actors.cli", "--version"],
+        env=environ(tmp_path),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert re.fullmatch(r"engram (\d+\.\d+\.\d+\S*|unknown)\n", version.stdout), version.stdout
     assert version.returncode == 0 and version.stderr == ""
 
@@ -108,9 +132,13 @@ async def test_help_lists_the_new_commands(tmp_path: Path) -> None:
 
 async def test_config_shows_effective_values(tmp_path: Path, database_url: str) -> None:
     result = await engram(
-        tmp_path, "config", DATABASE_URL=database_url, PATTERN_DEDUP_THRESHOLD="0.95",
-        TELEGRAM_ALLOWED_CHAT_IDS="42", TELEGRAM_BOT_TOKEN=DEFAULT_TOKEN,
-    )  # fmt: skip
+        tmp_path,
+        "config",
+        DATABASE_URL=database_url,
+        PATTERN_DEDUP_THRESHOLD="0.95",
+        TELEGRAM_ALLOWED_CHAT_IDS="42",
+        TELEGRAM_BOT_TOKEN=DEFAULT_TOKEN,
+    )
     out = result.stdout.decode()
     assert result.returncode == 0, result.stderr.decode()
     lines = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
@@ -129,9 +157,14 @@ async def test_systemd_unit_is_printed_for_this_installation(tmp_path: Path) -> 
     lines = unit.splitlines()
     exec_start = next(line for line in lines if line.startswith("ExecStart="))
     assert exec_start.endswith(" serve") and sys.executable.rsplit("/", 1)[0] in exec_start
-    for line in ("User=bot", "WorkingDirectory=/srv/engram",
-                 "EnvironmentFile=/srv/engram/.env", "RestartPreventExitStatus=2",
-                 "KillSignal=SIGTERM", "[Install]"):  # fmt: skip
+    for line in (
+        "User=bot",
+        "WorkingDirectory=/srv/engram",
+        "EnvironmentFile=/srv/engram/.env",
+        "RestartPreventExitStatus=2",
+        "KillSignal=SIGTERM",
+        "[Install]",
+    ):
         assert line in lines, line
     assert "{" not in unit  # every placeholder filled
 
@@ -165,10 +198,16 @@ async def test_webhook_url_must_be_https(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 async def test_serve_registers_the_configured_webhook(tmp_path: Path, database_url: str) -> None:
-    async with run_fake_bot_api() as fake, serving(
-        tmp_path, fake, DATABASE_URL=database_url, TELEGRAM_WEBHOOK_URL=WEBHOOK_URL,
-        TELEGRAM_SECRET_TOKEN=SECRET,
-    ) as bot:  # fmt: skip
+    async with (
+        run_fake_bot_api() as fake,
+        serving(
+            tmp_path,
+            fake,
+            DATABASE_URL=database_url,
+            TELEGRAM_WEBHOOK_URL=WEBHOOK_URL,
+            TELEGRAM_SECRET_TOKEN=SECRET,
+        ) as bot,
+    ):
         await wait_for(lambda: fake.webhook.get("url"))
         assert fake.webhook["url"] == WEBHOOK_URL
         assert fake.webhook["secret_token"] == SECRET
@@ -182,9 +221,12 @@ async def test_serve_registers_the_configured_webhook(tmp_path: Path, database_u
 
 async def test_serve_reports_every_missing_setting_at_once(tmp_path: Path) -> None:
     result = await engram(
-        tmp_path, "serve", ENGRAM_PORT="eighty", ANTHROPIC_API_KEY="",
+        tmp_path,
+        "serve",
+        ENGRAM_PORT="eighty",
+        ANTHROPIC_API_KEY="",
         TELEGRAM_WEBHOOK_URL=WEBHOOK_URL,
-    )  # fmt: skip
+    )
     assert result.returncode == 2
     lines = result.stderr.decode().splitlines()
     assert [line.split(":")[2].strip() for line in lines] == [
@@ -201,9 +243,12 @@ async def test_serve_reports_every_missing_setting_at_once(tmp_path: Path) -> No
 async def test_polling_needs_no_webhook_secret(tmp_path: Path) -> None:
     # the settings are complete for polling: start-up goes on and fails on the database (1)
     result = await engram(
-        tmp_path, "serve", TELEGRAM_BOT_TOKEN=DEFAULT_TOKEN, DB_CONNECT_TIMEOUT="1",
+        tmp_path,
+        "serve",
+        TELEGRAM_BOT_TOKEN=DEFAULT_TOKEN,
+        DB_CONNECT_TIMEOUT="1",
         DATABASE_URL="postgresql://engram@127.0.0.1:9/engram",
-    )  # fmt: skip
+    )
     assert result.returncode == 1, result.stderr
     assert b"TELEGRAM_SECRET_TOKEN" not in result.stderr
 
@@ -228,8 +273,11 @@ async def test_polling_needs_no_webhook_secret(tmp_path: Path) -> None:
 async def test_a_rejected_token_is_the_same_error_from_every_command(
     tmp_path: Path, database_url: str, argv: list[str]
 ) -> None:
-    env = {"TELEGRAM_BOT_TOKEN": WRONG_TOKEN, "DATABASE_URL": database_url,
-           "TELEGRAM_SECRET_TOKEN": SECRET}  # fmt: skip
+    env = {
+        "TELEGRAM_BOT_TOKEN": WRONG_TOKEN,
+        "DATABASE_URL": database_url,
+        "TELEGRAM_SECRET_TOKEN": SECRET,
+    }
     if argv[-1] == "--url-from-setting":
         argv, env["TELEGRAM_WEBHOOK_URL"] = ["serve"], WEBHOOK_URL
     async with run_fake_bot_api() as fake:

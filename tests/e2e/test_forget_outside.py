@@ -76,8 +76,14 @@ async def outside(tmp_path: Path, database_url: str) -> AsyncIterator[Outside]:
         httpx.AsyncClient(timeout=10) as client,
     ):
         model.default_text = "Noted."
-        env = serve_env(tmp_path, bot_api=bot.base_url, model=model.base_url, port=free_port(),
-                        chats=[CHAT], DATABASE_URL=database_url)  # fmt: skip
+        env = serve_env(
+            tmp_path,
+            bot_api=bot.base_url,
+            model=model.base_url,
+            port=free_port(),
+            chats=[CHAT],
+            DATABASE_URL=database_url,
+        )
         engram = Engram(env, tmp_path / "engram.log")
         await engram.start()
         try:
@@ -90,19 +96,27 @@ async def outside(tmp_path: Path, database_url: str) -> AsyncIterator[Outside]:
 
 async def add_pattern(db: Database, content: str, kind: str) -> int:
     """A pattern as compaction leaves it: the row, its evidence, a second wording."""
-    pid = int(await db.fetchval(
-        "INSERT INTO patterns (chat_id, content, kind, canonical_hash, first_seen, last_seen, "
-        "confidence) VALUES ($1, $2, $3, md5($2), now(), now(), 0.9) RETURNING id",
-        CHAT, content, kind,
-    ))  # fmt: skip
+    pid = int(
+        await db.fetchval(
+            "INSERT INTO patterns (chat_id, content, kind, canonical_hash, first_seen, last_seen, "
+            "confidence) VALUES ($1, $2, $3, md5($2), now(), now(), 0.9) RETURNING id",
+            CHAT,
+            content,
+            kind,
+        )
+    )
     await db.execute(
         "INSERT INTO pattern_observations (pattern_id, chat_id, evidence) VALUES ($1, $2, $3)",
-        pid, CHAT, f"I said: {content}",
-    )  # fmt: skip
+        pid,
+        CHAT,
+        f"I said: {content}",
+    )
     await db.execute(
         "INSERT INTO pattern_aliases (pattern_id, chat_id, content) VALUES ($1, $2, $3)",
-        pid, CHAT, f"In other words: {content}",
-    )  # fmt: skip
+        pid,
+        CHAT,
+        f"In other words: {content}",
+    )
     return pid
 
 
@@ -142,9 +156,15 @@ async def test_row3_forget_all_and_the_messages_leaves_the_topic_nowhere(
     assert await db.fetchval("SELECT status FROM patterns WHERE id = $1", hiking) == "active"
     forgets = await db.fetch("SELECT pattern_id, actor FROM pattern_audit WHERE action = 'forget'")
     assert sorted((r["pattern_id"], r["actor"]) for r in forgets) == [
-        (login, "person"), (goal, "person")]  # fmt: skip
-    assert await db.fetchval("SELECT count(*) FROM chat_messages WHERE content = $1",
-                             "The weather is nice") == 1  # fmt: skip
+        (login, "person"),
+        (goal, "person"),
+    ]
+    assert (
+        await db.fetchval(
+            "SELECT count(*) FROM chat_messages WHERE content = $1", "The weather is nice"
+        )
+        == 1
+    )
 
 
 async def test_row7_forget_minus_word_offers_only_what_mentions_the_word(
@@ -165,7 +185,8 @@ async def test_row7_forget_minus_word_offers_only_what_mentions_the_word(
         message = o.bot.sent[CHAT][-1].message_id
         assert o.labels(message) == ["Also delete the 1 message that mention it"]
         await o.tap(message, "Also delete the 1 message that mention it")
-    rows = await db.fetch("SELECT content FROM chat_messages WHERE chat_id = $1 AND "
-                          "role = 'user' ORDER BY id", CHAT)  # fmt: skip
+    rows = await db.fetch(
+        "SELECT content FROM chat_messages WHERE chat_id = $1 AND role = 'user' ORDER BY id", CHAT
+    )
     assert [r["content"] for r in rows] == ["I love hiking", "Coffee is great"]
     assert await db.fetchval("SELECT count(*) FROM chat_messages WHERE content = 'Noted.'") == 3

@@ -55,9 +55,16 @@ async def test_slow_loris_neither_exhausts_descriptors_nor_stops_the_server(
 ) -> None:
     async with run_fake_bot_api() as bot_api:
         port = free_port()
-        env = serve_env(tmp_path, bot_api=bot_api.base_url, model="http://127.0.0.1:9", port=port,
-                        chats=[CHAT], DATABASE_URL=database_url,
-                        HTTP_MAX_CONNECTIONS=str(CAP), HTTP_IDLE_TIMEOUT=str(IDLE))  # fmt: skip
+        env = serve_env(
+            tmp_path,
+            bot_api=bot_api.base_url,
+            model="http://127.0.0.1:9",
+            port=port,
+            chats=[CHAT],
+            DATABASE_URL=database_url,
+            HTTP_MAX_CONNECTIONS=str(CAP),
+            HTTP_IDLE_TIMEOUT=str(IDLE),
+        )
         engram = Engram(env, tmp_path / "engram.log")
         engram.preexec = _limit_descriptors
         await engram.start()

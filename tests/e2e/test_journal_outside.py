@@ -63,14 +63,20 @@ class SearchingModel:
             return None  # not a turn (e.g. memory upkeep): the default answer
         last = (body.get("messages") or [{}])[-1]
         content = last.get("content")
-        results = [
-            b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"
-        ] if isinstance(content, list) else []  # fmt: skip
+        results = (
+            [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
+            if isinstance(content, list)
+            else []
+        )
         if results:
             self.tool_results.append(json.dumps(results, ensure_ascii=False))
             return Reply(({"type": "text", "text": "Here is what your journal says."},))
-        call = {"type": "tool_use", "id": new_id("toolu_01"), "name": "search_entries",
-                "input": {"query": QUERY}}  # fmt: skip
+        call = {
+            "type": "tool_use",
+            "id": new_id("toolu_01"),
+            "name": "search_entries",
+            "input": {"query": QUERY},
+        }
         return Reply((call,), "tool_use")
 
 
@@ -78,11 +84,23 @@ async def import_journal(env: Mapping[str, str], path: Path, chat: int) -> None:
     """``engram journal import FILE --chat ID``, as the operator runs it."""
     run = await trio.run_process(
         [
-            sys.executable, "-m", "actors.cli", "journal", "import", str(path), "--chat", str(chat),
-            "--embeddings", "local",
+            sys.executable,
+            "-m",
+            "actors.cli",
+            "journal",
+            "import",
+            str(path),
+            "--chat",
+            str(chat),
+            "--embeddings",
+            "local",
         ],
-        env=dict(env), cwd=REPO, capture_stdout=True, capture_stderr=True, check=False,
-    )  # fmt: skip
+        env=dict(env),
+        cwd=REPO,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     out = run.stdout.decode() + run.stderr.decode()
     assert run.returncode == 0, out
     assert "2 imported" in out, out
@@ -103,9 +121,13 @@ async def engram_with(
     ):
         fake_model.responder = model
         env = serve_env(
-            tmp_path, bot_api=bot.base_url, model=fake_model.base_url, port=free_port(),
-            chats=[A, B], DATABASE_URL=database_url,
-        )  # fmt: skip
+            tmp_path,
+            bot_api=bot.base_url,
+            model=fake_model.base_url,
+            port=free_port(),
+            chats=[A, B],
+            DATABASE_URL=database_url,
+        )
 
         async def ask() -> tuple[str, str, Engram]:
             engram = Engram(env, tmp_path / "engram.log")

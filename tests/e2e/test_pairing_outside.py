@@ -51,8 +51,14 @@ async def unpaired_engram(
         httpx.AsyncClient(timeout=10) as client,
     ):
         port = free_port()
-        env = serve_env(tmp_path, bot_api=bot.base_url, model=model.base_url, port=port,
-                        chats=[], DATABASE_URL=database_url)  # fmt: skip
+        env = serve_env(
+            tmp_path,
+            bot_api=bot.base_url,
+            model=model.base_url,
+            port=port,
+            chats=[],
+            DATABASE_URL=database_url,
+        )
         engram = Engram(env, tmp_path / "engram.log")
         await engram.start()
         uid = iter(range(1, 10_000))

@@ -58,16 +58,25 @@ class Extractor:
             cited = [i for i, text in users if key in text]
             if cited:
                 claim: dict[str, Any] = {
-                    "content": content, "kind": kind, "confidence": 0.9, "signal": "explicit",
-                    "evidence_message_ids": cited[:1], "entry_uuids": [], "temporal": None,
-                }  # fmt: skip
+                    "content": content,
+                    "kind": kind,
+                    "confidence": 0.9,
+                    "signal": "explicit",
+                    "evidence_message_ids": cited[:1],
+                    "entry_uuids": [],
+                    "temporal": None,
+                }
                 if day is not None:
                     claim["occurs_on"] = day
                 new.append(claim)
         answer = {
-            "new_patterns": new, "reinforcements": [], "contradictions": [], "supersedes": [],
-            "meta_patterns": [], "episode_summary": f"A stretch of {len(found)} messages.",
-        }  # fmt: skip
+            "new_patterns": new,
+            "reinforcements": [],
+            "contradictions": [],
+            "supersedes": [],
+            "meta_patterns": [],
+            "episode_summary": f"A stretch of {len(found)} messages.",
+        }
         return Reply(({"type": "text", "text": json.dumps(answer)},))
 
 
@@ -90,12 +99,13 @@ class Chat:
         body = {
             "update_id": update_id,
             "message": {
-                "message_id": update_id, "date": int(datetime.now(UTC).timestamp()),
+                "message_id": update_id,
+                "date": int(datetime.now(UTC).timestamp()),
                 "chat": {"id": CHAT, "type": "private", "first_name": "P"},
                 "from": {"id": CHAT, "is_bot": False, "first_name": "P"},
                 "text": text,
             },
-        }  # fmt: skip
+        }
         assert await post_update(self.client, self.engram.port, body) == 200
         with trio.fail_after(30):
             while len(self.bot.sent_texts(CHAT)) <= before:  # noqa: ASYNC110 (another process)
@@ -125,9 +135,15 @@ async def chat_with_engram(
         model.responder = extractor
         model.default_text = "Noted."
         settings = serve_env(
-            tmp_path, bot_api=bot.base_url, model=model.base_url, port=free_port(), chats=[CHAT],
-            DATABASE_URL=database_url, TIMEZONE=TZ, **env,
-        )  # fmt: skip
+            tmp_path,
+            bot_api=bot.base_url,
+            model=model.base_url,
+            port=free_port(),
+            chats=[CHAT],
+            DATABASE_URL=database_url,
+            TIMEZONE=TZ,
+            **env,
+        )
         engram = Engram(settings, tmp_path / "engram.log")
         await engram.start()
         try:
@@ -193,9 +209,7 @@ def _local_day_shown(day: date, text: str) -> bool:
     return any(form in text for form in forms)
 
 
-async def test_6b_yesterday_is_its_own_day_in_local_time(
-    tmp_path: Path, database_url: str
-) -> None:
+async def test_6b_yesterday_is_its_own_day_in_local_time(tmp_path: Path, database_url: str) -> None:
     zone = ZoneInfo(TZ)
     now = datetime.now(zone)
     yesterday = (now - timedelta(days=1)).replace(hour=21, minute=7, second=0, microsecond=0)

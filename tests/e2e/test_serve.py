@@ -281,25 +281,38 @@ async def test_serve_purges_messages_compacted_past_the_retention(
     than MESSAGE_RETENTION_DAYS ago is deleted; a recently compacted one and an old uncompacted
     one stay."""
     ids = {}
-    for name, age, compacted in (("old_compacted", 9, True), ("recent_compacted", 2, True),
-                                 ("old_uncompacted", 30, False)):  # fmt: skip
+    for name, age, compacted in (
+        ("old_compacted", 9, True),
+        ("recent_compacted", 2, True),
+        ("old_uncompacted", 30, False),
+    ):
         ids[name] = await db.fetchval(
             "INSERT INTO chat_messages (chat_id, role, content, created_at, compacted_at)"
             " VALUES (77, 'user', $1, now() - make_interval(days => $2),"
             " CASE WHEN $3 THEN now() - make_interval(days => $2) END) RETURNING id",
-            name, age, compacted,
-        )  # fmt: skip
+            name,
+            age,
+            compacted,
+        )
     port = _free_port()
-    env = _env(DATABASE_URL=database_url, ENGRAM_PORT=str(port), ENGRAM_HOME=str(tmp_path),
-               MESSAGE_RETENTION_DAYS="7")  # fmt: skip
+    env = _env(
+        DATABASE_URL=database_url,
+        ENGRAM_PORT=str(port),
+        ENGRAM_HOME=str(tmp_path),
+        MESSAGE_RETENTION_DAYS="7",
+    )
     proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "actors.cli", "serve"], env=env, cwd=tmp_path,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [sys.executable, "-m", "actors.cli", "serve"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         with trio.fail_after(60):
-            while await db.fetchval("SELECT count(*) FROM chat_messages WHERE id = $1",
-                                    ids["old_compacted"]):  # fmt: skip
+            while await db.fetchval(
+                "SELECT count(*) FROM chat_messages WHERE id = $1", ids["old_compacted"]
+            ):
                 assert proc.returncode is None, "engram serve exited"
                 await trio.sleep(0.2)
         proc.send_signal(signal.SIGTERM)

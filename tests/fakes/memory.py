@@ -90,10 +90,21 @@ class MemoryStore:
         if self.outbox and self.outbox[-1] == text:
             return None
         self.outbox.append(text)
-        return OutboxRow(id=len(self.outbox), chat_id=chat_id, text=text, parse_mode=None,
-                         reply_to_message_id=None, inbox_ids=(), status="pending", attempts=0,
-                         last_error=None, chunks_sent=0, telegram_message_ids=(),
-                         created_at=datetime.now(UTC), sent_at=None)  # fmt: skip
+        return OutboxRow(
+            id=len(self.outbox),
+            chat_id=chat_id,
+            text=text,
+            parse_mode=None,
+            reply_to_message_id=None,
+            inbox_ids=(),
+            status="pending",
+            attempts=0,
+            last_error=None,
+            chunks_sent=0,
+            telegram_message_ids=(),
+            created_at=datetime.now(UTC),
+            sent_at=None,
+        )
 
     async def commit(
         self, chat_id: int, reply: TurnReply, inbox_ids: Sequence[int], skipped: str | None
@@ -160,8 +171,6 @@ def msg(update_id: int, message_id: int, text: str | None = None, **extra: Any) 
         m["text"] = text
     m.update(extra)
     return {"update_id": update_id, "message": m}
-
-
 
 
 DIMS = 64

@@ -40,8 +40,9 @@ async def post(
     async with httpx.AsyncClient(base_url=fake.base_url, timeout=10) as client:
         if "content" not in options:
             options["json"] = body
-        return await client.post("/v1/messages", headers=HEADERS if headers is None else headers,
-                                 **options)  # fmt: skip
+        return await client.post(
+            "/v1/messages", headers=HEADERS if headers is None else headers, **options
+        )
 
 
 def body(messages: list[dict[str, Any]] | None = None, **fields: Any) -> dict[str, Any]:
@@ -62,8 +63,9 @@ def tool_result(tid: str = "toolu_01A", content: Any = "3 entries") -> dict[str,
     return {"type": "tool_result", "tool_use_id": tid, "content": content}
 
 
-def chain(*user_blocks: dict[str, Any], assistant: list[dict[str, Any]] | None = None
-          ) -> list[dict[str, Any]]:  # fmt: skip
+def chain(
+    *user_blocks: dict[str, Any], assistant: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     return [
         {"role": "user", "content": "How did I sleep?"},
         {"role": "assistant", "content": assistant or [tool_use()]},
@@ -106,8 +108,9 @@ async def test_default_reply_and_estimated_usage(fake: FakeAnthropic) -> None:
 
 async def test_tool_use_chain_round_trip(fake: FakeAnthropic) -> None:
     tid = fake.queue_tool_use("search_entries", {"query": "sleep"}, text="Let me look.")
-    first = (await post(fake, body([{"role": "user", "content": "How did I sleep?"}],
-                                   tools=[TOOL]))).json()  # fmt: skip
+    first = (
+        await post(fake, body([{"role": "user", "content": "How did I sleep?"}], tools=[TOOL]))
+    ).json()
     assert first["stop_reason"] == "tool_use"
     assert first["content"] == [
         {"type": "text", "text": "Let me look."},
@@ -127,9 +130,12 @@ async def test_parallel_tool_uses_and_rich_tool_results(fake: FakeAnthropic) -> 
     messages = chain(
         tool_result("toolu_01B", [{"type": "text", "text": "none"}]),
         {**tool_result("toolu_01A"), "is_error": True},
-        assistant=[{"type": "text", "text": "Checking."}, tool_use("toolu_01A"),
-                   tool_use("toolu_01B")],
-    )  # fmt: skip
+        assistant=[
+            {"type": "text", "text": "Checking."},
+            tool_use("toolu_01A"),
+            tool_use("toolu_01B"),
+        ],
+    )
     assert (await post(fake, body(messages, tools=[TOOL]))).status_code == 200
 
 
@@ -167,15 +173,27 @@ async def test_the_real_sdk_talks_to_the_fake(fake: FakeAnthropic) -> None:
     ("headers", "status", "kind", "text"),
     [
         ({"anthropic-version": "2023-06-01"}, 401, "authentication_error", "x-api-key header"),
-        ({"x-api-key": "sk-ant-wrong", "anthropic-version": "2023-06-01"}, 401,
-         "authentication_error", "invalid x-api-key"),
-        ({"authorization": "Bearer sk-ant-wrong", "anthropic-version": "2023-06-01"}, 401,
-         "authentication_error", "invalid bearer token"),
+        (
+            {"x-api-key": "sk-ant-wrong", "anthropic-version": "2023-06-01"},
+            401,
+            "authentication_error",
+            "invalid x-api-key",
+        ),
+        (
+            {"authorization": "Bearer sk-ant-wrong", "anthropic-version": "2023-06-01"},
+            401,
+            "authentication_error",
+            "invalid bearer token",
+        ),
         ({"x-api-key": DEFAULT_API_KEY}, 400, "invalid_request_error", "anthropic-version"),
-        ({"x-api-key": DEFAULT_API_KEY, "anthropic-version": "2020-01-01"}, 400,
-         "invalid_request_error", "invalid version"),
+        (
+            {"x-api-key": DEFAULT_API_KEY, "anthropic-version": "2020-01-01"},
+            400,
+            "invalid_request_error",
+            "invalid version",
+        ),
     ],
-)  # fmt: skip
+)
 async def test_auth_and_version_headers(
     fake: FakeAnthropic, headers: dict[str, str], status: int, kind: str, text: str
 ) -> None:
@@ -213,77 +231,152 @@ BAD_BODIES: list[tuple[str, dict[str, Any], str]] = [
     ("missing messages", {"model": MODEL, "max_tokens": 10}, "messages: Field required"),
     ("unknown field", body(colour="red"), "colour: Extra inputs are not permitted"),
     ("no messages", body([]), "at least one message"),
-    ("first message assistant", body([ASSISTANT, USER]),
-     'first message must use the "user" role'),
+    ("first message assistant", body([ASSISTANT, USER]), 'first message must use the "user" role'),
     ("two user turns", body([USER, USER]), 'multiple "user" roles in a row'),
-    ("two assistant turns", body([USER, ASSISTANT, ASSISTANT]),
-     'multiple "assistant" roles in a row'),
-    ("system role in messages", body([{"role": "system", "content": "x"}, USER]),
-     "Input should be 'user' or 'assistant'"),
+    (
+        "two assistant turns",
+        body([USER, ASSISTANT, ASSISTANT]),
+        'multiple "assistant" roles in a row',
+    ),
+    (
+        "system role in messages",
+        body([{"role": "system", "content": "x"}, USER]),
+        "Input should be 'user' or 'assistant'",
+    ),
     ("extra message field", body([{**USER, "name": "bob"}]), "Extra inputs are not permitted"),
     ("empty content", body([{"role": "user", "content": ""}]), "non-empty content"),
     ("empty content list", body([{"role": "user", "content": []}]), "non-empty content"),
-    ("empty text block", body([{"role": "user", "content": [{"type": "text", "text": ""}]}]),
-     "text content blocks must be non-empty"),
-    ("blank text block", body([{"role": "user", "content": [{"type": "text", "text": " \n"}]}]),
-     "non-whitespace text"),
-    ("unknown block type", body([{"role": "user", "content": [{"type": "video"}]}]),
-     "Input tag 'video' found using 'type' does not match"),
-    ("tool_use in a user message", body([{"role": "user", "content": [tool_use()]}], tools=[TOOL]),
-     "tool_use blocks can only be in assistant messages"),
-    ("tool_result in an assistant message",
-     body([USER, {"role": "assistant", "content": [tool_result()]}]),
-     "tool_result blocks can only be in user messages"),
-    ("tool_use without tool_result", body(chain({"type": "text", "text": "ok"}), tools=[TOOL]),
-     "`tool_use` ids were found without `tool_result` blocks immediately after: toolu_01A"),
-    ("one of two tool_uses answered",
-     body(chain(tool_result("toolu_01A"), assistant=[tool_use("toolu_01A"), tool_use("toolu_01B")]),
-          tools=[TOOL]), "immediately after: toolu_01B"),
-    ("tool_result after text", body(chain({"type": "text", "text": "here"}, tool_result()),
-                                    tools=[TOOL]), "immediately after: toolu_01A"),
-    ("tool_use left dangling at the end",
-     body([USER, {"role": "assistant", "content": [tool_use()]}], tools=[TOOL]),
-     "immediately after: toolu_01A"),
-    ("tool_result for an unknown id", body(chain(tool_result(), tool_result("toolu_01Z")),
-                                           tools=[TOOL]),
-     "unexpected `tool_use_id` found in `tool_result` blocks: toolu_01Z"),
-    ("tool_result in the first message", body([{"role": "user", "content": [tool_result()]}]),
-     "unexpected `tool_use_id`"),
-    ("tool_result answering an older turn",
-     body([*chain(tool_result()), ASSISTANT, {"role": "user", "content": [tool_result()]}],
-          tools=[TOOL]), "unexpected `tool_use_id`"),
-    ("duplicate tool_result", body(chain(tool_result(), tool_result()), tools=[TOOL]),
-     "exactly one `tool_result`"),
-    ("duplicate tool_use ids",
-     body([*chain(tool_result()), {"role": "assistant", "content": [tool_use()]},
-           {"role": "user", "content": [tool_result()]}], tools=[TOOL]),
-     "`tool_use` ids must be unique"),
-    ("bad tool_use id", body(chain(tool_result("toolu 1"), assistant=[tool_use("toolu 1")]),
-                             tools=[TOOL]), "String should match pattern"),
-    ("tool_use input not an object",
-     body(chain(tool_result(), assistant=[{**tool_use(), "input": "sleep"}]), tools=[TOOL]),
-     "tool_use.input: Input should be a valid dictionary"),
-    ("tool name with a space", body(tools=[{**TOOL, "name": "search entries"}]),
-     "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,64}$'"),
-    ("tool name too long", body(tools=[{**TOOL, "name": "x" * 65}]),
-     "String should match pattern"),
+    (
+        "empty text block",
+        body([{"role": "user", "content": [{"type": "text", "text": ""}]}]),
+        "text content blocks must be non-empty",
+    ),
+    (
+        "blank text block",
+        body([{"role": "user", "content": [{"type": "text", "text": " \n"}]}]),
+        "non-whitespace text",
+    ),
+    (
+        "unknown block type",
+        body([{"role": "user", "content": [{"type": "video"}]}]),
+        "Input tag 'video' found using 'type' does not match",
+    ),
+    (
+        "tool_use in a user message",
+        body([{"role": "user", "content": [tool_use()]}], tools=[TOOL]),
+        "tool_use blocks can only be in assistant messages",
+    ),
+    (
+        "tool_result in an assistant message",
+        body([USER, {"role": "assistant", "content": [tool_result()]}]),
+        "tool_result blocks can only be in user messages",
+    ),
+    (
+        "tool_use without tool_result",
+        body(chain({"type": "text", "text": "ok"}), tools=[TOOL]),
+        "`tool_use` ids were found without `tool_result` blocks immediately after: toolu_01A",
+    ),
+    (
+        "one of two tool_uses answered",
+        body(
+            chain(
+                tool_result("toolu_01A"), assistant=[tool_use("toolu_01A"), tool_use("toolu_01B")]
+            ),
+            tools=[TOOL],
+        ),
+        "immediately after: toolu_01B",
+    ),
+    (
+        "tool_result after text",
+        body(chain({"type": "text", "text": "here"}, tool_result()), tools=[TOOL]),
+        "immediately after: toolu_01A",
+    ),
+    (
+        "tool_use left dangling at the end",
+        body([USER, {"role": "assistant", "content": [tool_use()]}], tools=[TOOL]),
+        "immediately after: toolu_01A",
+    ),
+    (
+        "tool_result for an unknown id",
+        body(chain(tool_result(), tool_result("toolu_01Z")), tools=[TOOL]),
+        "unexpected `tool_use_id` found in `tool_result` blocks: toolu_01Z",
+    ),
+    (
+        "tool_result in the first message",
+        body([{"role": "user", "content": [tool_result()]}]),
+        "unexpected `tool_use_id`",
+    ),
+    (
+        "tool_result answering an older turn",
+        body(
+            [*chain(tool_result()), ASSISTANT, {"role": "user", "content": [tool_result()]}],
+            tools=[TOOL],
+        ),
+        "unexpected `tool_use_id`",
+    ),
+    (
+        "duplicate tool_result",
+        body(chain(tool_result(), tool_result()), tools=[TOOL]),
+        "exactly one `tool_result`",
+    ),
+    (
+        "duplicate tool_use ids",
+        body(
+            [
+                *chain(tool_result()),
+                {"role": "assistant", "content": [tool_use()]},
+                {"role": "user", "content": [tool_result()]},
+            ],
+            tools=[TOOL],
+        ),
+        "`tool_use` ids must be unique",
+    ),
+    (
+        "bad tool_use id",
+        body(chain(tool_result("toolu 1"), assistant=[tool_use("toolu 1")]), tools=[TOOL]),
+        "String should match pattern",
+    ),
+    (
+        "tool_use input not an object",
+        body(chain(tool_result(), assistant=[{**tool_use(), "input": "sleep"}]), tools=[TOOL]),
+        "tool_use.input: Input should be a valid dictionary",
+    ),
+    (
+        "tool name with a space",
+        body(tools=[{**TOOL, "name": "search entries"}]),
+        "tools.0.custom.name: String should match pattern '^[a-zA-Z0-9_-]{1,64}$'",
+    ),
+    ("tool name too long", body(tools=[{**TOOL, "name": "x" * 65}]), "String should match pattern"),
     ("duplicate tool names", body(tools=[TOOL, TOOL]), "Tool names must be unique"),
-    ("tool without input_schema", body(tools=[{"name": "a", "description": "b"}]),
-     "input_schema: Field required"),
-    ("input_schema not an object schema",
-     body(tools=[{**TOOL, "input_schema": {"type": "string"}}]),
-     "input_schema.type: Input should be 'object'"),
-    ("unknown tool field", body(tools=[{**TOOL, "parameters": {}}]),
-     "parameters: Extra inputs are not permitted"),
+    (
+        "tool without input_schema",
+        body(tools=[{"name": "a", "description": "b"}]),
+        "input_schema: Field required",
+    ),
+    (
+        "input_schema not an object schema",
+        body(tools=[{**TOOL, "input_schema": {"type": "string"}}]),
+        "input_schema.type: Input should be 'object'",
+    ),
+    (
+        "unknown tool field",
+        body(tools=[{**TOOL, "parameters": {}}]),
+        "parameters: Extra inputs are not permitted",
+    ),
     ("system as a number", body(system=42), "system: Input should be a valid string"),
-    ("tool_choice without tools", body(tool_choice={"type": "auto"}),
-     "tool_choice may only be specified while providing tools"),
-    ("tool_choice of an unknown tool", body(tools=[TOOL], tool_choice={"type": "tool",
-                                                                       "name": "nope"}),
-     "not found in tools"),
+    (
+        "tool_choice without tools",
+        body(tool_choice={"type": "auto"}),
+        "tool_choice may only be specified while providing tools",
+    ),
+    (
+        "tool_choice of an unknown tool",
+        body(tools=[TOOL], tool_choice={"type": "tool", "name": "nope"}),
+        "not found in tools",
+    ),
     ("temperature too high", body(temperature=1.5), "temperature"),
     ("streaming", body(stream=True), "streaming is not supported"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("case", "payload", "text"), BAD_BODIES, ids=[c[0] for c in BAD_BODIES])
@@ -322,9 +415,12 @@ async def test_rate_limited_with_retry_after(fake: FakeAnthropic) -> None:
 
 @pytest.mark.parametrize(
     ("failure", "status", "kind"),
-    [(Failure.overloaded(), 529, "overloaded_error"), (Failure.server_error(), 500, "api_error"),
-     (Failure.error(403, "permission_error", "nope"), 403, "permission_error")],
-)  # fmt: skip
+    [
+        (Failure.overloaded(), 529, "overloaded_error"),
+        (Failure.server_error(), 500, "api_error"),
+        (Failure.error(403, "permission_error", "nope"), 403, "permission_error"),
+    ],
+)
 async def test_scripted_error_statuses(
     fake: FakeAnthropic, failure: Failure, status: int, kind: str
 ) -> None:
@@ -377,7 +473,8 @@ def usage_of(response: httpx.Response) -> tuple[int, int, int]:
     u = response.json()["usage"]
     split = u["cache_creation"]
     assert u["cache_creation_input_tokens"] == (
-        split["ephemeral_5m_input_tokens"] + split["ephemeral_1h_input_tokens"])  # fmt: skip
+        split["ephemeral_5m_input_tokens"] + split["ephemeral_1h_input_tokens"]
+    )
     return u["input_tokens"], u["cache_read_input_tokens"], u["cache_creation_input_tokens"]
 
 
@@ -453,14 +550,20 @@ async def test_reads_the_longest_cached_prefix_and_writes_the_rest(fake: FakeAnt
 
     first = await ask(turn1)
     assert first[1] == 0 and first[2] > 2_500
-    turn2 = [*turn1, {"role": "assistant", "content": "Badly."},
-             {"role": "user", "content": [cached("And today?")]}]  # fmt: skip
+    turn2 = [
+        *turn1,
+        {"role": "assistant", "content": "Badly."},
+        {"role": "user", "content": [cached("And today?")]},
+    ]
     _, read, written = await ask(turn2)
     assert read == first[2] and 0 < written < 50  # only the new blocks were written
     # the next breakpoint lies 2 blocks after the last one: found by the lookback
-    turn3 = [*turn2[:2], {"role": "user", "content": "And today?"},
-             {"role": "assistant", "content": "Better."},
-             {"role": "user", "content": [cached("Thanks.")]}]  # fmt: skip
+    turn3 = [
+        *turn2[:2],
+        {"role": "user", "content": "And today?"},
+        {"role": "assistant", "content": "Better."},
+        {"role": "user", "content": [cached("Thanks.")]},
+    ]
     _, read3, written3 = await ask(turn3)
     assert read3 == read + written and 0 < written3 < 50
     # without the system prompt only the tools' prefix is the same
@@ -479,26 +582,44 @@ async def test_the_tools_breakpoint_alone_is_a_hit(fake: FakeAnthropic) -> None:
 
 
 CACHE_BAD_BODIES: list[tuple[str, dict[str, Any], str]] = [
-    ("five breakpoints", body(system=[cached(f"part {i}") for i in range(5)]),
-     "A maximum of 4 blocks with cache_control may be provided. Found 5."),
-    ("five across tools, system and messages",
-     body([{"role": "user", "content": [cached("a"), cached("b")]}],
-          tools=[{**TOOL, "cache_control": EPHEMERAL}], system=[cached("x"), cached("y")]),
-     "Found 5"),
-    ("unknown cache type", body(system=[{"type": "text", "text": "x",
-                                         "cache_control": {"type": "forever"}}]),
-     "system.0.cache_control.type: Input should be 'ephemeral'"),
+    (
+        "five breakpoints",
+        body(system=[cached(f"part {i}") for i in range(5)]),
+        "A maximum of 4 blocks with cache_control may be provided. Found 5.",
+    ),
+    (
+        "five across tools, system and messages",
+        body(
+            [{"role": "user", "content": [cached("a"), cached("b")]}],
+            tools=[{**TOOL, "cache_control": EPHEMERAL}],
+            system=[cached("x"), cached("y")],
+        ),
+        "Found 5",
+    ),
+    (
+        "unknown cache type",
+        body(system=[{"type": "text", "text": "x", "cache_control": {"type": "forever"}}]),
+        "system.0.cache_control.type: Input should be 'ephemeral'",
+    ),
     ("unknown ttl", body(system=[cached("x", ttl="1d")]), "Input should be '5m' or '1h'"),
-    ("extra cache field", body(system=[{"type": "text", "text": "x",
-                                        "cache_control": {**EPHEMERAL, "scope": "org"}}]),
-     "scope: Extra inputs are not permitted"),
-    ("1h after 5m", body(system=[cached("x"), cached("y", ttl="1h")]),
-     "ttl='1h' cache_control block must not come after a ttl='5m'"),
-]  # fmt: skip
+    (
+        "extra cache field",
+        body(
+            system=[{"type": "text", "text": "x", "cache_control": {**EPHEMERAL, "scope": "org"}}]
+        ),
+        "scope: Extra inputs are not permitted",
+    ),
+    (
+        "1h after 5m",
+        body(system=[cached("x"), cached("y", ttl="1h")]),
+        "ttl='1h' cache_control block must not come after a ttl='5m'",
+    ),
+]
 
 
-@pytest.mark.parametrize(("case", "payload", "text"), CACHE_BAD_BODIES,
-                         ids=[c[0] for c in CACHE_BAD_BODIES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("case", "payload", "text"), CACHE_BAD_BODIES, ids=[c[0] for c in CACHE_BAD_BODIES]
+)
 async def test_bad_cache_control_is_rejected(
     fake: FakeAnthropic, case: str, payload: dict[str, Any], text: str
 ) -> None:
@@ -507,7 +628,9 @@ async def test_bad_cache_control_is_rejected(
 
 
 async def test_four_breakpoints_are_fine_and_1h_before_5m_too(fake: FakeAnthropic) -> None:
-    payload = body([{"role": "user", "content": [cached("a")]}],
-                   tools=[{**TOOL, "cache_control": {**EPHEMERAL, "ttl": "1h"}}],
-                   system=[cached("x", ttl="1h"), cached("y")])  # fmt: skip
+    payload = body(
+        [{"role": "user", "content": [cached("a")]}],
+        tools=[{**TOOL, "cache_control": {**EPHEMERAL, "ttl": "1h"}}],
+        system=[cached("x", ttl="1h"), cached("y")],
+    )
     assert (await post(fake, payload)).status_code == 200

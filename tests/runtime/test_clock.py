@@ -80,9 +80,18 @@ def test_a_patterns_last_seen_is_the_persons_date() -> None:
 
     from memory.patterns.retrieval import RankedPattern, memory_block, pattern_line
 
-    p = RankedPattern(id=7, content="Sleeps badly", kind="behavior", score=0.5, similarity=0.8,
-                      confidence=0.9, strength=2.0, status="active", last_seen=LATE,
-                      vector=np.zeros(4, np.float32))  # fmt: skip
+    p = RankedPattern(
+        id=7,
+        content="Sleeps badly",
+        kind="behavior",
+        score=0.5,
+        similarity=0.8,
+        confidence=0.9,
+        strength=2.0,
+        status="active",
+        last_seen=LATE,
+        vector=np.zeros(4, np.float32),
+    )
     assert pattern_line(p, "Europe/Madrid").endswith("last 2026-01-01)")
     assert pattern_line(p, "America/New_York").endswith("last 2025-12-31)")
     assert memory_block([p], False, "Europe/Madrid").endswith("last 2026-01-01)")

@@ -49,8 +49,11 @@ def test_redact_url(url: str, shown: str) -> None:
 
 def test_url_passwords_are_every_secret_piece_as_written_and_decoded() -> None:
     assert url_passwords("postgresql://u:p%40w@h/d?PassWord=y&sslpassword=z&user=me") == [
-        "p%40w", "p@w", "y", "z",
-    ]  # fmt: skip
+        "p%40w",
+        "p@w",
+        "y",
+        "z",
+    ]
     assert url_passwords("postgresql://u@h/d") == []
 
 

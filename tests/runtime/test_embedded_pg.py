@@ -117,8 +117,9 @@ async def test_a_holder_that_died_does_not_keep_the_server_running(tmp_path: Pat
     """An engram process killed while holding the server never releases it; the next start
     drops it from the holders, so that process's exit still stops the server."""
     pgdata = tmp_path / "postgres"
-    done = await trio.run_process([sys.executable, "-c", "import os; print(os.getpid())"],
-                                  capture_stdout=True)  # fmt: skip
+    done = await trio.run_process(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_stdout=True
+    )
     dead = int(done.stdout)
     async with embedded_postgres(tmp_path, "engram", shared_buffers="128MB"):
         holders = pgdata / HOLDERS_FILE

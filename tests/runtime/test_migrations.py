@@ -34,9 +34,18 @@ async def test_schema_has_chat_scoped_tables(db: dbmod.Database) -> None:
         )
     }
     for table in (
-        "inbox", "outbox", "chat_messages", "patterns", "pattern_embeddings",
-        "pattern_observations", "pattern_relations", "pattern_aliases", "pattern_entries",
-        "episodes", "daily_metrics", "api_usage",
+        "inbox",
+        "outbox",
+        "chat_messages",
+        "patterns",
+        "pattern_embeddings",
+        "pattern_observations",
+        "pattern_relations",
+        "pattern_aliases",
+        "pattern_entries",
+        "episodes",
+        "daily_metrics",
+        "api_usage",
     ):
         assert table in tables, table
 

@@ -320,8 +320,9 @@ async def test_crashes_on_an_unreachable_database_never_escalate(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     world = World()
-    policy = RestartPolicy(backoff_base=0.5, backoff_cap=30.0, max_restarts=1, window=600.0,
-                           outage_backoff_cap=2.0)  # fmt: skip
+    policy = RestartPolicy(
+        backoff_base=0.5, backoff_cap=30.0, max_restarts=1, window=600.0, outage_backoff_cap=2.0
+    )
     async with trio.open_nursery() as nursery:
         registry = await nursery.start(_registry(world, policy=policy).run)
         for _ in range(8):  # eight times the budget, all on the database

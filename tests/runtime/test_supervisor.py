@@ -173,8 +173,9 @@ async def test_database_outages_are_restarted_without_charge(
     autojump_clock: trio.abc.Clock,
 ) -> None:
     child = DbFlaky(outages=12)
-    policy = RestartPolicy(backoff_base=0.5, backoff_cap=30.0, max_restarts=1, window=1000.0,
-                           outage_backoff_cap=4.0)  # fmt: skip
+    policy = RestartPolicy(
+        backoff_base=0.5, backoff_cap=30.0, max_restarts=1, window=1000.0, outage_backoff_cap=4.0
+    )
     await supervise("sender", child.start, policy)  # 12 outages + 1 bug: no escalation
     gaps = _gaps(child.starts)
     # outage restarts double from the base, capped at the outage cap (not RESTART_BACKOFF_CAP)

@@ -82,8 +82,9 @@ class MemoryConversation:
             if external_id is not None and row.external_message_id == external_id:
                 rows[i] = attrs.evolve(row, content=text)
                 return cast(int, row.id)
-        new = ChatMessage(role="user", content=text, created_at=created_at,
-                          external_message_id=external_id)  # fmt: skip
+        new = ChatMessage(
+            role="user", content=text, created_at=created_at, external_message_id=external_id
+        )
         return self._add(chat_id, new)
 
     async def recent(self, chat_id: int, limit: int) -> list[ChatMessage]:
@@ -139,8 +140,11 @@ class ScriptedLLM:
     ) -> Completion:
         assert purpose == "agent" and chat_id == CHAT
         check_messages(message_params(messages))
-        self.requests.append(Request(system_text(system), list(messages),
-                                     [t.name for t in tools], trio.current_time()))  # fmt: skip
+        self.requests.append(
+            Request(
+                system_text(system), list(messages), [t.name for t in tools], trio.current_time()
+            )
+        )
         await trio.sleep(self.delay)
         if self.failing is not None:
             raise self.failing
@@ -193,19 +197,26 @@ class Tools:
             await trio.sleep(200)
             return "finally"
 
-        return ToolRegistry([
-            Tool("lookup", "Look something up.", LookupInput, lookup),
-            Tool("today", "Today's date.", NoInput, today),
-            Tool("slow", "Takes long.", NoInput, slow),
-        ])  # fmt: skip
+        return ToolRegistry(
+            [
+                Tool("lookup", "Look something up.", LookupInput, lookup),
+                Tool("today", "Today's date.", NoInput, today),
+                Tool("slow", "Takes long.", NoInput, slow),
+            ]
+        )
 
 
 def make_agent(llm: ScriptedLLM, **options: Any) -> tuple[Agent, MemoryConversation, Tools]:
     store, tools = MemoryConversation(), Tools()
     agent = Agent(
-        llm=llm, conversation=store, tools=tools.registry(), tool_db=cast(Any, None),
-        timezone=TZ, clock=lambda: NOW, **options,
-    )  # fmt: skip
+        llm=llm,
+        conversation=store,
+        tools=tools.registry(),
+        tool_db=cast(Any, None),
+        timezone=TZ,
+        clock=lambda: NOW,
+        **options,
+    )
     return agent, store, tools
 
 
@@ -286,13 +297,15 @@ async def test_cap_counts_calls_within_one_answer(autojump_clock: Any) -> None:
 
 
 async def test_identical_call_twice_in_a_row_breaks(autojump_clock: Any) -> None:
-    llm = ScriptedLLM([
-        calls(("lookup", {"query": "a"}), say="Let me check."),
-        calls(("lookup", {"query": "b"})),
-        calls(("lookup", {"query": "a"})),  # not in a row: fine
-        calls(("lookup", {"query": "a"}), say="Checking again."),
-        text("unused"),
-    ])  # fmt: skip
+    llm = ScriptedLLM(
+        [
+            calls(("lookup", {"query": "a"}), say="Let me check."),
+            calls(("lookup", {"query": "b"})),
+            calls(("lookup", {"query": "a"})),  # not in a row: fine
+            calls(("lookup", {"query": "a"}), say="Checking again."),
+            text("unused"),
+        ]
+    )
     agent, store, tools = make_agent(llm)
     reply = await agent.run_turn(turn())
     assert [q for _, q in tools.executed] == ["a", "b", "a"]
@@ -305,8 +318,9 @@ async def test_identical_call_twice_in_a_row_breaks(autojump_clock: Any) -> None
 
 
 async def test_wall_clock_cap_returns_the_partial_answer(autojump_clock: Any) -> None:
-    llm = ScriptedLLM(default=lambda n: calls(("lookup", {"query": f"q{n}"}), say=f"Step {n}"),
-                      delay=50)  # fmt: skip
+    llm = ScriptedLLM(
+        default=lambda n: calls(("lookup", {"query": f"q{n}"}), say=f"Step {n}"), delay=50
+    )
     agent, store, _ = make_agent(llm)
     start = trio.current_time()
     reply = await agent.run_turn(turn())
@@ -351,8 +365,9 @@ async def test_a_transient_model_error_is_retried_within_the_turn(autojump_clock
 
 
 async def test_a_429_waits_its_retry_after(autojump_clock: Any) -> None:
-    limited = LLMRateLimited("slow down", provider="fake", model="fake", status=429,
-                             retry_after=7.0)  # fmt: skip
+    limited = LLMRateLimited(
+        "slow down", provider="fake", model="fake", status=429, retry_after=7.0
+    )
     llm = ScriptedLLM([limited, text("Now.")])
     agent, _, _ = make_agent(llm)
     t0 = trio.current_time()
@@ -430,12 +445,14 @@ async def test_over_budget_callback(autojump_clock: Any) -> None:
     async def over(chat_id: int) -> None:
         called.append(chat_id)
 
-    agent, _, _ = make_agent(ScriptedLLM([text("a" * 400)]), context_token_budget=100_000,
-                             on_over_budget=over)  # fmt: skip
+    agent, _, _ = make_agent(
+        ScriptedLLM([text("a" * 400)]), context_token_budget=100_000, on_over_budget=over
+    )
     reply = await agent.run_turn(turn())
     assert called == [] and reply.after_commit is None
-    small, _, _ = make_agent(ScriptedLLM([text("ok")]), context_token_budget=200,
-                             on_over_budget=called.append)  # fmt: skip
+    small, _, _ = make_agent(
+        ScriptedLLM([text("ok")]), context_token_budget=200, on_over_budget=called.append
+    )
     reply = await small.run_turn(turn())
     # asked for only once the chat actor has committed the turn's rows (the compactor's own
     # budget check must count them): by the reply's after-commit hook, not during the turn
@@ -446,8 +463,9 @@ async def test_over_budget_callback(autojump_clock: Any) -> None:
     def broken(chat_id: int) -> None:
         raise RuntimeError("compactor gone")
 
-    failing, _, _ = make_agent(ScriptedLLM([text("ok")]), context_token_budget=1,
-                               on_over_budget=broken)  # fmt: skip
+    failing, _, _ = make_agent(
+        ScriptedLLM([text("ok")]), context_token_budget=1, on_over_budget=broken
+    )
     reply = await failing.run_turn(turn())
     assert reply.text == "ok" and reply.after_commit is not None
     await reply.after_commit()  # logged, not raised
@@ -545,9 +563,7 @@ async def test_sql_user_row_and_window_in_one_statement(db: Any) -> None:
     # a re-run finds the same row and leaves it out of its window
     again_id, again = await store.add_user_and_recent(CHAT, "hello!", "u:4", at, 3)
     assert again_id == user_id and [r.content for r in again] == ["m2", "m3"]
-    assert await db.fetchval(
-        "SELECT content FROM chat_messages WHERE id = $1", user_id
-    ) == "hello!"  # fmt: skip
+    assert await db.fetchval("SELECT content FROM chat_messages WHERE id = $1", user_id) == "hello!"
     assert first_id < user_id
 
 
@@ -569,11 +585,13 @@ async def test_sql_window_leaves_out_compacted_rows(db: Any) -> None:
 
 async def test_loop_repairs_an_orphan_tool_use_before_the_request(autojump_clock: Any) -> None:
     orphan = ToolUseBlock("toolu_orphan", "lookup", {"query": "food"})
-    state = LoopState([
-        Message.user("What did I eat?"),
-        Message.assistant(TextBlock("Let me check."), orphan),  # its result never came
-        Message.user("Never mind. Hello!"),
-    ])  # fmt: skip
+    state = LoopState(
+        [
+            Message.user("What did I eat?"),
+            Message.assistant(TextBlock("Let me check."), orphan),  # its result never came
+            Message.user("Never mind. Hello!"),
+        ]
+    )
     llm = ScriptedLLM([text("Hello to you.")])
     registry = Tools().registry()
     ctx = ToolContext(db=cast(Any, None), embedder=None, chat_id=CHAT, timezone=TZ, now=NOW)

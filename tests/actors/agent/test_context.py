@@ -160,7 +160,8 @@ def test_system_prompt_has_local_date_time_and_zone() -> None:
     assert text.startswith("You are a test.\n\n")
     assert "<untrusted>" in text and "log_weight" in text
     assert now_line(NOW, TZ).startswith(
-        "Now: Thursday, 19 February 2026, 12:33 (Europe/Madrid, UTC+01:00).")  # fmt: skip
+        "Now: Thursday, 19 February 2026, 12:33 (Europe/Madrid, UTC+01:00)."
+    )
     summer = now_line(datetime(2026, 7, 1, 22, 30, tzinfo=UTC), TZ)
     assert "Thursday, 2 July 2026, 00:30 (Europe/Madrid, UTC+02:00)" in summer
     ctx = build_context(now=NOW, timezone=TZ, memory=RetrievedMemory(), window=[], tools=[])
@@ -301,22 +302,36 @@ def test_older_blocks_stay_byte_identical_as_the_window_grows_and_time_passes() 
 def test_blocks_carry_the_breakpoints_and_the_volatile_part_comes_last() -> None:
     rows = chat(30)
     profile = Profile((ProfileItem(1, "fact", "User lives in Madrid", 1.0, 0.9),))
-    ctx = build_context(now=NOW, timezone=TZ, memory=RetrievedMemory("- Runs on Sundays"),
-                        window=rows, tools=[], profile=profile, cache="1h")  # fmt: skip
+    ctx = build_context(
+        now=NOW,
+        timezone=TZ,
+        memory=RetrievedMemory("- Runs on Sundays"),
+        window=rows,
+        tools=[],
+        profile=profile,
+        cache="1h",
+    )
     blocks = ctx.blocks
     marked = [i for i, b in enumerate(blocks) if b.cache is not None]
     assert [blocks[i].cache for i in marked] == ["1h"] * 3  # instructions, profile, last block
     assert marked[:2] == [0, 1] and marked[-1] == len(blocks) - 2
     assert blocks[0].text == instructions_prompt() and PROFILE_HEADER in blocks[1].text
     volatile = blocks[-1].text
-    assert volatile.index("Runs on Sundays") < volatile.index("Now: ") < volatile.index(
-        LATEST_HEADER)  # fmt: skip
+    assert (
+        volatile.index("Runs on Sundays") < volatile.index("Now: ") < volatile.index(LATEST_HEADER)
+    )
     assert "[12:31, 2 minutes ago] User: row 29" in volatile
     assert ctx.system == "\n\n".join(b.text for b in blocks)
     # the same turn a minute later: everything but the volatile block is unchanged
-    later = build_context(now=NOW + timedelta(minutes=1), timezone=TZ,
-                          memory=RetrievedMemory("- Swims"), window=rows, tools=[],
-                          profile=profile, cache="1h")  # fmt: skip
+    later = build_context(
+        now=NOW + timedelta(minutes=1),
+        timezone=TZ,
+        memory=RetrievedMemory("- Swims"),
+        window=rows,
+        tools=[],
+        profile=profile,
+        cache="1h",
+    )
     assert later.blocks[:-1] == blocks[:-1] and later.blocks[-1] != blocks[-1]
 
 

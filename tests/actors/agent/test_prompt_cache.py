@@ -51,20 +51,27 @@ async def agent_on(
     db: Database, fake: FakeAnthropic, clock: Clock, cache: CacheTTL | None = "5m"
 ) -> AsyncIterator[Agent]:
     fake.clock = clock.seconds
-    async with AnthropicLLM(api_key=fake.api_key, base_url=fake.base_url, db=db,
-                            timeout=10.0) as llm:  # fmt: skip
+    async with AnthropicLLM(
+        api_key=fake.api_key, base_url=fake.base_url, db=db, timeout=10.0
+    ) as llm:
         yield sql_agent(db, llm, timezone=TZ, clock=clock, prompt_cache=cache)
 
 
 async def seed(db: Database, rows: int = 30) -> None:
     """A morning's conversation: a briefing at 07:02, then exchanges a minute apart."""
-    history = [ChatMessage(role="assistant", content="Morning briefing: sunny, 29 C, light wind.",
-                           created_at=START + timedelta(minutes=2))]  # fmt: skip
+    history = [
+        ChatMessage(
+            role="assistant",
+            content="Morning briefing: sunny, 29 C, light wind.",
+            created_at=START + timedelta(minutes=2),
+        )
+    ]
     for i in range(1, rows):
         role = "user" if i % 2 else "assistant"
         text = f"Message {i} about the garden, the pool and the week's plans."
-        history.append(ChatMessage(role=role, content=text,
-                                   created_at=START + timedelta(minutes=5 + i)))  # fmt: skip
+        history.append(
+            ChatMessage(role=role, content=text, created_at=START + timedelta(minutes=5 + i))
+        )
     await insert_rows(db, CHAT, history)
 
 
@@ -90,8 +97,10 @@ def breakpoints(body: dict[str, Any]) -> int:
 
 
 async def usage_rows(db: Database) -> list[dict[str, Any]]:
-    return [dict(r) for r in await db.fetch(
-        "SELECT * FROM api_usage WHERE purpose = 'agent' ORDER BY id")]  # fmt: skip
+    return [
+        dict(r)
+        for r in await db.fetch("SELECT * FROM api_usage WHERE purpose = 'agent' ORDER BY id")
+    ]
 
 
 async def test_the_second_turn_reads_the_prefix_the_first_wrote(
@@ -126,11 +135,18 @@ async def test_the_second_turn_reads_the_prefix_the_first_wrote(
     assert two.read > 2_000 and two.write < one.write // 4
     rows = await usage_rows(db)
     assert [(r["cache_read_tokens"], r["cache_write_tokens"]) for r in rows] == [
-        (one.read, one.write), (two.read, two.write)]  # fmt: skip
+        (one.read, one.write),
+        (two.read, two.write),
+    ]
     for row in rows:
-        expected = token_cost(DEFAULT_RATES, "claude-sonnet-4-6", row["input_tokens"],
-                              row["output_tokens"], cache_read_tokens=row["cache_read_tokens"],
-                              cache_write_tokens=row["cache_write_tokens"])  # fmt: skip
+        expected = token_cost(
+            DEFAULT_RATES,
+            "claude-sonnet-4-6",
+            row["input_tokens"],
+            row["output_tokens"],
+            cache_read_tokens=row["cache_read_tokens"],
+            cache_write_tokens=row["cache_write_tokens"],
+        )
         assert row["cost_usd"] == pytest.approx(expected.usd)
     assert rows[1]["cost_usd"] < rows[0]["cost_usd"] / 3
 

@@ -42,8 +42,9 @@ async def test_every_token_the_code_builds_fits_in_callback_data(db: Database) -
     def action(n: int) -> dict[str, Any]:
         return {"name": "forget", "pattern_id": 10**15 + n, "reason": "forgotten " * 50}
 
-    rows = [[(f"Forget #{r}{c} " + "é" * 40, action(r * 10 + c)) for c in range(10)]
-            for r in range(10)]  # fmt: skip
+    rows = [
+        [(f"Forget #{r}{c} " + "é" * 40, action(r * 10 + c)) for c in range(10)] for r in range(10)
+    ]
     kb = await callbacks.keyboard(db, CHAT, rows)
     assert len(kb.buttons) == 100  # Telegram's maximum, each with its own token
     tokens = [b.callback_data for b in kb.buttons]
@@ -126,14 +127,21 @@ async def test_siblings_die_with_their_keyboard_and_old_tokens_are_purged(db: Da
 
 
 def query(token: str | None, query_id: str = "q1", chat_id: int = CHAT) -> CallbackQuery:
-    return CallbackQuery(query_id, from_user_id=chat_id, message_chat_id=chat_id,
-                         message_id=90, data=token)  # fmt: skip
+    return CallbackQuery(
+        query_id, from_user_id=chat_id, message_chat_id=chat_id, message_id=90, data=token
+    )
 
 
 async def inbox_row(db: Database, n: int, chat_id: int = CHAT) -> int:
-    payload = {"update_id": n, "callback_query": {"id": f"q{n}", "from": {"id": chat_id},
-               "message": {"message_id": 90, "date": 0, "chat": {"id": chat_id, "type": "private"}},
-               "data": "x"}}  # fmt: skip
+    payload = {
+        "update_id": n,
+        "callback_query": {
+            "id": f"q{n}",
+            "from": {"id": chat_id},
+            "message": {"message_id": 90, "date": 0, "chat": {"id": chat_id, "type": "private"}},
+            "data": "x",
+        },
+    }
     row_id = await inbox.insert_update(db, f"update:{n}", n, chat_id, "callback_query", payload)
     assert row_id is not None
     assert parse_update(payload).callback_query is not None
@@ -141,9 +149,11 @@ async def inbox_row(db: Database, n: int, chat_id: int = CHAT) -> int:
 
 
 async def outbox_rows(db: Database) -> list[Any]:
-    return list(await db.fetch(
-        "SELECT kind, text, edit_message_id, reply_markup, inbox_ids FROM outbox ORDER BY id"
-    ))  # fmt: skip
+    return list(
+        await db.fetch(
+            "SELECT kind, text, edit_message_id, reply_markup, inbox_ids FROM outbox ORDER BY id"
+        )
+    )
 
 
 async def test_a_tap_runs_its_handler_once_with_the_rows_it_queues(db: Database) -> None:
@@ -172,7 +182,9 @@ async def test_a_tap_runs_its_handler_once_with_the_rows_it_queues(db: Database)
     assert len(seen) == 1 and (seen[0].message_id, seen[0].user_id) == (90, CHAT)
     rows = await outbox_rows(db)
     assert [(r["kind"], r["text"], r["edit_message_id"]) for r in rows] == [
-        ("edit", "You picked yes.", 90), ("message", "Noted.", None)]  # fmt: skip
+        ("edit", "You picked yes.", 90),
+        ("message", "Noted.", None),
+    ]
     undo = json.loads(rows[0]["reply_markup"])["inline_keyboard"][0][0]
     assert undo["text"] == "Undo"  # the new keyboard's button is live: no text, it is registered
     assert await runner.answer_text(CHAT, query(undo["callback_data"])) is None

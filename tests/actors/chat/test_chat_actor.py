@@ -175,8 +175,11 @@ async def test_after_commit_hook_runs_once_the_reply_is_committed(
     await trio.sleep(0.1)
     await harness.deliver(msg(3, 12, "plain"))
     await trio.sleep(1)
-    assert [c[0] for c in harness.store.commits] == ["echo:after one", "echo:after boom",
-                                                     "echo:plain"]  # fmt: skip
+    assert [c[0] for c in harness.store.commits] == [
+        "echo:after one",
+        "echo:after boom",
+        "echo:plain",
+    ]
     # each hook ran after its own turn's commit and before the next turn's
     assert harness.agent.after_commits == [("after one", 1), ("after boom", 2)]
 
@@ -367,4 +370,6 @@ async def test_unknown_command_is_answered_without_the_agent(
     await trio.sleep(1)
     assert harness.agent.turns == []
     assert [c[0] for c in harness.store.commits] == [
-        "Unknown command /mood, see /help.", command_table().help_text()]  # fmt: skip
+        "Unknown command /mood, see /help.",
+        command_table().help_text(),
+    ]

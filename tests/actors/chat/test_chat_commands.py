@@ -62,7 +62,14 @@ async def test_menu_help_suffix_and_unknown(
     # setMyCommands at start, with the table (start is not in the menu: Telegram shows its own)
     expected = [(c.name, c.help) for c in bot.table.commands if c.menu]
     assert [name for name, _ in expected] == [
-        "memory", "remember", "forget", "summary", "stats", "help", "stop"]  # fmt: skip
+        "memory",
+        "remember",
+        "forget",
+        "summary",
+        "stats",
+        "help",
+        "stop",
+    ]
     assert bot.fake.menu() == expected
     [help_text] = await bot.say("/help")
     assert help_text == bot.table.help_text()
@@ -80,8 +87,11 @@ async def test_menu_help_suffix_and_unknown(
     parser, sub = base_parser()
     register(sub)
     args = parser.parse_args(["telegram", "info"])
-    env = {"ENGRAM_HOME": str(tmp_path), "TELEGRAM_BOT_TOKEN": DEFAULT_TOKEN,
-           "TELEGRAM_API_BASE_URL": bot.fake.base_url}  # fmt: skip
+    env = {
+        "ENGRAM_HOME": str(tmp_path),
+        "TELEGRAM_BOT_TOKEN": DEFAULT_TOKEN,
+        "TELEGRAM_API_BASE_URL": bot.fake.base_url,
+    }
     capsys.readouterr()
     assert await args.handler(load_settings(env, dotenv=None), args) == 0
     out = capsys.readouterr().out.splitlines()
@@ -103,29 +113,39 @@ async def test_remember_then_the_profile(bot: Bot, local: LocalEmbedder) -> None
     assert await db.fetchval("SELECT times_seen FROM patterns WHERE content = $1", fact) == 2
 
     job = await add_pattern(db, local, "User works as a Solution Architect at GovTech")
-    goal = await add_pattern(db, local, "User wants to launch the SingPass integration",
-                             kind="goal")  # fmt: skip
+    goal = await add_pattern(
+        db, local, "User wants to launch the SingPass integration", kind="goal"
+    )
     day = (NOW + timedelta(days=20)).date()
     offsite = await add_pattern(db, local, "Team offsite", kind="event", occurs_on=day)
-    past = await add_pattern(db, local, "Dentist", kind="event",
-                             occurs_on=(NOW - timedelta(days=2)).date())  # fmt: skip
-    core = await add_pattern(db, local, "User values honesty above comfort", kind="belief",
-                             core=True)  # fmt: skip
+    past = await add_pattern(
+        db, local, "Dentist", kind="event", occurs_on=(NOW - timedelta(days=2)).date()
+    )
+    core = await add_pattern(
+        db, local, "User values honesty above comfort", kind="belief", core=True
+    )
     gone = await add_pattern(db, local, "User likes opera", kind="preference", status="deprecated")
     foreign = await add_pattern(db, local, "User lives in Oslo", chat=OTHER)
     await add_messages(db, [("user", "hi"), ("assistant", "hello")])
     await db.execute(
         "INSERT INTO episodes (chat_id, summary, started_at, ended_at, message_count) "
         "VALUES ($1, 'Talked about work.', $2, $2, 30)",
-        CHAT, NOW - timedelta(days=5),
-    )  # fmt: skip
+        CHAT,
+        NOW - timedelta(days=5),
+    )
 
     [profile] = await bot.say("/memory")
     lines = profile.splitlines()
     assert lines[0] == "📋 Your profile"
     sections = [line for line in lines if line.endswith(":") and not line.startswith(" ")]
-    assert sections == ["📌 Pinned (core):", "👤 Facts:", "⚙️ Preferences:", "🎯 Active goals:",
-                        "📅 Coming up:", "🗂 Also remembered:"]  # fmt: skip
+    assert sections == [
+        "📌 Pinned (core):",
+        "👤 Facts:",
+        "⚙️ Preferences:",
+        "🎯 Active goals:",
+        "📅 Coming up:",
+        "🗂 Also remembered:",
+    ]
     assert f"  • User values honesty above comfort (#{core})" in lines
     assert f"  • User works as a Solution Architect at GovTech (#{job})" in lines
     assert any(line.startswith("  • I prefer Singapore Standard Time") for line in lines)
@@ -137,21 +157,33 @@ async def test_remember_then_the_profile(bot: Bot, local: LocalEmbedder) -> None
     assert f"(#{gone})" not in profile
     assert f"(#{foreign})" not in profile and "Oslo" not in profile
     assert "🧠 Memories: 6 active, 1 forgotten" in lines
-    assert ("💬 Conversation: 2 messages kept (2 not yet summarised), 1 summary of 30 earlier "
-            "messages") in lines  # fmt: skip
+    assert (
+        "💬 Conversation: 2 messages kept (2 not yet summarised), 1 summary of 30 earlier messages"
+    ) in lines
     await model_silent(bot)
 
 
 @pytest.mark.slow
 async def test_list_search_why_pin(bot: Bot, local: LocalEmbedder) -> None:
     db = bot.db
-    tea = await add_pattern(db, local, "User drinks green tea every morning", kind="behavior",
-                            strength=5.0, evidence="I have green tea every morning")  # fmt: skip
+    tea = await add_pattern(
+        db,
+        local,
+        "User drinks green tea every morning",
+        kind="behavior",
+        strength=5.0,
+        evidence="I have green tea every morning",
+    )
     run = await add_pattern(db, local, "User runs on Sundays", kind="behavior")
     goal = await add_pattern(db, local, "User wants to run a marathon", kind="goal")
     foreign = await add_pattern(db, local, "User drinks green tea at night", chat=OTHER)
-    await db.execute("INSERT INTO pattern_relations (chat_id, from_pattern_id, to_pattern_id, "
-                     "relation) VALUES ($1, $2, $3, 'supports')", CHAT, goal, run)  # fmt: skip
+    await db.execute(
+        "INSERT INTO pattern_relations (chat_id, from_pattern_id, to_pattern_id, "
+        "relation) VALUES ($1, $2, $3, 'supports')",
+        CHAT,
+        goal,
+        run,
+    )
 
     [listed] = await bot.say("/memory list")
     lines = listed.splitlines()
@@ -225,17 +257,25 @@ async def test_bad_input_gets_one_usage_line_and_changes_nothing(bot: Bot) -> No
 @pytest.mark.slow
 async def test_summary_and_stats(bot: Bot) -> None:
     db = bot.db
-    for n, (days, count, text) in enumerate([(9, 32, "Discussed the Lambda design."),
-                                             (4, 20, "Reviewed PDPA compliance.")]):  # fmt: skip
+    for n, (days, count, text) in enumerate(
+        [(9, 32, "Discussed the Lambda design."), (4, 20, "Reviewed PDPA compliance.")]
+    ):
         await db.execute(
             "INSERT INTO episodes (chat_id, summary, started_at, ended_at, message_count) "
             "VALUES ($1, $2, $3, $4, $5)",
-            CHAT, text, NOW - timedelta(days=days + 1), NOW - timedelta(days=days), count,
-        )  # fmt: skip
+            CHAT,
+            text,
+            NOW - timedelta(days=days + 1),
+            NOW - timedelta(days=days),
+            count,
+        )
         assert n in (0, 1)
     await db.execute(
         "INSERT INTO episodes (chat_id, summary, started_at, ended_at, message_count) "
-        "VALUES ($1, 'Another chat.', $2, $2, 5)", OTHER, NOW)  # fmt: skip
+        "VALUES ($1, 'Another chat.', $2, $2, 5)",
+        OTHER,
+        NOW,
+    )
     await add_messages(db, [("user", "planning SingPass"), ("assistant", "ok"), ("user", "go")])
     [summary] = await bot.say("/summary")
     blocks = summary.split("\n\n")
@@ -252,10 +292,16 @@ async def test_summary_and_stats(bot: Bot) -> None:
         "VALUES ($1, 'anthropic', 'claude-sonnet-4-6', 'agent', 0.25, $2), "
         "($1, 'anthropic', 'claude-haiku-4-5', 'compaction', 0.05, $2), "
         "($3, 'anthropic', 'claude-sonnet-4-6', 'agent', 9.0, $2)",
-        CHAT, NOW - timedelta(minutes=5), OTHER,
-    )  # fmt: skip
-    await db.execute("INSERT INTO chat_turn_stats (chat_id, day, turns, retrieval_degraded) "
-                     "VALUES ($1, $2, 8, 2)", CHAT, NOW.date())  # fmt: skip
+        CHAT,
+        NOW - timedelta(minutes=5),
+        OTHER,
+    )
+    await db.execute(
+        "INSERT INTO chat_turn_stats (chat_id, day, turns, retrieval_degraded) "
+        "VALUES ($1, $2, 8, 2)",
+        CHAT,
+        NOW.date(),
+    )
     [stats] = await bot.say("/stats")
     lines = stats.splitlines()
     assert lines[0] == "📊 This chat"
@@ -275,8 +321,9 @@ async def test_a_model_turn_is_counted_with_its_commit(bot: Bot) -> None:
     bot.claude.queue_text("Hello!")
     [reply] = await bot.say("hi there")
     assert reply == "Hello!"
-    row = await bot.db.fetchrow("SELECT turns, retrieval_degraded FROM chat_turn_stats "
-                                "WHERE chat_id = $1", CHAT)  # fmt: skip
+    row = await bot.db.fetchrow(
+        "SELECT turns, retrieval_degraded FROM chat_turn_stats WHERE chat_id = $1", CHAT
+    )
     assert tuple(row) == (1, 0)
     [stats] = await bot.say("/stats")
     assert "Turns: 1 today · 1 this month · memory retrieval degraded in 0 (0.0%)" in stats

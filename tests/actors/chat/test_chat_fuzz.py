@@ -29,9 +29,44 @@ from memory.embeddings.providers import LocalEmbedder
 from runtime.db import Database
 
 CHAT, REMEMBER_CHAT = 7301, 7302
-SPECIAL = ["²", "³", "¹", "⁰", "⁴²", "٣", "۷", "߁", "१", "১", "๓", "𝟙", "①", "Ⅻ", "\u200f",
-           "\u200e", "\u202e", "\u2066", "\x00", "\ufeff", "#", "-", "!", ",", " ", "\n", "\u2028",
-           "0", "1", "9", "18446744073709551616", "-1", "1e9", "0x1f", "é", "👩‍👩‍👧"]  # fmt: skip
+SPECIAL = [
+    "²",
+    "³",
+    "¹",
+    "⁰",
+    "⁴²",
+    "٣",
+    "۷",
+    "߁",
+    "१",
+    "১",
+    "๓",
+    "𝟙",
+    "①",
+    "Ⅻ",
+    "\u200f",
+    "\u200e",
+    "\u202e",
+    "\u2066",
+    "\x00",
+    "\ufeff",
+    "#",
+    "-",
+    "!",
+    ",",
+    " ",
+    "\n",
+    "\u2028",
+    "0",
+    "1",
+    "9",
+    "18446744073709551616",
+    "-1",
+    "1e9",
+    "0x1f",
+    "é",
+    "👩‍👩‍👧",
+]
 
 chars = st.one_of(
     st.characters(),  # every category, every script
@@ -80,15 +115,28 @@ class NoTyping:
 
 
 def message(n: int, chat: int, text: str) -> dict[str, Any]:
-    return {"update_id": n, "message": {"message_id": n, "date": 0, "text": text,
-            "chat": {"id": chat, "type": "private"}, "from": {"id": chat, "is_bot": False,
-            "first_name": "A"}}}  # fmt: skip
+    return {
+        "update_id": n,
+        "message": {
+            "message_id": n,
+            "date": 0,
+            "text": text,
+            "chat": {"id": chat, "type": "private"},
+            "from": {"id": chat, "is_bot": False, "first_name": "A"},
+        },
+    }
 
 
 def tap(n: int, chat: int, data: str) -> dict[str, Any]:
-    return {"update_id": n, "callback_query": {"id": f"q{n}", "from": {"id": chat},
+    return {
+        "update_id": n,
+        "callback_query": {
+            "id": f"q{n}",
+            "from": {"id": chat},
             "message": {"message_id": 90, "date": 0, "chat": {"id": chat, "type": "private"}},
-            "data": data}}  # fmt: skip
+            "data": data,
+        },
+    }
 
 
 async def test_random_input_through_every_command_and_button(
@@ -96,19 +144,32 @@ async def test_random_input_through_every_command_and_button(
 ) -> None:
     taps = CallbackTable()
     table = command_table(MemoryServices(db, local, "UTC"), taps)
-    deps = ChatDeps(store=SqlChatStore(db), turns=Echo(), bot=NoTyping(),
-                    outbox_ready=lambda chat, row: None, commands=table,
-                    callbacks=Callbacks(db, taps), failure_retry_base=0.0)  # fmt: skip
+    deps = ChatDeps(
+        store=SqlChatStore(db),
+        turns=Echo(),
+        bot=NoTyping(),
+        outbox_ready=lambda chat, row: None,
+        commands=table,
+        callbacks=Callbacks(db, taps),
+        failure_retry_base=0.0,
+    )
     actors = {chat: ChatActor(chat, deps) for chat in (CHAT, REMEMBER_CHAT)}
-    views = {(await table.run(CHAT, f"/{name}")).text for name in ("help", "summary", "stats",
-             "memory")}  # fmt: skip
+    views = {
+        (await table.run(CHAT, f"/{name}")).text for name in ("help", "summary", "stats", "memory")
+    }
     names = [c.name for c in table.commands]
     subs = [*USAGE, "LIST", "Why", "why\u200f"]
     assert {"memory", "remember", "forget", "summary", "stats", "help", "start", "stop"} <= set(
         names
     )
-    assert set(taps.entries) == {"forget_one", "forget_all", "forget_keep", "forget_messages",
-                                 "merge_confirm", "merge_keep"}  # fmt: skip
+    assert set(taps.entries) == {
+        "forget_one",
+        "forget_all",
+        "forget_keep",
+        "forget_messages",
+        "merge_confirm",
+        "merge_keep",
+    }
     counter = itertools.count(1)
     seen: dict[str, int] = {"commands": 0, "live taps": 0, "dead taps": 0, "gave up": 0}
 
@@ -151,14 +212,17 @@ async def test_random_input_through_every_command_and_button(
             seen["dead taps"] += 1
         await send(CHAT, tap(next(counter), CHAT, token), "callback_query")
 
-    commands = st.tuples(st.sampled_from([*names, "memory", "memory"]),
-                         st.one_of(st.sampled_from(subs), text), text,
-                         st.sampled_from(["", "@engram_bot"]))  # fmt: skip
-    buttons = st.tuples(st.one_of(st.none(), st.sampled_from(sorted(taps.entries))), payload,
-                        short)  # fmt: skip
+    commands = st.tuples(
+        st.sampled_from([*names, "memory", "memory"]),
+        st.one_of(st.sampled_from(subs), text),
+        text,
+        st.sampled_from(["", "@engram_bot"]),
+    )
+    buttons = st.tuples(st.one_of(st.none(), st.sampled_from(sorted(taps.entries))), payload, short)
 
-    @settings(max_examples=150, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @settings(
+        max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
     @given(st.one_of(commands.map(lambda c: ("command", c)), buttons.map(lambda b: ("tap", b))))
     def property_(case: tuple[str, Any]) -> None:
         kind, args = case

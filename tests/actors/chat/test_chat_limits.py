@@ -28,11 +28,22 @@ def flushed(text: str, n: int) -> fragments.Flushed:
 
 
 def test_coalesce_joins_in_order_up_to_the_cap_and_keeps_empty_ones_apart() -> None:
-    items = [flushed("a", 1), flushed("b", 2), flushed("", 3), flushed("c" * 8, 4),
-             flushed("d", 5), flushed("e" * 9, 6)]  # fmt: skip
+    items = [
+        flushed("a", 1),
+        flushed("b", 2),
+        flushed("", 3),
+        flushed("c" * 8, 4),
+        flushed("d", 5),
+        flushed("e" * 9, 6),
+    ]
     out = limits.coalesce(items, max_chars=10)
     assert [(o.text, o.update_ids) for o in out] == [
-        ("a\n\nb", (1, 2)), ("", (3,)), ("c" * 8, (4,)), ("d", (5,)), ("e" * 9, (6,))]  # fmt: skip
+        ("a\n\nb", (1, 2)),
+        ("", (3,)),
+        ("c" * 8, (4,)),
+        ("d", (5,)),
+        ("e" * 9, (6,)),
+    ]
     assert limits.coalesce([]) == []
     many = limits.coalesce([flushed(f"m{n}", n) for n in range(1000)])
     assert len(many) == 1 and many[0].update_ids == tuple(range(1000))
@@ -80,10 +91,15 @@ async def setup(nursery: trio.Nursery) -> AsyncIterator[Setup]:
     async def spent_today(chat_id: int, now: datetime) -> float:
         return spent[0]
 
-    deps = ChatDeps(store=store, turns=agent, bot=Bot(), outbox_ready=lambda c, r: None,
-                    wall_clock=lambda: base + timedelta(seconds=trio.current_time()),
-                    spent_today=spent_today,
-                    next_day=lambda now: now + timedelta(hours=1))  # fmt: skip
+    deps = ChatDeps(
+        store=store,
+        turns=agent,
+        bot=Bot(),
+        outbox_ready=lambda c, r: None,
+        wall_clock=lambda: base + timedelta(seconds=trio.current_time()),
+        spent_today=spent_today,
+        next_day=lambda now: now + timedelta(hours=1),
+    )
     registry: Registry[int, Wake] = Registry(
         "chats", lambda chat_id: ChatActor(chat_id, deps), idle_timeout=7200, key_name="chat_id"
     )
@@ -126,8 +142,9 @@ async def test_the_turn_rate_limit_holds_a_chat_and_tells_it_once(
     first_notice = setup.store.outbox.index(limits.RATE_LIMITED)
     assert setup.store.outbox[first_notice + 1].startswith("re ")  # once, not per message
     assert {setup.store.rows[i].status for i in ids} == {"done"}
-    answered = [int(x) for reply in setup.store.outbox for x in reply.split()[1:]
-                if reply.startswith("re ")]  # fmt: skip
+    answered = [
+        int(x) for reply in setup.store.outbox for x in reply.split()[1:] if reply.startswith("re ")
+    ]
     assert answered == list(range(30))
     assert {setup.store.rows[i].attempts for i in ids} == {0}  # waiting is not failing
 

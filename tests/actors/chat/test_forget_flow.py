@@ -41,15 +41,20 @@ async def audit(db: Database) -> list[tuple[int, str, str, str]]:
 
 async def singpass(bot: Bot, local: LocalEmbedder) -> tuple[int, int, int]:
     db = bot.db
-    goal = await add_pattern(db, local, "User wants to launch the SingPass API integration by Q2",
-                             kind="goal")  # fmt: skip
-    login = await add_pattern(db, local, "User finds SingPass login flows confusing",
-                              kind="belief")  # fmt: skip
+    goal = await add_pattern(
+        db, local, "User wants to launch the SingPass API integration by Q2", kind="goal"
+    )
+    login = await add_pattern(db, local, "User finds SingPass login flows confusing", kind="belief")
     other = await add_pattern(db, local, "User enjoys hiking on weekends", kind="preference")
-    await add_messages(db, [
-        ("user", "I need the SingPass integration done by Q2"), ("assistant", "Noted."),
-        ("user", "The weather is nice"), ("assistant", "Enjoy SingPass-free weekends!"),
-    ])  # fmt: skip
+    await add_messages(
+        db,
+        [
+            ("user", "I need the SingPass integration done by Q2"),
+            ("assistant", "Noted."),
+            ("user", "The weather is nice"),
+            ("assistant", "Enjoy SingPass-free weekends!"),
+        ],
+    )
     return goal, login, other
 
 
@@ -92,7 +97,8 @@ async def test_forget_one_then_the_rest_then_the_messages(bot: Bot, local: Local
     assert await status(db, goal) == await status(db, login) == "gone"
     assert await status(db, other) == "active"
     assert [(a[1], a[2], a[3]) for a in await audit(db)] == [
-        ("forget", "forgotten by the person", "person")] * 2  # fmt: skip
+        ("forget", "forgotten by the person", "person")
+    ] * 2
 
     [delete] = [b for b in bot.buttons(message) if b.startswith("Also delete")]
     assert await bot.tap(message, delete) == "Deleting those messages…"
@@ -137,8 +143,11 @@ async def test_forget_all_keep_expired_and_foreign_taps(bot: Bot, local: LocalEm
     assert await status(db, goal) == await status(db, login) == "active"
 
     # expired after 24 h: nothing changes
-    await db.execute("UPDATE callback_tokens SET created_at = created_at - interval '25 hours' "
-                     "WHERE chat_id = $1", CHAT)  # fmt: skip
+    await db.execute(
+        "UPDATE callback_tokens SET created_at = created_at - interval '25 hours' "
+        "WHERE chat_id = $1",
+        CHAT,
+    )
     assert await bot.tap(second, "Forget all") == EXPIRED
     assert await status(db, goal) == "active" and await audit(db) == []
     await db.execute("UPDATE callback_tokens SET created_at = now() WHERE chat_id = $1", CHAT)
@@ -171,9 +180,11 @@ async def test_memory_forget_and_merge_ask_first(bot: Bot, local: LocalEmbedder)
 
     [merge] = await bot.say(f"/memory merge {tea} {tea2}")
     message = bot.last_id()
-    assert merge.splitlines()[:3] == ["Merge these two memories into one?",
-                                      f"#{tea} User drinks green tea daily",
-                                      f"#{tea2} User has green tea every day"]  # fmt: skip
+    assert merge.splitlines()[:3] == [
+        "Merge these two memories into one?",
+        f"#{tea} User drinks green tea daily",
+        f"#{tea2} User has green tea every day",
+    ]
     assert bot.buttons(message) == ["Merge", "Keep both"]
     assert await bot.tap(message, "Merge") == "Merging…"
     assert bot.shown(message) == f"✓ Merged #{tea2} into #{tea}: User drinks green tea daily"

@@ -30,9 +30,16 @@ T0 = datetime(2026, 10, 1, 9, 30, tzinfo=UTC)
 def cli_env(
     database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, restore_logging: None
 ) -> None:
-    for var in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL",
-                "ANTHROPIC_MODEL", "MEMORY_MODEL", "MESSAGE_RETENTION_DAYS",
-                "PATTERN_MERGE_THRESHOLD"):  # fmt: skip
+    for var in (
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "ANTHROPIC_API_KEY",
+        "ANTHROPIC_BASE_URL",
+        "ANTHROPIC_MODEL",
+        "MEMORY_MODEL",
+        "MESSAGE_RETENTION_DAYS",
+        "PATTERN_MERGE_THRESHOLD",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setenv("ENGRAM_HOME", str(tmp_path))
@@ -124,8 +131,14 @@ async def test_patterns_list(
     assert await run("patterns", "list", "--chat", "5") == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == [
-        "id", "kind", "strength", "confidence", "status", "last_seen", "content",
-    ]  # fmt: skip
+        "id",
+        "kind",
+        "strength",
+        "confidence",
+        "status",
+        "last_seen",
+        "content",
+    ]
     assert [int(line.split()[0]) for line in lines[1:-1]] == [strong, weak, old]
     assert lines[1].split()[:6] == [str(strong), "behavior", "4.00", "0.70", "active", "2026-10-01"]
     assert lines[1].endswith("User runs on Sundays")
@@ -250,8 +263,9 @@ async def test_patterns_show_prints_the_evidence_and_the_audit(
     await db.execute(
         "INSERT INTO pattern_observations (pattern_id, chat_id, evidence, evidence_roles, "
         "observed_at) VALUES ($1, 5, 'I love a cup of tea', '{user}', $2)",
-        pid, T0,
-    )  # fmt: skip
+        pid,
+        T0,
+    )
     assert await pin_pattern(db, 5, pid, True, actor="person") is not None
     capsys.readouterr()
     assert await run("patterns", "show", str(pid)) == 0

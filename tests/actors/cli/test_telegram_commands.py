@@ -71,9 +71,17 @@ def test_generated_secret_tokens_are_valid_and_random() -> None:
 
 @pytest.mark.parametrize(
     ("token", "ok"),
-    [("a", True), ("A-z_09", True), ("x" * 256, True), ("", False), ("x" * 257, False),
-     ("has space", False), ("dot.", False), ("é", False)],
-)  # fmt: skip
+    [
+        ("a", True),
+        ("A-z_09", True),
+        ("x" * 256, True),
+        ("", False),
+        ("x" * 257, False),
+        ("has space", False),
+        ("dot.", False),
+        ("é", False),
+    ],
+)
 def test_secret_token_validation(token: str, ok: bool) -> None:
     assert valid_secret_token(token) is ok
 

@@ -250,7 +250,11 @@ async def test_chunks_resume_point_in_flight_mark_and_sent(db: dbmod.Database) -
     row2 = await outbox.get(db, row_id)
     assert row2 is not None
     assert (row2.status, row2.attempts, row2.chunks_sent, row2.chunk_in_flight) == (
-        "sent", 4, 3, None)  # fmt: skip
+        "sent",
+        4,
+        3,
+        None,
+    )
     assert row2.telegram_message_ids == (1001, 1002, 1003)
     assert row2.sent_at is not None and row2.last_error is None
     assert await outbox.next_pending(db) == []
@@ -376,7 +380,10 @@ async def test_recover_crashed_counts_a_crash_not_an_attempt(db: dbmod.Database)
     assert (rows[b].status, rows[b].crashes) == ("pending", 0)
     stored = await inbox.get(db, failed)
     assert stored is not None and (stored.status, stored.attempts, stored.crashes) == (
-        "failed", 1, 0)  # fmt: skip
+        "failed",
+        1,
+        0,
+    )
     assert await inbox.recover_crashed(db) == []  # a second look finds nothing
 
 
@@ -439,8 +446,9 @@ async def test_persist_writes_fused_into_the_commit_statement(db: dbmod.Database
 async def test_fused_commit_is_all_or_nothing(db: dbmod.Database) -> None:
     async def bad(conn: Any) -> None:
         await _note("lost")(conn)
-        await conn.execute("INSERT INTO outbox (chat_id, text, parse_mode) VALUES ($1, 'x', $2)",
-                           21, "nope")  # fmt: skip
+        await conn.execute(
+            "INSERT INTO outbox (chat_id, text, parse_mode) VALUES ($1, 'x', $2)", 21, "nope"
+        )
 
     b = await _insert(db, 101, 21)
     with pytest.raises(errors.IntegrityViolation):

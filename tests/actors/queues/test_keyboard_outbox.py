@@ -65,8 +65,15 @@ async def final(db: dbmod.Database, row_id: int) -> OutboxRow:
 async def test_a_reply_keeps_its_keyboard_and_sends_it_on_its_last_chunk(
     db: dbmod.Database,
 ) -> None:
-    update = {"update_id": 1, "message": {"message_id": 1, "date": 0, "text": "forget coffee",
-                                          "chat": {"id": CHAT, "type": "private"}}}  # fmt: skip
+    update = {
+        "update_id": 1,
+        "message": {
+            "message_id": 1,
+            "date": 0,
+            "text": "forget coffee",
+            "chat": {"id": CHAT, "type": "private"},
+        },
+    }
     row_id = await inbox.insert_update(db, "update:1", 1, CHAT, "message", update)
     assert row_id is not None
     text = "\n\n".join(f"{i}. " + "memory " * 80 for i in range(20))  # ~11,000 chars: 3 chunks
@@ -132,12 +139,14 @@ async def test_an_edit_that_changes_nothing_is_done_one_of_a_foreign_message_fai
         )
         assert (await final(db, same)).status == "sent"  # "message is not modified": done
         assert fake.calls_to("editMessageText")[-1].status == 400
-        foreign = await outbox.enqueue_reply(db, CHAT + 1, "x", kind="edit",
-                                             edit_message_id=message_id)  # fmt: skip
+        foreign = await outbox.enqueue_reply(
+            db, CHAT + 1, "x", kind="edit", edit_message_id=message_id
+        )
         row = await final(db, foreign)
         assert row.status == "failed" and "message to edit not found" in (row.last_error or "")
-        long_edit = await outbox.enqueue_reply(db, CHAT, "word " * 2000, kind="edit",
-                                               edit_message_id=message_id)  # fmt: skip
+        long_edit = await outbox.enqueue_reply(
+            db, CHAT, "word " * 2000, kind="edit", edit_message_id=message_id
+        )
         assert (await final(db, long_edit)).status == "sent"  # its first chunk: one message
         assert len(fake.message(CHAT, message_id).visible_text) <= 4096
         assert fake.edits[-1].reply_markup is None
@@ -151,8 +160,9 @@ async def test_an_edit_whose_answer_is_lost_is_uncertain_not_resent(
         fake = s.fake
         message_id = await sent_message(db, "Forget?")
         fake.fail_next("editMessageText", Failure.reset(deliver=deliver))
-        row_id = await outbox.enqueue_reply(db, CHAT, "Forgotten.", kind="edit",
-                                            edit_message_id=message_id)  # fmt: skip
+        row_id = await outbox.enqueue_reply(
+            db, CHAT, "Forgotten.", kind="edit", edit_message_id=message_id
+        )
         row = await final(db, row_id)
         assert row.status == "uncertain" and len(fake.calls_to("editMessageText")) == 1
         assert (fake.message(CHAT, message_id).text == "Forgotten.") is deliver

@@ -76,10 +76,21 @@ class MemoryOutbox:
 
     def add(self, chat_id: int, text: str, parse_mode: str | None = None, **fields: object) -> int:
         row_id = next(iter(self._ids))
-        base = dict(id=row_id, chat_id=chat_id, text=text, parse_mode=parse_mode,
-                    reply_to_message_id=None, inbox_ids=(), status="pending", attempts=0,
-                    last_error=None, chunks_sent=0, telegram_message_ids=(),
-                    created_at=datetime.now(UTC), sent_at=None)  # fmt: skip
+        base = dict(
+            id=row_id,
+            chat_id=chat_id,
+            text=text,
+            parse_mode=parse_mode,
+            reply_to_message_id=None,
+            inbox_ids=(),
+            status="pending",
+            attempts=0,
+            last_error=None,
+            chunks_sent=0,
+            telegram_message_ids=(),
+            created_at=datetime.now(UTC),
+            sent_at=None,
+        )
         self.rows[row_id] = OutboxRow(**{**base, **fields})  # type: ignore[arg-type]
         self._touch()
         return row_id
@@ -116,8 +127,9 @@ class MemoryOutbox:
     async def mark_in_flight(self, row_id: int, chunk: int) -> int | None:
         await trio.lowlevel.checkpoint()
         row = self.rows[row_id]
-        changed = self._update(row_id, status="sending", attempts=row.attempts + 1,
-                               chunk_in_flight=chunk)  # fmt: skip
+        changed = self._update(
+            row_id, status="sending", attempts=row.attempts + 1, chunk_in_flight=chunk
+        )
         return row.attempts + 1 if changed else None
 
     async def record_chunk_sent(
@@ -209,8 +221,9 @@ class FakeClient:
         if error is None and now < self.down_until:
             error = server_error()
         message_id = None if error is not None else self._next_id
-        self.attempts.append(Attempt(now, chat_id, text, parse_mode, reply_to_message_id,
-                                     message_id))  # fmt: skip
+        self.attempts.append(
+            Attempt(now, chat_id, text, parse_mode, reply_to_message_id, message_id)
+        )
         if error is not None:
             raise error
         self._next_id += 1
@@ -490,8 +503,15 @@ async def test_parse_error_resends_same_chunk_as_plain_text(
 async def test_resume_after_last_delivered_chunk(autojump_clock: trio.testing.MockClock) -> None:
     store, client = MemoryOutbox(), FakeClient()
     settings = SenderSettings(sweep_interval=None, chunk_limit=6)
-    row = store.add(1, "one\n\ntwo\n\nthree", status="sending", chunks_sent=1,
-                    telegram_message_ids=(42,), attempts=1, reply_to_message_id=9)  # fmt: skip
+    row = store.add(
+        1,
+        "one\n\ntwo\n\nthree",
+        status="sending",
+        chunks_sent=1,
+        telegram_message_ids=(42,),
+        attempts=1,
+        reply_to_message_id=9,
+    )
     async with running(SenderActor(store, client, settings=settings)):
         await store.wait_final()
     assert [(a.text, a.reply_to) for a in client.attempts] == [("two", None), ("three", None)]
@@ -669,7 +689,10 @@ async def test_each_chunk_is_in_flight_during_its_request_and_cleared_by_its_rec
     assert seen == [("one", 0, 0), ("two", 1, 1), ("two", 1, 1), ("three", 2, 2)]
     final = store.rows[row]
     assert (final.status, final.chunk_in_flight, final.telegram_message_ids) == (
-        "sent", None, (100, 101, 102))  # fmt: skip
+        "sent",
+        None,
+        (100, 101, 102),
+    )
 
 
 async def test_rows_left_in_flight_by_an_earlier_process_are_uncertain_and_never_resent(
@@ -677,8 +700,15 @@ async def test_rows_left_in_flight_by_an_earlier_process_are_uncertain_and_never
 ) -> None:
     store, client = MemoryOutbox(), FakeClient()
     settings = attrs.evolve(NO_SWEEP, chunk_limit=6)
-    cut = store.add(1, "one\n\ntwo", status="sending", attempts=2, chunks_sent=1,
-                    telegram_message_ids=(41,), chunk_in_flight=1)  # fmt: skip
+    cut = store.add(
+        1,
+        "one\n\ntwo",
+        status="sending",
+        attempts=2,
+        chunks_sent=1,
+        telegram_message_ids=(41,),
+        chunk_in_flight=1,
+    )
     waiting = store.add(2, "not yet tried")
     sender = SenderActor(store, client, settings=settings)
     with structlog.testing.capture_logs() as logs:

@@ -137,7 +137,10 @@ async def test_kill_between_send_and_record_leaves_the_chunk_uncertain_never_res
     assert fake.sent_texts(7) == ["first chunk here"]  # Telegram has it; we never recorded it
     row = await outbox.get(db, row_id)
     assert row is not None and (row.status, row.chunk_in_flight, row.chunks_sent) == (
-        "sending", 0, 0)  # fmt: skip
+        "sending",
+        0,
+        0,
+    )
     # the next process: its sender finds the chunk in flight
     restarted = SenderActor(db, bot, settings=settings)
     with structlog.testing.capture_logs() as logs:

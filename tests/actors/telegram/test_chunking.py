@@ -95,10 +95,17 @@ TEXTS = st.lists(ALPHABET | st.text(max_size=3), max_size=120).map("".join)
 LIMITS = st.integers(min_value=2, max_value=40)
 
 TAGS = [
-    ("b", "<b>"), ("i", "<i>"), ("u", "<u>"), ("s", "<s>"), ("code", "<code>"), ("pre", "<pre>"),
-    ("tg-spoiler", "<tg-spoiler>"), ("span", '<span class="tg-spoiler">'),
-    ("a", '<a href="https://example.org/?q=1&amp;r=2">'), ("blockquote", "<blockquote>"),
-]  # fmt: skip
+    ("b", "<b>"),
+    ("i", "<i>"),
+    ("u", "<u>"),
+    ("s", "<s>"),
+    ("code", "<code>"),
+    ("pre", "<pre>"),
+    ("tg-spoiler", "<tg-spoiler>"),
+    ("span", '<span class="tg-spoiler">'),
+    ("a", '<a href="https://example.org/?q=1&amp;r=2">'),
+    ("blockquote", "<blockquote>"),
+]
 
 
 def _text_node(raw: str) -> str:

@@ -98,11 +98,16 @@ async def running(
             return Poller(*args, poll_timeout=1, **kwargs)
 
         system = BotSystem(
-            s, d, sh, polling=True, turns=agent, poller_factory=short_poll,
+            s,
+            d,
+            sh,
+            polling=True,
+            turns=agent,
+            poller_factory=short_poll,
             bot_factory=lambda: BotApiClient(DEFAULT_TOKEN, base_url=fake.base_url),
             announce=announced.append,
             access_options={"clock": lambda: now[0], "refresh_interval": refresh},
-        )  # fmt: skip
+        )
         systems.append(system)
         return system
 
@@ -186,10 +191,15 @@ async def test_guesses_beyond_the_burst_are_judged_one_per_interval_by_arrival(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     access = ChatAccess(
-        cast(dbmod.Database, NoDatabase()), frozenset(), lambda chat: None,
-        lambda chat, row: None, burst=2, attempt_interval=3.0, ttl=5.0,
+        cast(dbmod.Database, NoDatabase()),
+        frozenset(),
+        lambda chat: None,
+        lambda chat, row: None,
+        burst=2,
+        attempt_interval=3.0,
+        ttl=5.0,
         clock=trio.current_time,
-    )  # fmt: skip
+    )
     code = access.open_pairing()
     for n in range(6):  # chats 1..3, two wrong codes each
         attempt = Attempt(1 + n // 2, None, f"WRONG{n}", trio.current_time())
@@ -211,10 +221,16 @@ async def test_guesses_beyond_the_burst_are_judged_one_per_interval_by_arrival(
 
 
 def start_update(update_id: int, chat_id: int, text: str) -> tuple[Any, dict[str, Any]]:
-    payload = {"update_id": update_id, "message": {
-        "message_id": update_id, "date": 0, "text": text,
-        "chat": {"id": chat_id, "type": "private"},
-        "from": {"id": chat_id, "is_bot": False, "first_name": "T"}}}  # fmt: skip
+    payload = {
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id,
+            "date": 0,
+            "text": text,
+            "chat": {"id": chat_id, "type": "private"},
+            "from": {"id": chat_id, "is_bot": False, "first_name": "T"},
+        },
+    }
     return parse_update(payload), payload
 
 
@@ -224,9 +240,15 @@ async def test_guesses_from_many_chats_are_paced_and_the_right_code_still_pairs(
     now = [0.0]
     woken: list[int] = []
     access = ChatAccess(
-        db, frozenset(), woken.append, lambda chat, row: None,
-        burst=3, attempt_interval=0.1, clock=lambda: now[0], refresh_interval=60,
-    )  # fmt: skip
+        db,
+        frozenset(),
+        woken.append,
+        lambda chat, row: None,
+        burst=3,
+        attempt_interval=0.1,
+        clock=lambda: now[0],
+        refresh_interval=60,
+    )
     strangers = (201, 202, 203)
     async with trio.open_nursery() as nursery:
         await nursery.start(access.run)
@@ -259,8 +281,9 @@ async def test_guesses_from_many_chats_are_paced_and_the_right_code_still_pairs(
     # while it waited, the owner was told what any stranger is; then that it is paired
     assert [r["text"] for r in replies if r["chat_id"] == OWNER] == [PRIVATE, PAIRED]
     # the owner's /start was kept while it waited, and went to the inbox when it paired
-    texts = await db.fetch("SELECT payload->'message'->>'text' AS t FROM inbox WHERE chat_id = $1",
-                           OWNER)  # fmt: skip
+    texts = await db.fetch(
+        "SELECT payload->'message'->>'text' AS t FROM inbox WHERE chat_id = $1", OWNER
+    )
     assert [r["t"] for r in texts] == [f"/start {right}"]
 
 
@@ -462,8 +485,12 @@ def cli_env(
     env.update(DATABASE_URL=database_url, ENGRAM_HOME=str(tmp_path), LOG_FORMAT="json", **extra)
     return subprocess.run(
         [sys.executable, "-m", "actors.cli", *argv],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 async def test_kept_updates_older_than_a_day_are_purged(db: dbmod.Database) -> None:

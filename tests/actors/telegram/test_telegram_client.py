@@ -439,11 +439,16 @@ def test_is_transient() -> None:
 MESSAGE: dict[str, Any] = {
     "update_id": 10,
     "message": {
-        "message_id": 5, "date": 1700000000, "chat": {"id": 42, "type": "private", "x": 1},
-        "from": {"id": 42, "is_bot": False}, "text": "hi", "media_group_id": "g1",
-        "photo": [{"file_id": "p"}], "new_field": {"a": [1]},
+        "message_id": 5,
+        "date": 1700000000,
+        "chat": {"id": 42, "type": "private", "x": 1},
+        "from": {"id": 42, "is_bot": False},
+        "text": "hi",
+        "media_group_id": "g1",
+        "photo": [{"file_id": "p"}],
+        "new_field": {"a": [1]},
     },
-}  # fmt: skip
+}
 
 
 def test_parse_message_update_and_keys() -> None:
@@ -468,13 +473,19 @@ def test_parse_message_update_and_keys() -> None:
 @pytest.mark.parametrize(
     "value",
     [
-        None, [], "x", 1, {"update_id": True}, {"update_id": 1.0}, {"update_id": "1"},
+        None,
+        [],
+        "x",
+        1,
+        {"update_id": True},
+        {"update_id": 1.0},
+        {"update_id": "1"},
         {"update_id": 1, "message": {"message_id": 1, "date": 1, "chat": {"id": "4", "type": "p"}}},
         {"update_id": 1, "message": MESSAGE["message"], "callback_query": {"id": "c"}},
         {"update_id": 1, "callback_query": {"id": 5, "from": {"id": 1}}},
         {"update_id": 1, "message": {**MESSAGE["message"], "voice": {"file_id": "f"}}},
     ],
-)  # fmt: skip
+)
 def test_parse_update_rejects(value: object) -> None:
     with pytest.raises(MalformedUpdate):
         parse_update(value)
@@ -486,10 +497,30 @@ JSON = st.recursive(
     max_leaves=20,
 )
 KEYS = st.sampled_from(
-    ["update_id", "message", "edited_message", "callback_query", "chat", "id", "type", "from",
-     "date", "message_id", "text", "voice", "file_id", "file_unique_id", "duration", "photo",
-     "data", "caption", "media_group_id", "edit_date", "poll"]
-)  # fmt: skip
+    [
+        "update_id",
+        "message",
+        "edited_message",
+        "callback_query",
+        "chat",
+        "id",
+        "type",
+        "from",
+        "date",
+        "message_id",
+        "text",
+        "voice",
+        "file_id",
+        "file_unique_id",
+        "duration",
+        "photo",
+        "data",
+        "caption",
+        "media_group_id",
+        "edit_date",
+        "poll",
+    ]
+)
 NEAR = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=3),
     lambda inner: st.dictionaries(KEYS, inner, max_size=6) | st.lists(inner, max_size=2),

@@ -147,9 +147,13 @@ async def test_token_billed_model_uses_json_and_tokens(
     fake_openai.queue_transcript("two words", duration=3.0)
     rates = {"gpt-4o-mini-transcribe": Rate(1.25, 5.0)}
     result = await transcribe(
-        bot, oai, db, stored_voice(fake_bot, duration=3), model="gpt-4o-mini-transcribe",
+        bot,
+        oai,
+        db,
+        stored_voice(fake_bot, duration=3),
+        model="gpt-4o-mini-transcribe",
         rates=rates,
-    )  # fmt: skip
+    )
     assert result.text == "two words" and result.duration_seconds == 3.0
     assert fake_openai.calls_to(TRANSCRIPTIONS)[0].params == {"response_format": "json"}
     [row] = await usage_rows(db)
@@ -192,9 +196,12 @@ async def test_too_large_by_declared_size_is_refused_before_any_call(
 
 
 async def test_too_large_by_getfile_size_is_refused_without_download(
-    bot: BotApiClient, fake_bot: FakeBotApi, oai: openai.AsyncOpenAI, fake_openai: FakeOpenAI,
+    bot: BotApiClient,
+    fake_bot: FakeBotApi,
+    oai: openai.AsyncOpenAI,
+    fake_openai: FakeOpenAI,
     db: Database,
-) -> None:  # fmt: skip
+) -> None:
     voice = stored_voice(fake_bot, OGG * 2, file_size=None)
     with pytest.raises(VoiceTooLarge, match="over 1 KB"):
         await transcribe(bot, oai, db, voice, max_bytes=1024)
@@ -203,9 +210,12 @@ async def test_too_large_by_getfile_size_is_refused_without_download(
 
 
 async def test_telegram_refusing_a_huge_file_is_too_large(
-    bot: BotApiClient, fake_bot: FakeBotApi, oai: openai.AsyncOpenAI, fake_openai: FakeOpenAI,
+    bot: BotApiClient,
+    fake_bot: FakeBotApi,
+    oai: openai.AsyncOpenAI,
+    fake_openai: FakeOpenAI,
     db: Database,
-) -> None:  # fmt: skip
+) -> None:
     voice = stored_voice(fake_bot, file_size=None, declared_size=30 * MB)
     with pytest.raises(VoiceTooLarge, match="over 20 MB"):
         await transcribe(bot, oai, db, voice)
@@ -213,9 +223,12 @@ async def test_telegram_refusing_a_huge_file_is_too_large(
 
 
 async def test_lying_size_is_caught_by_the_capped_download(
-    bot: BotApiClient, fake_bot: FakeBotApi, oai: openai.AsyncOpenAI, fake_openai: FakeOpenAI,
+    bot: BotApiClient,
+    fake_bot: FakeBotApi,
+    oai: openai.AsyncOpenAI,
+    fake_openai: FakeOpenAI,
     db: Database,
-) -> None:  # fmt: skip
+) -> None:
     voice = stored_voice(fake_bot, OGG * 4, file_size=None, declared_size=500, send_length=False)
     with pytest.raises(VoiceTooLarge):
         await transcribe(bot, oai, db, voice, max_bytes=4096)
@@ -223,9 +236,12 @@ async def test_lying_size_is_caught_by_the_capped_download(
 
 
 async def test_telegram_failure_is_a_download_failure(
-    bot: BotApiClient, fake_bot: FakeBotApi, oai: openai.AsyncOpenAI, fake_openai: FakeOpenAI,
+    bot: BotApiClient,
+    fake_bot: FakeBotApi,
+    oai: openai.AsyncOpenAI,
+    fake_openai: FakeOpenAI,
     db: Database,
-) -> None:  # fmt: skip
+) -> None:
     fake_bot.fail_next("getFile", BotFailure.server_error(502, "Bad Gateway"))
     with pytest.raises(TranscriptionFailed) as info:
         await transcribe(bot, oai, db, stored_voice(fake_bot))
@@ -237,9 +253,12 @@ async def test_telegram_failure_is_a_download_failure(
 
 
 async def test_server_error_then_success_is_retried(
-    bot: BotApiClient, fake_bot: FakeBotApi, oai: openai.AsyncOpenAI, fake_openai: FakeOpenAI,
+    bot: BotApiClient,
+    fake_bot: FakeBotApi,
+    oai: openai.AsyncOpenAI,
+    fake_openai: FakeOpenAI,
     db: Database,
-) -> None:  # fmt: skip
+) -> None:
     fake_openai.fail_next(TRANSCRIPTIONS, Failure.server_error(500))
     fake_openai.queue_transcript("second time lucky", duration=5.0)
     result = await transcribe(bot, oai, db, stored_voice(fake_bot))
@@ -254,9 +273,12 @@ async def test_server_error_then_success_is_retried(
 
 @pytest.mark.slow
 async def test_rate_limit_retry_after_is_honoured(
-    bot: BotApiClient, fake_bot: FakeBotApi, oai: openai.AsyncOpenAI, fake_openai: FakeOpenAI,
+    bot: BotApiClient,
+    fake_bot: FakeBotApi,
+    oai: openai.AsyncOpenAI,
+    fake_openai: FakeOpenAI,
     db: Database,
-) -> None:  # fmt: skip
+) -> None:
     fake_openai.fail_next(TRANSCRIPTIONS, Failure.rate_limited(retry_after=1))
     start = trio.current_time()
     result = await transcribe(bot, oai, db, stored_voice(fake_bot), retry_delay=5.0)
@@ -268,9 +290,12 @@ async def test_rate_limit_retry_after_is_honoured(
 
 
 async def test_rate_limit_with_a_long_retry_after_is_not_waited_for(
-    bot: BotApiClient, fake_bot: FakeBotApi, oai: openai.AsyncOpenAI, fake_openai: FakeOpenAI,
+    bot: BotApiClient,
+    fake_bot: FakeBotApi,
+    oai: openai.AsyncOpenAI,
+    fake_openai: FakeOpenAI,
     db: Database,
-) -> None:  # fmt: skip
+) -> None:
     fake_openai.fail_next(TRANSCRIPTIONS, Failure.rate_limited(retry_after=60))
     with pytest.raises(TranscriptionFailed) as info:
         await transcribe(bot, oai, db, stored_voice(fake_bot), max_retry_wait=5.0)
@@ -279,9 +304,12 @@ async def test_rate_limit_with_a_long_retry_after_is_not_waited_for(
 
 
 async def test_quota_exhausted_is_not_retried(
-    bot: BotApiClient, fake_bot: FakeBotApi, oai: openai.AsyncOpenAI, fake_openai: FakeOpenAI,
+    bot: BotApiClient,
+    fake_bot: FakeBotApi,
+    oai: openai.AsyncOpenAI,
+    fake_openai: FakeOpenAI,
     db: Database,
-) -> None:  # fmt: skip
+) -> None:
     fake_openai.fail_next(TRANSCRIPTIONS, Failure.insufficient_quota())
     with pytest.raises(TranscriptionFailed) as info:
         await transcribe(bot, oai, db, stored_voice(fake_bot))
@@ -290,9 +318,12 @@ async def test_quota_exhausted_is_not_retried(
 
 
 async def test_persistent_failure_raises_after_one_retry(
-    bot: BotApiClient, fake_bot: FakeBotApi, oai: openai.AsyncOpenAI, fake_openai: FakeOpenAI,
+    bot: BotApiClient,
+    fake_bot: FakeBotApi,
+    oai: openai.AsyncOpenAI,
+    fake_openai: FakeOpenAI,
     db: Database,
-) -> None:  # fmt: skip
+) -> None:
     fake_openai.fail_next(TRANSCRIPTIONS, Failure.overloaded(), times=3)
     with pytest.raises(TranscriptionFailed) as info:
         await transcribe(bot, oai, db, stored_voice(fake_bot))
@@ -323,9 +354,12 @@ async def test_wrong_api_key_fails_without_leaking_it(
 
 
 async def test_slow_answer_times_out(
-    bot: BotApiClient, fake_bot: FakeBotApi, oai: openai.AsyncOpenAI, fake_openai: FakeOpenAI,
+    bot: BotApiClient,
+    fake_bot: FakeBotApi,
+    oai: openai.AsyncOpenAI,
+    fake_openai: FakeOpenAI,
     db: Database,
-) -> None:  # fmt: skip
+) -> None:
     fake_openai.fail_next(TRANSCRIPTIONS, Failure.slow(3.0))
     with pytest.raises(TranscriptionFailed) as info:
         await transcribe(bot, oai, db, stored_voice(fake_bot), request_timeout=0.3)
@@ -357,25 +391,62 @@ BAD_REQUESTS: list[tuple[str, dict[str, Any], int, str]] = [
     ("missing file", _multipart(model="whisper-1"), 400, "body -> file"),
     ("urlencoded", {"data": _form(model="whisper-1")}, 400, "expected multipart/form-data"),
     ("file as text", _multipart(model="whisper-1", file="x"), 400, "Expected UploadFile"),
-    ("bad extension", {"data": _form(model="whisper-1"), "files": {"file": ("a.txt", OGG)}},
-     400, "Invalid file format"),
-    ("not ogg bytes", {"data": _form(model="whisper-1"), "files": {"file": ("a.ogg", b"RIFF")}},
-     400, "corrupted"),
-    ("unknown model", {"data": _form(model="whisper-2"), "files": {"file": ("a.ogg", OGG)}},
-     404, "does not exist"),
-    ("bad format", {"data": _form(model="whisper-1", response_format="xml"),
-                    "files": {"file": ("a.ogg", OGG)}}, 400, "response_format"),
-    ("verbose_json on gpt-4o", {"data": _form(model="gpt-4o-transcribe",
-                                              response_format="verbose_json"),
-                                "files": {"file": ("a.ogg", OGG)}}, 400, "not compatible"),
-    ("bad language", {"data": _form(model="whisper-1", language="english"),
-                      "files": {"file": ("a.ogg", OGG)}}, 400, "ISO-639-1"),
-    ("bad temperature", {"data": _form(model="whisper-1", temperature="2"),
-                         "files": {"file": ("a.ogg", OGG)}}, 400, "temperature"),
-    ("unknown field", {"data": _form(model="whisper-1", colour="red"),
-                       "files": {"file": ("a.ogg", OGG)}}, 400, "Unrecognized request argument"),
+    (
+        "bad extension",
+        {"data": _form(model="whisper-1"), "files": {"file": ("a.txt", OGG)}},
+        400,
+        "Invalid file format",
+    ),
+    (
+        "not ogg bytes",
+        {"data": _form(model="whisper-1"), "files": {"file": ("a.ogg", b"RIFF")}},
+        400,
+        "corrupted",
+    ),
+    (
+        "unknown model",
+        {"data": _form(model="whisper-2"), "files": {"file": ("a.ogg", OGG)}},
+        404,
+        "does not exist",
+    ),
+    (
+        "bad format",
+        {
+            "data": _form(model="whisper-1", response_format="xml"),
+            "files": {"file": ("a.ogg", OGG)},
+        },
+        400,
+        "response_format",
+    ),
+    (
+        "verbose_json on gpt-4o",
+        {
+            "data": _form(model="gpt-4o-transcribe", response_format="verbose_json"),
+            "files": {"file": ("a.ogg", OGG)},
+        },
+        400,
+        "not compatible",
+    ),
+    (
+        "bad language",
+        {"data": _form(model="whisper-1", language="english"), "files": {"file": ("a.ogg", OGG)}},
+        400,
+        "ISO-639-1",
+    ),
+    (
+        "bad temperature",
+        {"data": _form(model="whisper-1", temperature="2"), "files": {"file": ("a.ogg", OGG)}},
+        400,
+        "temperature",
+    ),
+    (
+        "unknown field",
+        {"data": _form(model="whisper-1", colour="red"), "files": {"file": ("a.ogg", OGG)}},
+        400,
+        "Unrecognized request argument",
+    ),
     ("json body", {"json": {"model": "whisper-1"}}, 400, "expected multipart/form-data"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "request_kwargs", "status", "message"), BAD_REQUESTS)

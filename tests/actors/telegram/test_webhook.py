@@ -357,15 +357,25 @@ async def test_slow_body_is_408(db: dbmod.Database) -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [b"{bad json", b"", b"\xff\xfe\x00", b"NaN", b'{"update_id": 1e999}', b"[" * 5000,
-     # a key twice: which one counts is up to the parser, so it is refused
-     b'{"update_id": 1, "update_id": 2, "message": {}}',
-     json.dumps(update(1)).replace('"text"', '"text": "a", "text"').encode(),
-     # invalid UTF-8 (a lone continuation byte, an overlong form) and UTF-16 JSON
-     json.dumps(update(1)).replace("hello", "he\\u00ffllo").encode().replace(b"\\u00ff", b"\x80"),
-     json.dumps(update(1)).encode().replace(b"hello", b"he\xc0\xafllo"),
-     json.dumps(update(1)).encode("utf-16")],
-)  # fmt: skip
+    [
+        b"{bad json",
+        b"",
+        b"\xff\xfe\x00",
+        b"NaN",
+        b'{"update_id": 1e999}',
+        b"[" * 5000,
+        # a key twice: which one counts is up to the parser, so it is refused
+        b'{"update_id": 1, "update_id": 2, "message": {}}',
+        json.dumps(update(1)).replace('"text"', '"text": "a", "text"').encode(),
+        # invalid UTF-8 (a lone continuation byte, an overlong form) and UTF-16 JSON
+        json.dumps(update(1))
+        .replace("hello", "he\\u00ffllo")
+        .encode()
+        .replace(b"\\u00ff", b"\x80"),
+        json.dumps(update(1)).encode().replace(b"hello", b"he\xc0\xafllo"),
+        json.dumps(update(1)).encode("utf-16"),
+    ],
+)
 async def test_malformed_json_is_400(db: dbmod.Database, body: bytes) -> None:
     async with serve(db) as h:
         resp = await post(h, body)
@@ -374,9 +384,7 @@ async def test_malformed_json_is_400(db: dbmod.Database, body: bytes) -> None:
         assert await inbox_count(db) == 0
 
 
-@pytest.mark.parametrize(
-    ("field", "limit"), [("text", 4096), ("caption", 1024)]
-)  # fmt: skip
+@pytest.mark.parametrize(("field", "limit"), [("text", 4096), ("caption", 1024)])
 async def test_a_text_longer_than_telegram_allows_is_400(
     db: dbmod.Database, field: str, limit: int
 ) -> None:

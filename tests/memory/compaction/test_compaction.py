@@ -54,9 +54,18 @@ def ids(rows: Sequence[ChatMessage]) -> list[int | None]:
 
 
 def numbered(rows: Sequence[ChatMessage]) -> list[ChatMessage]:
-    return [ChatMessage(role=r.role, content=r.content, created_at=r.created_at,
-                        tool_calls=r.tool_calls, tool_call_id=r.tool_call_id,
-                        tool_name=r.tool_name, id=i + 1) for i, r in enumerate(rows)]  # fmt: skip
+    return [
+        ChatMessage(
+            role=r.role,
+            content=r.content,
+            created_at=r.created_at,
+            tool_calls=r.tool_calls,
+            tool_call_id=r.tool_call_id,
+            tool_name=r.tool_name,
+            id=i + 1,
+        )
+        for i, r in enumerate(rows)
+    ]
 
 
 def call(cid: str) -> ChatMessage:
@@ -78,10 +87,18 @@ def test_chunk_keeps_recent_and_caps_size() -> None:
 
 def test_chunk_never_splits_a_tool_pair() -> None:
     # 1 user, 2 call a, 3 result a, 4 call b+c (one row), 5 result b, 6 result c, 7 user, 8 user
-    rows = numbered([msg("user", "u"), call("a"), result("a"),
-                     msg("assistant", "", tool_calls=(ToolCall("b", "x", {}),
-                                                      ToolCall("c", "y", {}))),
-                     result("b"), result("c"), msg("user", "v"), msg("user", "w")])  # fmt: skip
+    rows = numbered(
+        [
+            msg("user", "u"),
+            call("a"),
+            result("a"),
+            msg("assistant", "", tool_calls=(ToolCall("b", "x", {}), ToolCall("c", "y", {}))),
+            result("b"),
+            result("c"),
+            msg("user", "v"),
+            msg("user", "w"),
+        ]
+    )
     assert ids(select_chunk(rows, keep_recent=0, max_messages=2)) == [1]  # shrinks before 2
     assert ids(select_chunk(rows, keep_recent=0, max_messages=3)) == [1, 2, 3]
     assert ids(select_chunk(rows, keep_recent=0, max_messages=5)) == [1, 2, 3]  # 4..6 together
@@ -132,15 +149,28 @@ async def test_oldest_uncompacted_reads_a_backlog_in_part(db: Database) -> None:
 
 
 def extraction(**parts: Any) -> str:
-    body = {"new_patterns": [], "reinforcements": [], "contradictions": [], "supersedes": [],
-            "meta_patterns": [], "episode_summary": "User talked about running."}  # fmt: skip
+    body = {
+        "new_patterns": [],
+        "reinforcements": [],
+        "contradictions": [],
+        "supersedes": [],
+        "meta_patterns": [],
+        "episode_summary": "User talked about running.",
+    }
     body.update(parts)
     return json.dumps(body)
 
 
 def new(content: str, evidence: list[int], kind: str = "behavior", **kw: Any) -> dict[str, Any]:
-    return {"content": content, "kind": kind, "confidence": 0.8, "signal": "explicit",
-            "evidence_message_ids": evidence, "entry_uuids": [], **kw}  # fmt: skip
+    return {
+        "content": content,
+        "kind": kind,
+        "confidence": 0.8,
+        "signal": "explicit",
+        "evidence_message_ids": evidence,
+        "entry_uuids": [],
+        **kw,
+    }
 
 
 async def uncompacted(db: Database) -> list[int]:
@@ -164,8 +194,12 @@ ENTRY = json.dumps([{"uuid": "e1", "date": "2024-02-25", "text": "Sunday run by 
 def conversation() -> list[ChatMessage]:
     return [
         msg("user", RUN, 0),
-        msg("assistant", "Let me look.", 1, tool_calls=(ToolCall("t1", "search_entries",
-                                                                 {"query": "river run"}),)),
+        msg(
+            "assistant",
+            "Let me look.",
+            1,
+            tool_calls=(ToolCall("t1", "search_entries", {"query": "river run"}),),
+        ),
         msg("tool_result", ENTRY, 2, tool_call_id="t1", tool_name="search_entries"),
         msg("assistant", "You run by the river every Sunday, lovely.", 3),
         msg("user", COFFEE, 4),
@@ -174,25 +208,34 @@ def conversation() -> list[ChatMessage]:
         msg("assistant", "Logged.", 7),
         msg("user", "Thanks!", 8),
         msg("assistant", "Any time.", 9),
-    ]  # fmt: skip
+    ]
 
 
 async def test_scripted_compaction_writes_patterns_and_episode(
     db: Database, claude: AnthropicLLM, fake_claude: FakeAnthropic, local: LocalEmbedder
 ) -> None:
     r = await store(db, conversation())
-    fake_claude.queue_text(extraction(
-        new_patterns=[
-            new("User runs 10 km along the river every Sunday morning", [r[0], r[2]],
-                entry_uuids=["e1", "made-up-uuid"], temporal={"day_of_week": "Sunday"}),
-            # the assistant row and an invented id are dropped, the user row kept
-            new("User drinks a double espresso before running", [r[3], 999_999, r[4]],
-                kind="preference"),
-            # only an assistant row as evidence: rejected entirely
-            new("User finds river runs lovely", [r[3]], kind="emotion"),
-        ],
-        episode_summary="User described Sunday river runs and coffee before running.",
-    ))  # fmt: skip
+    fake_claude.queue_text(
+        extraction(
+            new_patterns=[
+                new(
+                    "User runs 10 km along the river every Sunday morning",
+                    [r[0], r[2]],
+                    entry_uuids=["e1", "made-up-uuid"],
+                    temporal={"day_of_week": "Sunday"},
+                ),
+                # the assistant row and an invented id are dropped, the user row kept
+                new(
+                    "User drinks a double espresso before running",
+                    [r[3], 999_999, r[4]],
+                    kind="preference",
+                ),
+                # only an assistant row as evidence: rejected entirely
+                new("User finds river runs lovely", [r[3]], kind="emotion"),
+            ],
+            episode_summary="User described Sunday river runs and coffee before running.",
+        )
+    )
     out = await compact(db, claude, local)
 
     assert out.status == "ok" and out.messages_compacted == 5
@@ -204,10 +247,14 @@ async def test_scripted_compaction_writes_patterns_and_episode(
 
     pats = await db.fetch("SELECT * FROM patterns WHERE chat_id = $1 ORDER BY id", CHAT)
     assert [(p["content"], p["kind"], p["status"], p["source"]) for p in pats] == [
-        ("User runs 10 km along the river every Sunday morning", "behavior", "active",
-         "compaction"),
+        (
+            "User runs 10 km along the river every Sunday morning",
+            "behavior",
+            "active",
+            "compaction",
+        ),
         ("User drinks a double espresso before running", "preference", "active", "compaction"),
-    ]  # fmt: skip
+    ]
     assert pats[0]["last_seen"] == T0 + timedelta(minutes=2)  # the newest evidence message
     assert json.loads(pats[0]["temporal"]) == {"day_of_week": "Sunday"}
     assert pats[1]["temporal"] is None
@@ -218,7 +265,8 @@ async def test_scripted_compaction_writes_patterns_and_episode(
     assert obs[1]["signal"] == "explicit" and COFFEE in obs[1]["evidence"]
     links = await db.fetch("SELECT * FROM pattern_entries")
     assert [(x["pattern_id"], x["entry_uuid"], x["source"], x["times_linked"]) for x in links] == [
-        (pats[0]["id"], "e1", "compaction", 1)]  # fmt: skip
+        (pats[0]["id"], "e1", "compaction", 1)
+    ]
     vectors = await db.fetchval("SELECT count(*) FROM pattern_embeddings WHERE chat_id = $1", CHAT)
     assert vectors == 2
 
@@ -229,8 +277,11 @@ async def test_scripted_compaction_writes_patterns_and_episode(
     assert ep["summary"].startswith("User described Sunday river runs")
     assert await db.fetchval("SELECT count(*) FROM episode_embeddings") == 1
     run = await db.fetchrow("SELECT * FROM compaction_runs WHERE id = $1", out.run_id)
-    assert run is not None and (run["status"], run["messages_compacted"], run["patterns_created"]) \
-        == ("ok", 5, 2)  # fmt: skip
+    assert run is not None and (
+        run["status"],
+        run["messages_compacted"],
+        run["patterns_created"],
+    ) == ("ok", 5, 2)
     purposes = [x["purpose"] for x in await db.fetch("SELECT purpose FROM api_usage")]
     assert purposes == ["compaction"]
     # the extractor saw the tool call and the untrusted tool result, with ids
@@ -241,14 +292,26 @@ async def test_scripted_compaction_writes_patterns_and_episode(
 
 
 async def seed_pattern(
-    db: Database, content: str, *, kind: str = "behavior", last_seen: datetime = T0,
-    strength: float = 1.0, confidence: float = 0.6,
-) -> int:  # fmt: skip
-    return int(await db.fetchval(
-        "INSERT INTO patterns (chat_id, content, kind, strength, confidence, canonical_hash, "
-        "first_seen, last_seen) VALUES ($1, $2, $3, $4, $5, md5($2), $6, $6) RETURNING id",
-        CHAT, content, kind, strength, confidence, last_seen,
-    ))  # fmt: skip
+    db: Database,
+    content: str,
+    *,
+    kind: str = "behavior",
+    last_seen: datetime = T0,
+    strength: float = 1.0,
+    confidence: float = 0.6,
+) -> int:
+    return int(
+        await db.fetchval(
+            "INSERT INTO patterns (chat_id, content, kind, strength, confidence, canonical_hash, "
+            "first_seen, last_seen) VALUES ($1, $2, $3, $4, $5, md5($2), $6, $6) RETURNING id",
+            CHAT,
+            content,
+            kind,
+            strength,
+            confidence,
+            last_seen,
+        )
+    )
 
 
 async def pattern(db: Database, pattern_id: int) -> dict[str, Any]:
@@ -263,17 +326,30 @@ async def relations(db: Database) -> list[tuple[int, int, str]]:
 
 
 def reinforce(pid: int, evidence: list[int], signal: str = "explicit") -> dict[str, Any]:
-    return {"pattern_id": pid, "confidence": 0.9, "signal": signal,
-            "evidence_message_ids": evidence, "entry_uuids": []}  # fmt: skip
+    return {
+        "pattern_id": pid,
+        "confidence": 0.9,
+        "signal": signal,
+        "evidence_message_ids": evidence,
+        "entry_uuids": [],
+    }
 
 
 async def test_repeated_theme_reinforces_with_spacing(
     db: Database, claude: AnthropicLLM, fake_claude: FakeAnthropic, local: LocalEmbedder
 ) -> None:
-    pid = await seed_pattern(db, "User runs along the river every Sunday",
-                             last_seen=T0 - timedelta(days=14))  # fmt: skip
-    r = await store(db, [msg("user", RUN, 0), msg("assistant", "Great!", 1),
-                         msg("user", "ok", 2), msg("user", "ok", 3)])  # fmt: skip
+    pid = await seed_pattern(
+        db, "User runs along the river every Sunday", last_seen=T0 - timedelta(days=14)
+    )
+    r = await store(
+        db,
+        [
+            msg("user", RUN, 0),
+            msg("assistant", "Great!", 1),
+            msg("user", "ok", 2),
+            msg("user", "ok", 3),
+        ],
+    )
     fake_claude.queue_text(extraction(reinforcements=[reinforce(pid, [r[0]])]))
     out = await compact(db, claude, local)
     assert out.status == "ok" and out.patterns_reinforced == 1 and out.patterns_created == 0
@@ -301,29 +377,36 @@ async def test_a_reinforcement_finalises_the_turns_entry_link(
     link); compaction then cites e1 for that pattern: the link becomes a compaction link
     (upsert: source, the higher confidence, times_linked + 1), and a second entry cited on a
     reinforcement is linked fresh."""
-    pid = await seed_pattern(db, "User runs along the river every Sunday",
-                             last_seen=T0 - timedelta(days=14))  # fmt: skip
+    pid = await seed_pattern(
+        db, "User runs along the river every Sunday", last_seen=T0 - timedelta(days=14)
+    )
     await db.execute(
         "INSERT INTO pattern_entries (pattern_id, entry_uuid, chat_id, source, confidence,"
         " times_linked, last_linked_at) VALUES ($1, 'e1', $2, 'tool_loop', $3, 1, $4)",
-        pid, CHAT, TOOL_LOOP_CONFIDENCE, T0 - timedelta(days=1),
-    )  # fmt: skip
-    two = json.dumps([
-        {"uuid": "e1", "date": "2024-02-25", "text": "Sunday run by the river"},
-        {"uuid": "e2", "date": "2024-03-03", "text": "Another river run"},
-    ])
+        pid,
+        CHAT,
+        TOOL_LOOP_CONFIDENCE,
+        T0 - timedelta(days=1),
+    )
+    two = json.dumps(
+        [
+            {"uuid": "e1", "date": "2024-02-25", "text": "Sunday run by the river"},
+            {"uuid": "e2", "date": "2024-03-03", "text": "Another river run"},
+        ]
+    )
     turn = conversation()[:4]
     turn[2] = msg("tool_result", two, 2, tool_call_id="t1", tool_name="search_entries")
     r = await store(db, [*turn, msg("user", "ok", 4), msg("user", "ok", 5)])
-    fake_claude.queue_text(extraction(
-        reinforcements=[{**reinforce(pid, [r[0], r[2]]), "entry_uuids": ["e1", "e2"]}]
-    ))  # fmt: skip
+    fake_claude.queue_text(
+        extraction(reinforcements=[{**reinforce(pid, [r[0], r[2]]), "entry_uuids": ["e1", "e2"]}])
+    )
     out = await compact(db, claude, local)
     assert out.status == "ok" and out.patterns_reinforced == 1
     rows = await db.fetch(
         "SELECT entry_uuid, source, confidence, times_linked, last_linked_at FROM pattern_entries"
-        " WHERE pattern_id = $1 ORDER BY entry_uuid", pid,
-    )  # fmt: skip
+        " WHERE pattern_id = $1 ORDER BY entry_uuid",
+        pid,
+    )
     assert [(x["entry_uuid"], x["source"], x["confidence"], x["times_linked"]) for x in rows] == [
         ("e1", "compaction", COMPACTION_LINK_CONFIDENCE, 2),
         ("e2", "compaction", COMPACTION_LINK_CONFIDENCE, 1),
@@ -337,8 +420,12 @@ async def test_contradictions_lower_confidence_then_dispute(
     pid = await seed_pattern(db, "User needs melatonin to sleep", confidence=0.8)
     said = "I sleep fine now without melatonin."
     r = await store(db, [msg("user", said, 0), msg("user", "a", 1), msg("user", "b", 2)])
-    contra = {"pattern_id": pid, "reason": "User sleeps well without melatonin",
-              "signal": "explicit", "evidence_message_ids": [r[0]]}  # fmt: skip
+    contra = {
+        "pattern_id": pid,
+        "reason": "User sleeps well without melatonin",
+        "signal": "explicit",
+        "evidence_message_ids": [r[0]],
+    }
     fake_claude.queue_text(extraction(contradictions=[contra]))
     out = await compact(db, claude, local)
     assert out.status == "ok" and out.patterns_contradicted == 1
@@ -348,12 +435,20 @@ async def test_contradictions_lower_confidence_then_dispute(
     assert await relations(db) == [(pid, pid, "contradicts")]  # no rival: a self-relation
 
     # a second contradiction, this time with a rival new pattern citing the same message
-    r2 = await store(db, [msg("user", "Still sleeping well without melatonin.", 5),
-                          msg("user", "c", 6), msg("user", "d", 7)])  # fmt: skip
-    fake_claude.queue_text(extraction(
-        new_patterns=[new("User sleeps well without melatonin", [r2[0]])],
-        contradictions=[{**contra, "evidence_message_ids": [r2[0]]}],
-    ))  # fmt: skip
+    r2 = await store(
+        db,
+        [
+            msg("user", "Still sleeping well without melatonin.", 5),
+            msg("user", "c", 6),
+            msg("user", "d", 7),
+        ],
+    )
+    fake_claude.queue_text(
+        extraction(
+            new_patterns=[new("User sleeps well without melatonin", [r2[0]])],
+            contradictions=[{**contra, "evidence_message_ids": [r2[0]]}],
+        )
+    )
     out = await compact(db, claude, local)
     assert out.patterns_contradicted == 1 and out.patterns_created == 1
     p = await pattern(db, pid)
@@ -361,9 +456,16 @@ async def test_contradictions_lower_confidence_then_dispute(
     assert p["confidence"] == pytest.approx(0.5)
     assert p["status_reason"] == "contradicted: User sleeps well without melatonin"
     rival = await db.fetchval("SELECT id FROM patterns WHERE content LIKE 'User sleeps well%'")
-    assert await db.fetchval(
-        "SELECT count(*) FROM pattern_relations WHERE from_pattern_id = $1 AND to_pattern_id = $2"
-        " AND relation = 'contradicts'", rival, pid) == 1  # fmt: skip
+    assert (
+        await db.fetchval(
+            "SELECT count(*) FROM pattern_relations"
+            " WHERE from_pattern_id = $1 AND to_pattern_id = $2"
+            " AND relation = 'contradicts'",
+            rival,
+            pid,
+        )
+        == 1
+    )
 
 
 async def test_supersede_replaces_the_old_pattern(
@@ -372,16 +474,31 @@ async def test_supersede_replaces_the_old_pattern(
     old = await seed_pattern(db, "User trains with a push pull legs split")
     said = "I switched from push pull legs to a full-body training split three times a week."
     r = await store(db, [msg("user", said, 0), msg("user", "a", 1), msg("user", "b", 2)])
-    fake_claude.queue_text(extraction(supersedes=[{
-        "old_pattern_id": old, "reason": "User permanently switched training approach",
-        "new_pattern_content": "User follows a full-body training split three times a week",
-        "kind": "behavior", "confidence": 0.9, "signal": "explicit",
-        "evidence_message_ids": [r[0]], "entry_uuids": []}]))  # fmt: skip
+    fake_claude.queue_text(
+        extraction(
+            supersedes=[
+                {
+                    "old_pattern_id": old,
+                    "reason": "User permanently switched training approach",
+                    "new_pattern_content": (
+                        "User follows a full-body training split three times a week"
+                    ),
+                    "kind": "behavior",
+                    "confidence": 0.9,
+                    "signal": "explicit",
+                    "evidence_message_ids": [r[0]],
+                    "entry_uuids": [],
+                }
+            ]
+        )
+    )
     out = await compact(db, claude, local)
     assert out.status == "ok" and out.patterns_superseded == 1 and out.patterns_created == 1
     p = await pattern(db, old)
     assert (p["status"], p["status_reason"]) == (
-        "superseded", "User permanently switched training approach")  # fmt: skip
+        "superseded",
+        "User permanently switched training approach",
+    )
     new_id = await db.fetchval("SELECT id FROM patterns WHERE status = 'active'")
     assert await relations(db) == [(new_id, old, "supersedes")]  # old <- new
 
@@ -391,17 +508,25 @@ async def test_near_duplicate_is_reinforced_with_an_alias(
 ) -> None:
     first = "User runs along the river every Sunday morning"
     decision = await store_explicit_pattern(
-        db, local, LLMAdjudicator(claude), chat_id=CHAT, content=first, kind="behavior",
+        db,
+        local,
+        LLMAdjudicator(claude),
+        chat_id=CHAT,
+        content=first,
+        kind="behavior",
         now=T0 - timedelta(days=7),
-    )  # fmt: skip
+    )
     assert decision.action == "insert" and decision.pattern_id is not None
     pid = decision.pattern_id
     said = "I go running by the river on Sunday mornings, always."
     r = await store(db, [msg("user", said, 0), msg("user", "a", 1), msg("user", "b", 2)])
     near = "User goes running by the river on Sunday mornings"
     fake_claude.queue_text(extraction(new_patterns=[new(near, [r[0]])]))
-    fake_claude.queue_text(json.dumps({"differences": "wording only", "core_intent_match": True,
-                                       "merge_decision": True}))  # fmt: skip
+    fake_claude.queue_text(
+        json.dumps(
+            {"differences": "wording only", "core_intent_match": True, "merge_decision": True}
+        )
+    )
     out = await compact(db, claude, local)
     assert out.status == "ok" and (out.patterns_created, out.patterns_reinforced) == (0, 1)
     assert await db.fetchval("SELECT count(*) FROM patterns") == 1
@@ -409,10 +534,14 @@ async def test_near_duplicate_is_reinforced_with_an_alias(
     assert p["times_seen"] == 2 and p["strength"] > 1.5  # a week later: a good boost
     alias = await db.fetchrow("SELECT id, content FROM pattern_aliases WHERE pattern_id = $1", pid)
     assert alias is not None and alias["content"] == near
-    assert await db.fetchval("SELECT count(*) FROM alias_embeddings WHERE alias_id = $1",
-                             alias["id"]) == 1  # fmt: skip
-    assert await db.fetchval("SELECT count(*) FROM pattern_observations WHERE pattern_id = $1",
-                             pid) == 2  # fmt: skip
+    assert (
+        await db.fetchval("SELECT count(*) FROM alias_embeddings WHERE alias_id = $1", alias["id"])
+        == 1
+    )
+    assert (
+        await db.fetchval("SELECT count(*) FROM pattern_observations WHERE pattern_id = $1", pid)
+        == 2
+    )
     purposes = [x["purpose"] for x in await db.fetch("SELECT purpose FROM api_usage ORDER BY id")]
     assert purposes == ["compaction", "adjudication"]
 
@@ -423,16 +552,26 @@ async def test_meta_pattern_links_its_children(
     a = await seed_pattern(db, "User feels anxious before work meetings", strength=3.0)
     b = await seed_pattern(db, "User sleeps badly before work meetings", strength=2.5)
     await store(db, [msg("user", "hi", 0), msg("user", "a", 1), msg("user", "b", 2)])
-    fake_claude.queue_text(extraction(meta_patterns=[{
-        "content": "Work meetings make user anxious and sleep badly", "kind": "causal",
-        "confidence": 0.7, "child_pattern_ids": [a, b]}]))  # fmt: skip
+    fake_claude.queue_text(
+        extraction(
+            meta_patterns=[
+                {
+                    "content": "Work meetings make user anxious and sleep badly",
+                    "kind": "causal",
+                    "confidence": 0.7,
+                    "child_pattern_ids": [a, b],
+                }
+            ]
+        )
+    )
     out = await compact(db, claude, local)
     assert out.status == "ok" and out.meta_patterns == 1
     meta = await db.fetchrow("SELECT * FROM patterns WHERE kind = 'causal'")
     assert meta is not None and meta["strength"] == pytest.approx(5.5)
     assert await relations(db) == [(meta["id"], a, "parent_of"), (meta["id"], b, "parent_of")]
-    ev = await db.fetchval("SELECT evidence FROM pattern_observations WHERE pattern_id = $1",
-                           meta["id"])  # fmt: skip
+    ev = await db.fetchval(
+        "SELECT evidence FROM pattern_observations WHERE pattern_id = $1", meta["id"]
+    )
     assert f"[pattern #{a}]" in ev and f"[pattern #{b}]" in ev
 
 
@@ -459,14 +598,17 @@ async def test_a_run_left_running_by_a_dead_process_is_closed_as_interrupted(
     other_chat = CHAT + 1
     await db.execute(  # a crash mid-compaction: the row stays 'running', the lock went away
         "INSERT INTO compaction_runs (chat_id, status) VALUES ($1, 'running'), ($2, 'running')",
-        CHAT, other_chat,
-    )  # fmt: skip
+        CHAT,
+        other_chat,
+    )
     fake_claude.queue_text(extraction())
     assert (await compact(db, claude, local)).status == "ok"
     runs = await db.fetch("SELECT chat_id, status, error FROM compaction_runs ORDER BY id")
     assert [(r["chat_id"], r["status"]) for r in runs] == [
-        (CHAT, "failed"), (other_chat, "running"), (CHAT, "ok"),
-    ]  # fmt: skip
+        (CHAT, "failed"),
+        (other_chat, "running"),
+        (CHAT, "ok"),
+    ]
     assert runs[0]["error"] == INTERRUPTED  # another chat's run is not ours to judge
 
 
@@ -488,13 +630,20 @@ async def test_embedding_outage_stores_patterns_without_vectors(
 ) -> None:
     existing = await seed_pattern(db, "User runs 10 km along the river every Sunday morning")
     text = "User runs 10 km along the river every Sunday morning"
-    await db.execute("UPDATE patterns SET canonical_hash = $1 WHERE id = $2",
-                     canonical_hash(text), existing)  # fmt: skip
+    await db.execute(
+        "UPDATE patterns SET canonical_hash = $1 WHERE id = $2", canonical_hash(text), existing
+    )
     r = await store(db, conversation())
-    fake_claude.queue_text(extraction(new_patterns=[
-        new("User runs 10 km along the river every Sunday morning.", [r[0]]),  # same canonical
-        new("User drinks a double espresso before running", [r[4]], kind="preference"),
-    ]))  # fmt: skip
+    fake_claude.queue_text(
+        extraction(
+            new_patterns=[
+                new(
+                    "User runs 10 km along the river every Sunday morning.", [r[0]]
+                ),  # same canonical
+                new("User drinks a double espresso before running", [r[4]], kind="preference"),
+            ]
+        )
+    )
     out = await compact(db, claude, DownEmbedder())
     assert out.status == "ok" and (out.patterns_created, out.patterns_reinforced) == (1, 1)
     assert await db.fetchval("SELECT count(*) FROM patterns") == 2
@@ -522,9 +671,12 @@ async def test_under_budget_or_nothing_to_compact_is_not_needed(
 
 
 async def advisory_locks(db: Database) -> int:
-    return int(await db.fetchval(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = "
-        "(SELECT oid FROM pg_database WHERE datname = current_database())"))  # fmt: skip
+    return int(
+        await db.fetchval(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND database = "
+            "(SELECT oid FROM pg_database WHERE datname = current_database())"
+        )
+    )
 
 
 async def test_a_held_lock_skips_at_once(
@@ -548,10 +700,18 @@ async def test_explicit_pattern_hash_duplicate_reinforces(
     db: Database, claude: AnthropicLLM, local: LocalEmbedder
 ) -> None:
     judge = LLMAdjudicator(claude)
-    first = await store_explicit_pattern(db, local, judge, chat_id=CHAT, content="User is vegan",
-                                         kind="belief", now=T0)  # fmt: skip
-    again = await store_explicit_pattern(db, local, judge, chat_id=CHAT, content="user is VEGAN.",
-                                         kind="belief", now=T0 + timedelta(days=3))  # fmt: skip
+    first = await store_explicit_pattern(
+        db, local, judge, chat_id=CHAT, content="User is vegan", kind="belief", now=T0
+    )
+    again = await store_explicit_pattern(
+        db,
+        local,
+        judge,
+        chat_id=CHAT,
+        content="user is VEGAN.",
+        kind="belief",
+        now=T0 + timedelta(days=3),
+    )
     assert (first.action, again.action) == ("insert", "reinforce")
     assert again.pattern_id == first.pattern_id
     p = await db.fetchrow("SELECT source, times_seen, confidence FROM patterns")
@@ -589,9 +749,17 @@ async def test_two_writers_of_the_same_claim_make_one_pattern(
     decisions: list[Any] = []
 
     async def remember(text: str) -> None:
-        decisions.append(await store_explicit_pattern(
-            meeting, local, judge, chat_id=CHAT, content=text, kind="belief", now=T0,
-        ))  # fmt: skip
+        decisions.append(
+            await store_explicit_pattern(
+                meeting,
+                local,
+                judge,
+                chat_id=CHAT,
+                content=text,
+                kind="belief",
+                now=T0,
+            )
+        )
 
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:

@@ -62,12 +62,19 @@ def test_keep_recent_must_leave_room_in_the_window() -> None:
 
 def test_the_rule_from_settings() -> None:
     rule = CompactionRule.from_settings(load_settings({}, dotenv=None))
-    assert (rule.token_budget, rule.window_limit, rule.keep_recent, rule.chunk_messages,
-            rule.idle_after) == (24000, 120, 20, 40, 21600)  # fmt: skip
+    assert (
+        rule.token_budget,
+        rule.window_limit,
+        rule.keep_recent,
+        rule.chunk_messages,
+        rule.idle_after,
+    ) == (24000, 120, 20, 40, 21600)
     # a full window plus one turn's rows, down to nothing, 40 at a time (+1 to see it done)
     assert rule.max_rounds == -(-(120 + MAX_TURN_ROWS) // 40) + 1
-    custom = load_settings({"COMPACTION_IDLE_AFTER": "600", "COMPACTION_KEEP_RECENT": "5",
-                            "WINDOW_MESSAGES": "50"}, dotenv=None)  # fmt: skip
+    custom = load_settings(
+        {"COMPACTION_IDLE_AFTER": "600", "COMPACTION_KEEP_RECENT": "5", "WINDOW_MESSAGES": "50"},
+        dotenv=None,
+    )
     assert CompactionRule.from_settings(custom).idle_after == 600
     assert CompactionRule.from_settings(custom).keep_recent == 5
     assert CompactionRule.from_settings(custom).window_rows == 49
@@ -76,8 +83,12 @@ def test_the_rule_from_settings() -> None:
 def test_keep_recent_must_fit_the_window_setting() -> None:
     with pytest.raises(SettingsError, match="COMPACTION_KEEP_RECENT"):
         load_settings({"WINDOW_MESSAGES": "30", "COMPACTION_KEEP_RECENT": "29"}, dotenv=None)
-    assert load_settings({"WINDOW_MESSAGES": "30", "COMPACTION_KEEP_RECENT": "28"},
-                         dotenv=None).window_messages == 30  # fmt: skip
+    assert (
+        load_settings(
+            {"WINDOW_MESSAGES": "30", "COMPACTION_KEEP_RECENT": "28"}, dotenv=None
+        ).window_messages
+        == 30
+    )
 
 
 # --- the invariant: the real agent and compactor actor over an in-memory chat ------------------
@@ -105,8 +116,11 @@ class Chat:
     async def add_user(
         self, chat_id: int, text: str, external_id: str | None, created_at: datetime
     ) -> int:
-        return self._add(ChatMessage(role="user", content=text, created_at=created_at,
-                                     external_message_id=external_id))  # fmt: skip
+        return self._add(
+            ChatMessage(
+                role="user", content=text, created_at=created_at, external_message_id=external_id
+            )
+        )
 
     async def recent(self, chat_id: int, limit: int) -> list[ChatMessage]:
         return repair_rows(self.uncompacted()[-limit:] if limit > 0 else [])
@@ -125,8 +139,13 @@ class Chat:
         """What WindowEstimate reports: rows up to the window limit, their context's tokens
         plus an allowance (so the agent's own estimate never exceeds it)."""
         rows = self.uncompacted()[-self.rule.window_limit :]
-        context = build_context(now=T0, timezone=TZ, memory=RetrievedMemory(),
-                                window=repair_rows(rows), tools=self.tools)  # fmt: skip
+        context = build_context(
+            now=T0,
+            timezone=TZ,
+            memory=RetrievedMemory(),
+            window=repair_rows(rows),
+            tools=self.tools,
+        )
         return WindowState(rows=len(rows), tokens=context.estimated_tokens + allowance)
 
     async def compact_once(self, chat_id: int) -> CompactionOutcome:
@@ -159,9 +178,15 @@ class PlayedLLM:
     step: int = 0
 
     async def complete(
-        self, *, system: str, messages: Sequence[Message], tools: Sequence[ToolSpec],
-        max_tokens: int, purpose: str, chat_id: int | None,
-    ) -> Completion:  # fmt: skip
+        self,
+        *,
+        system: str,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        max_tokens: int,
+        purpose: str,
+        chat_id: int | None,
+    ) -> Completion:
         turn = self.turns[0]
         if self.step < len(turn.results):
             size = turn.results[self.step]
@@ -211,15 +236,22 @@ def test_no_uncompacted_row_is_older_than_the_next_window(
     uncompacted row (every uncompacted row is shown), whatever the message sizes; and the
     context is within the budget unless nothing is left to compact."""
     keep = int(keep_fraction * (window_limit - 2))
-    rule = CompactionRule(token_budget=budget, keep_recent=keep, chunk_messages=chunk,
-                          window_limit=window_limit)  # fmt: skip
+    rule = CompactionRule(
+        token_budget=budget, keep_recent=keep, chunk_messages=chunk, window_limit=window_limit
+    )
     chat = Chat(rule, tool_specs(LOOKUP))
     actor = CompactorActor(chat.compact_once, max_rounds=rule.max_rounds)
     agent = Agent(
-        llm=PlayedLLM(list(script)), conversation=chat, tools=LOOKUP, tool_db=cast(Any, None),
-        timezone=TZ, clock=lambda: T0, window_limit=window_limit, context_token_budget=budget,
+        llm=PlayedLLM(list(script)),
+        conversation=chat,
+        tools=LOOKUP,
+        tool_db=cast(Any, None),
+        timezone=TZ,
+        clock=lambda: T0,
+        window_limit=window_limit,
+        context_token_budget=budget,
         on_over_budget=actor.request,
-    )  # fmt: skip
+    )
 
     async def main() -> None:
         async with trio.open_nursery() as nursery:
@@ -260,8 +292,11 @@ class Backlogs:
     calls: list[tuple[float, int]] = attrs.field(factory=list)
 
     async def backlog(self, keep_recent: int) -> list[ChatBacklog]:
-        found = [ChatBacklog(c, len(t), t[0], t[-1]) for c, t in self.chats.items()
-                 if len(t) > keep_recent]  # fmt: skip
+        found = [
+            ChatBacklog(c, len(t), t[0], t[-1])
+            for c, t in self.chats.items()
+            if len(t) > keep_recent
+        ]
         return sorted(found, key=lambda b: (b.oldest_at, b.chat_id))
 
     async def compact_once(self, chat_id: int) -> CompactionOutcome:
@@ -291,8 +326,9 @@ HOUR = 3600.0
 async def test_an_idle_chat_is_compacted_down_to_keep_recent(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    rule = CompactionRule(token_budget=10**6, keep_recent=20, chunk_messages=40,
-                          idle_after=6 * HOUR)  # fmt: skip
+    rule = CompactionRule(
+        token_budget=10**6, keep_recent=20, chunk_messages=40, idle_after=6 * HOUR
+    )
     store = Backlogs(rule)
     sweep = CompactionSweep(store, store.compact_once, rule, interval=HOUR, clock=now)
     store.write(1, 100)  # a short conversation: under the window, under the budget
@@ -315,16 +351,20 @@ async def test_an_idle_chat_is_compacted_down_to_keep_recent(
 async def test_a_backlog_is_compacted_oldest_first_a_chunk_per_chat_per_pass(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    rule = CompactionRule(token_budget=10**6, keep_recent=20, chunk_messages=40,
-                          idle_after=1000 * HOUR, window_limit=200)  # fmt: skip
+    rule = CompactionRule(
+        token_budget=10**6,
+        keep_recent=20,
+        chunk_messages=40,
+        idle_after=1000 * HOUR,
+        window_limit=200,
+    )
     store = Backlogs(rule)
     store.write(7, 300)  # a database from before the rule: rows beyond the window
     await trio.sleep(1)
     store.write(5, 260)
     await trio.sleep(1)
     store.write(9, 100)  # within the window: not the sweep's
-    sweep = CompactionSweep(store, store.compact_once, rule, interval=HOUR, max_chunks=3,
-                            clock=now)  # fmt: skip
+    sweep = CompactionSweep(store, store.compact_once, rule, interval=HOUR, max_chunks=3, clock=now)
     first = await sweep.run_once()
     assert [(c, r, s) for c, r, s in first.chats] == [(7, "rows", ("ok",)), (5, "rows", ("ok",))]
     assert (len(store.chats[7]), len(store.chats[5])) == (260, 220)
@@ -345,8 +385,7 @@ async def test_a_pass_spends_at_most_max_chunks(autojump_clock: trio.testing.Moc
     for chat in range(1, 6):
         store.write(chat, 25)
     await trio.sleep(120)  # all five idle
-    sweep = CompactionSweep(store, store.compact_once, rule, interval=HOUR, max_chunks=4,
-                            clock=now)  # fmt: skip
+    sweep = CompactionSweep(store, store.compact_once, rule, interval=HOUR, max_chunks=4, clock=now)
     result = await sweep.run_once()
     assert result.chunks == 4 and result.deferred == 3  # 3 + 1 for chats 1 and 2; 3-5 wait
     assert [len(store.chats[c]) for c in range(1, 6)] == [0, 15, 25, 25, 25]

@@ -41,8 +41,13 @@ async def bot(
         AnthropicLLM(api_key=fake.api_key, base_url=fake.base_url, db=db, timeout=10) as llm,
         trio.open_nursery() as nursery,
     ):
-        agent = sql_agent(db, llm, timezone=TZ, context_token_budget=settings.context_token_budget,
-                          episode_budget=settings.episode_budget_tokens)  # fmt: skip
+        agent = sql_agent(
+            db,
+            llm,
+            timezone=TZ,
+            context_token_budget=settings.context_token_budget,
+            episode_budget=settings.episode_budget_tokens,
+        )
         compactor = sql_compactor(db, llm, LocalEmbedder(), settings, tools=agent.tools)
         agent.on_over_budget = compactor.request
         await nursery.start(compactor.run)
@@ -126,10 +131,13 @@ async def test_600_short_messages_every_row_in_the_window_or_compacted(
 
 def rows(chat_id: int, n: int, start: datetime) -> list[ChatMessage]:
     return [
-        ChatMessage(role="user" if i % 2 == 0 else "assistant", content=f"old note {i}",
-                    created_at=start + timedelta(minutes=i))
+        ChatMessage(
+            role="user" if i % 2 == 0 else "assistant",
+            content=f"old note {i}",
+            created_at=start + timedelta(minutes=i),
+        )
         for i in range(n)
-    ]  # fmt: skip
+    ]
 
 
 async def test_the_sweep_compacts_an_old_backlog_oldest_first_a_chunk_a_pass(
@@ -142,25 +150,27 @@ async def test_the_sweep_compacts_an_old_backlog_oldest_first_a_chunk_a_pass(
     await insert_rows(db, CHAT, rows(CHAT, 300, now - timedelta(days=30)))
     await insert_rows(db, OTHER, rows(OTHER, 260, now - timedelta(days=40)))
     fake_claude.responder = extractor = ScriptedExtractor()
-    async with bot(db, fake_claude, COMPACTION_IDLE_AFTER=str(300 * 86400),
-                   WINDOW_MESSAGES="200") as (_, c, s):  # fmt: skip
+    async with bot(
+        db, fake_claude, COMPACTION_IDLE_AFTER=str(300 * 86400), WINDOW_MESSAGES="200"
+    ) as (_, c, s):
         rule = CompactionRule.from_settings(s)
         sweep = CompactionSweep(SqlBacklog(db), c.compact, rule, interval=3600)
         first = await sweep.run_once()
         assert [(chat, reason) for chat, reason, _ in first.chats] == [
-            (OTHER, "rows"), (CHAT, "rows")]  # fmt: skip
-        assert (len(await uncompacted_ids(db)), len(await uncompacted_ids(db, OTHER))) == (
-            260, 220)  # fmt: skip
+            (OTHER, "rows"),
+            (CHAT, "rows"),
+        ]
+        assert (len(await uncompacted_ids(db)), len(await uncompacted_ids(db, OTHER))) == (260, 220)
         await sweep.run_once()
         third = await sweep.run_once()
         assert [chat for chat, _, _ in third.chats] == [CHAT]  # OTHER fits now: not due
-        assert (len(await uncompacted_ids(db)), len(await uncompacted_ids(db, OTHER))) == (
-            180, 180)  # fmt: skip
+        assert (len(await uncompacted_ids(db)), len(await uncompacted_ids(db, OTHER))) == (180, 180)
         assert (await sweep.run_once()).chats == ()  # nothing due
     # idle after 6 h: these are 30 days old
     async with bot(db, fake_claude, WINDOW_MESSAGES="200") as (_, c, s):
-        idle = CompactionSweep(SqlBacklog(db), c.compact, CompactionRule.from_settings(s),
-                               interval=3600)  # fmt: skip
+        idle = CompactionSweep(
+            SqlBacklog(db), c.compact, CompactionRule.from_settings(s), interval=3600
+        )
         result = await idle.run_once()
     assert [(chat, reason) for chat, reason, _ in result.chats] == [(OTHER, "idle"), (CHAT, "idle")]
     assert len(await uncompacted_ids(db)) == len(await uncompacted_ids(db, OTHER)) == 20

@@ -71,8 +71,10 @@ def test_the_section_keeps_the_newest_within_its_budget(budget: int) -> None:
 
 
 def test_the_section_fits_its_budget_for_many_episodes() -> None:
-    many = [episode(i, NOW - timedelta(hours=5 * i), 30, f"User spoke of topic {i}. " * 3)
-            for i in range(1, 60)]  # fmt: skip
+    many = [
+        episode(i, NOW - timedelta(hours=5 * i), 30, f"User spoke of topic {i}. " * 3)
+        for i in range(1, 60)
+    ]
     section = episodes_section(many, TZ, 800)
     lines = section.splitlines()[1:]
     assert 8 <= len(lines) < 59 and estimate_tokens(section) <= 800
@@ -86,19 +88,26 @@ def test_the_section_sits_between_the_patterns_and_the_history() -> None:
     """(Since the context is ordered to be cached, the episodes come before the patterns: the
     stable parts first.)"""
     window = [ChatMessage(role="user", content="hello", created_at=NOW - timedelta(minutes=1))]
-    with_episodes = build_context(now=NOW, timezone=TZ, memory=RetrievedMemory(), window=window,
-                                  tools=[], episodes=EPISODES)  # fmt: skip
+    with_episodes = build_context(
+        now=NOW, timezone=TZ, memory=RetrievedMemory(), window=window, tools=[], episodes=EPISODES
+    )
     system = with_episodes.system
     assert system.index(EPISODES_HEADER) < system.index(PATTERNS_HEADER)
     assert system.index(EPISODES_HEADER) < system.index(HISTORY_HEADER)
     assert with_episodes.episodes in system
-    without = build_context(now=NOW, timezone=TZ, memory=RetrievedMemory(), window=window,
-                            tools=[])  # fmt: skip
+    without = build_context(now=NOW, timezone=TZ, memory=RetrievedMemory(), window=window, tools=[])
     assert EPISODES_HEADER not in without.system and without.episodes == ""
     grown = with_episodes.estimated_tokens - without.estimated_tokens
     assert grown == pytest.approx(estimate_tokens(with_episodes.episodes), abs=2)
-    off = build_context(now=NOW, timezone=TZ, memory=RetrievedMemory(), window=window, tools=[],
-                        episodes=EPISODES, episode_budget=0)  # fmt: skip
+    off = build_context(
+        now=NOW,
+        timezone=TZ,
+        memory=RetrievedMemory(),
+        window=window,
+        tools=[],
+        episodes=EPISODES,
+        episode_budget=0,
+    )
     assert off.system == without.system
 
 
@@ -154,9 +163,15 @@ class Recorder:
     at: list[float] = attrs.field(factory=list)
 
     async def complete(
-        self, *, system: System, messages: Sequence[Message], tools: Sequence[ToolSpec],
-        max_tokens: int, purpose: str, chat_id: int | None,
-    ) -> Completion:  # fmt: skip
+        self,
+        *,
+        system: System,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        max_tokens: int,
+        purpose: str,
+        chat_id: int | None,
+    ) -> Completion:
         self.systems.append(system_text(system))
         self.at.append(trio.current_time())
         return Completion((TextBlock("ok"),), "end_turn", 10, 10, "fake")
@@ -164,10 +179,16 @@ class Recorder:
 
 def agent(slow: Slow, llm: Recorder, budget: int = 800) -> Agent:
     return Agent(
-        llm=llm, conversation=slow, tools=ToolRegistry([]), tool_db=cast(Any, None),
-        timezone=TZ, clock=lambda: NOW, retriever=slow, episodes=Episodes(slow),
+        llm=llm,
+        conversation=slow,
+        tools=ToolRegistry([]),
+        tool_db=cast(Any, None),
+        timezone=TZ,
+        clock=lambda: NOW,
+        retriever=slow,
+        episodes=Episodes(slow),
         episode_budget=budget,
-    )  # fmt: skip
+    )
 
 
 async def test_the_agent_reads_episodes_alongside_window_and_retrieval(
@@ -193,8 +214,12 @@ async def test_episodes_from_postgres_newest_first_this_chat_only(db: Database) 
         await db.execute(
             "INSERT INTO episodes (chat_id, summary, started_at, ended_at, message_count) "
             "VALUES ($1, $2, $3, $4, $5)",
-            chat, f"{ep.summary} ({chat})", ep.started_at, ep.ended_at, ep.message_count,
-        )  # fmt: skip
+            chat,
+            f"{ep.summary} ({chat})",
+            ep.started_at,
+            ep.ended_at,
+            ep.message_count,
+        )
     found = await SqlEpisodes(db).recent(CHAT, 10)
     assert [e.summary for e in found] == [
         f"User  talked\nabout running. ({CHAT})",

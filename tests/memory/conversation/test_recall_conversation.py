@@ -49,32 +49,50 @@ async def seed(db: Database) -> dict[str, int]:
     episode. OTHER: its own account number, in the same words."""
     rows = [ChatMessage(role="user", content=ACCOUNT, created_at=at(0))]
     rows += [
-        ChatMessage(role="user" if i % 2 else "assistant", content=f"chat line {i} about lunch",
-                    created_at=at(i))
+        ChatMessage(
+            role="user" if i % 2 else "assistant",
+            content=f"chat line {i} about lunch",
+            created_at=at(i),
+        )
         for i in range(1, 301)
-    ]  # fmt: skip
+    ]
     await insert_rows(db, CHAT, rows)
-    await insert_rows(db, OTHER, [
-        ChatMessage(role="user", content="My AWS account number is 999999999999 for dev",
-                    created_at=at(5)),
-    ])  # fmt: skip
-    ids = [r["id"] for r in await db.fetch(
-        "SELECT id FROM chat_messages WHERE chat_id = $1 ORDER BY id", CHAT)]  # fmt: skip
+    await insert_rows(
+        db,
+        OTHER,
+        [
+            ChatMessage(
+                role="user",
+                content="My AWS account number is 999999999999 for dev",
+                created_at=at(5),
+            ),
+        ],
+    )
+    ids = [
+        r["id"]
+        for r in await db.fetch("SELECT id FROM chat_messages WHERE chat_id = $1 ORDER BY id", CHAT)
+    ]
     await db.execute(
         "UPDATE chat_messages SET compacted_at = now() WHERE chat_id = $1 AND id <= $2",
-        CHAT, ids[39],
-    )  # fmt: skip
+        CHAT,
+        ids[39],
+    )
     episode = await db.fetchval(
         "INSERT INTO episodes (chat_id, summary, started_at, ended_at, message_count, "
         "first_message_id, last_message_id) VALUES ($1, $2, $3, $4, 40, $5, $6) RETURNING id",
-        CHAT, "User gave the AWS dev account details, then talked about lunch.", at(0), at(39),
-        ids[0], ids[39],
-    )  # fmt: skip
+        CHAT,
+        "User gave the AWS dev account details, then talked about lunch.",
+        at(0),
+        at(39),
+        ids[0],
+        ids[39],
+    )
     await db.execute(
         "INSERT INTO episodes (chat_id, summary, started_at, ended_at, message_count) "
         "VALUES ($1, 'User gave the AWS dev account of another chat.', $2, $2, 1)",
-        OTHER, at(5),
-    )  # fmt: skip
+        OTHER,
+        at(5),
+    )
     return {"episode": int(episode), "first": ids[0], "last": ids[-1]}
 
 
@@ -95,42 +113,57 @@ async def test_recall_finds_what_was_said_300_messages_ago_dated_in_this_chat_on
     assert not err
     first = body["messages"][0]
     # 22:00 UTC on 3 March is 23:00 in Madrid
-    assert first == {"at": "2026-03-03 23:00", "role": "user", "text": ACCOUNT,
-                     "compacted": True, "episode": seeded["episode"]}  # fmt: skip
+    assert first == {
+        "at": "2026-03-03 23:00",
+        "role": "user",
+        "text": ACCOUNT,
+        "compacted": True,
+        "episode": seeded["episode"],
+    }
     [episode] = body["episodes"]
     assert episode == {
-        "id": seeded["episode"], "from": "2026-03-03 23:00", "to": "2026-03-03 23:39",
-        "messages": 40, "summary": "User gave the AWS dev account details, then talked about "
-        "lunch.",
-    }  # fmt: skip
+        "id": seeded["episode"],
+        "from": "2026-03-03 23:00",
+        "to": "2026-03-03 23:39",
+        "messages": 40,
+        "summary": "User gave the AWS dev account details, then talked about lunch.",
+    }
     assert body["timezone"] == TZ and body["degraded"] is True  # no embedder: words only
     assert "999999999999" not in json.dumps(body) and "another chat" not in json.dumps(body)
     # the other chat sees its own number only
     other, _ = await call(ctx(db, OTHER), query="AWS account number")
     assert [m["text"] for m in other["messages"]] == [
-        "My AWS account number is 999999999999 for dev"]  # fmt: skip
+        "My AWS account number is 999999999999 for dev"
+    ]
     assert "123456789012" not in json.dumps(other)
 
 
 async def test_dates_are_local_and_inclusive(db: Database) -> None:
     await seed(db)
     # at(0) is 2026-03-03 23:00 in Madrid and at(70) 2026-03-04 00:10
-    on_the_3rd, _ = await call(ctx(db), query="lunch", date_from="2026-03-03",
-                               date_to="2026-03-03", limit=20)  # fmt: skip
+    on_the_3rd, _ = await call(
+        ctx(db), query="lunch", date_from="2026-03-03", date_to="2026-03-03", limit=20
+    )
     assert on_the_3rd["messages"] and all(
-        m["at"].startswith("2026-03-03") for m in on_the_3rd["messages"])  # fmt: skip
+        m["at"].startswith("2026-03-03") for m in on_the_3rd["messages"]
+    )
     on_the_4th, _ = await call(ctx(db), query="lunch", date_from="2026-03-04", limit=20)
     assert on_the_4th["messages"] and all(
-        m["at"].startswith("2026-03-04") for m in on_the_4th["messages"])  # fmt: skip
+        m["at"].startswith("2026-03-04") for m in on_the_4th["messages"]
+    )
     assert on_the_4th["episodes"] == []  # the episode ended on the 3rd, local time
     # no word to look for: the span's newest messages
     span, err = await call(ctx(db), query="", date_to="2026-03-03", limit=3)
     assert not err and [m["at"] for m in span["messages"]] == [
-        "2026-03-03 23:59", "2026-03-03 23:58", "2026-03-03 23:57"]  # fmt: skip
+        "2026-03-03 23:59",
+        "2026-03-03 23:58",
+        "2026-03-03 23:57",
+    ]
     nothing, err = await call(ctx(db), query="the what")
     assert err and nothing["field"] == "query"
-    reversed_, err = await call(ctx(db), query="lunch", date_from="2026-03-05",
-                                date_to="2026-03-04")  # fmt: skip
+    reversed_, err = await call(
+        ctx(db), query="lunch", date_from="2026-03-05", date_to="2026-03-04"
+    )
     assert err and reversed_["field"] == "date_from"
 
 
@@ -156,18 +189,24 @@ async def test_episodes_are_found_by_meaning_too(db: Database) -> None:
     trip = await db.fetchval(
         "INSERT INTO episodes (chat_id, summary, started_at, ended_at, message_count) "
         "VALUES ($1, 'User planned two weeks in Portugal.', $2, $2, 12) RETURNING id",
-        CHAT, at(400),
-    )  # fmt: skip
+        CHAT,
+        at(400),
+    )
     other = await db.fetchval(
         "INSERT INTO episodes (chat_id, summary, started_at, ended_at, message_count) "
         "VALUES ($1, 'User planned Japan.', $2, $2, 3) RETURNING id",
-        OTHER, at(400),
-    )  # fmt: skip
+        OTHER,
+        at(400),
+    )
     async with db.connection() as conn:
         for episode, chat in ((trip, CHAT), (other, OTHER)):
-            await store_vectors(conn, "episode_embeddings", "episode_id",
-                                [(episode, np.array([0, 1, 0], dtype=np.float32), chat)],
-                                Axis.model)  # fmt: skip
+            await store_vectors(
+                conn,
+                "episode_embeddings",
+                "episode_id",
+                [(episode, np.array([0, 1, 0], dtype=np.float32), chat)],
+                Axis.model,
+            )
     body, _ = await call(ctx(db, embedder=Axis()), query="holiday getaway")
     assert [e["id"] for e in body["episodes"]] == [trip]  # no shared word; the same meaning
     assert body["episodes"][0]["summary"] == "User planned two weeks in Portugal."
@@ -180,12 +219,21 @@ async def test_seed_004_test_7c_the_full_text_of_what_the_bot_said_this_morning(
 ) -> None:
     morning = datetime(2026, 3, 10, 7, 2, tzinfo=UTC)  # 08:02 in Madrid
     briefing = "Good morning! Your check-in: " + "two goals are due this week, " * 120
-    await insert_rows(db, CHAT, [
-        ChatMessage(role="assistant", content="Yesterday's check-in: all quiet.",
-                    created_at=morning - timedelta(days=1)),
-        ChatMessage(role="assistant", content=briefing, created_at=morning),
-        ChatMessage(role="user", content="thanks, later", created_at=morning + timedelta(hours=1)),
-    ])  # fmt: skip
+    await insert_rows(
+        db,
+        CHAT,
+        [
+            ChatMessage(
+                role="assistant",
+                content="Yesterday's check-in: all quiet.",
+                created_at=morning - timedelta(days=1),
+            ),
+            ChatMessage(role="assistant", content=briefing, created_at=morning),
+            ChatMessage(
+                role="user", content="thanks, later", created_at=morning + timedelta(hours=1)
+            ),
+        ],
+    )
     body, err = await call(ctx(db), query="check-in", date_from="2026-03-10")
     assert not err and len(briefing) > 3000
     [said] = body["messages"]
@@ -243,10 +291,14 @@ async def bot(
         trio.open_nursery() as nursery,
     ):
         agent = sql_agent(
-            db, llm, timezone=TZ, clock=clock, embedder=embedder,
+            db,
+            llm,
+            timezone=TZ,
+            clock=clock,
+            embedder=embedder,
             context_token_budget=settings.context_token_budget,
             extra_tools=memory_tools(),
-        )  # fmt: skip
+        )
         compactor = sql_compactor(db, llm, embedder, settings, tools=agent.tools)
         agent.on_over_budget = compactor.request
         await nursery.start(compactor.run)
@@ -276,14 +328,17 @@ async def test_seed_004_test_2_message_1_is_in_an_episode_summary_after_compacti
     evening = datetime.now(UTC) - timedelta(hours=8)
     clock = [evening]
     async with bot(db, fake_claude, lambda: clock[0], COMPACTION_KEEP_RECENT="40") as (
-        agent, compactor, settings,
-    ):  # fmt: skip
+        agent,
+        compactor,
+        settings,
+    ):
         for n in range(1, 23):
             clock[0] = evening + timedelta(minutes=n)
             await say(db, agent, compactor, n, f"Message {n}")
         assert await db.fetchval("SELECT count(*) FROM episodes") == 0  # nothing due yet
-        sweep = CompactionSweep(SqlBacklog(db), compactor.compact,
-                                CompactionRule.from_settings(settings), interval=3600)  # fmt: skip
+        sweep = CompactionSweep(
+            SqlBacklog(db), compactor.compact, CompactionRule.from_settings(settings), interval=3600
+        )
         assert [(c, r) for c, r, _ in (await sweep.run_once()).chats] == [(CHAT, "idle")]
         clock[0] = datetime.now(UTC)
         fake_claude.queue_text("Message 3 was “Message 3”.")
@@ -297,9 +352,13 @@ async def test_seed_004_test_2_message_1_is_in_an_episode_summary_after_compacti
     assert "User: Message 3\n" in history + "\n" and "User: Message 1\n" not in history + "\n"
     assert 'User wrote from "Message 1" to "Message 2" (2 messages).' in earlier
     assert system.index(EPISODES_HEADER) < system.index(HISTORY_HEADER)
-    assert await db.fetchval(
-        "SELECT count(*) FROM chat_messages WHERE chat_id = $1 AND compacted_at IS NOT NULL",
-        CHAT) == 4  # fmt: skip
+    assert (
+        await db.fetchval(
+            "SELECT count(*) FROM chat_messages WHERE chat_id = $1 AND compacted_at IS NOT NULL",
+            CHAT,
+        )
+        == 4
+    )
 
 
 @pytest.mark.slow
@@ -328,8 +387,9 @@ async def test_seed_004_test_12_an_account_number_said_300_messages_ago(
     assert EPISODES_HEADER in system_text(asked)
     assert "recall_conversation" in [t["name"] for t in asked["tools"]]
     [result] = [b for b in looked["messages"][-1]["content"] if b["type"] == "tool_result"]
-    found = json.loads(result["content"] if isinstance(result["content"], str)
-                       else result["content"][0]["text"])  # fmt: skip
+    found = json.loads(
+        result["content"] if isinstance(result["content"], str) else result["content"][0]["text"]
+    )
     assert found["messages"][0]["text"] == ACCOUNT and found["messages"][0]["compacted"] is True
     assert await db.fetchval(
         "SELECT compacted_at IS NOT NULL FROM chat_messages WHERE content = $1", ACCOUNT

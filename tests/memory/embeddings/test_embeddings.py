@@ -236,9 +236,12 @@ async def test_store_and_missing_owner_ids(db: Database) -> None:
     assert await missing_owner_ids(db, "entry_embeddings", "entries", embedder.model, 10) == ids
     vectors = await embedder.embed(["one", "three"], purpose="embedding")
     stored = await store_vectors(
-        db, "entry_embeddings", "entry_id", [(ids[0], vectors[0]), (ids[2], vectors[1])],
+        db,
+        "entry_embeddings",
+        "entry_id",
+        [(ids[0], vectors[0]), (ids[2], vectors[1])],
         embedder.model,
-    )  # fmt: skip
+    )
     assert stored == 2
     assert await missing_owner_ids(db, "entry_embeddings", "entries", embedder.model, 10) == [
         ids[1],
@@ -294,9 +297,12 @@ async def test_backfill_once_embeds_everything_missing(db: Database) -> None:
     pattern = await add_pattern(db, 5, "walks the dog")
     embedder = HashEmbedder()
     await store_vectors(
-        db, "entry_embeddings", "entry_id",
-        [(ids[0], (await embedder.embed(["entry 0"], purpose="embedding"))[0])], embedder.model,
-    )  # fmt: skip
+        db,
+        "entry_embeddings",
+        "entry_id",
+        [(ids[0], (await embedder.embed(["entry 0"], purpose="embedding"))[0])],
+        embedder.model,
+    )
     embedder.calls.clear()
     assert await backfill_once(db, embedder, batch=3) == 7
     assert [len(c) for c in embedder.calls] == [3, 3, 1]  # 6 entries, then the pattern

@@ -44,38 +44,81 @@ def extraction(**parts: Any) -> str:
 
 
 def new(content: str, evidence: list[int], kind: str, **kw: Any) -> dict[str, Any]:
-    return {"content": content, "kind": kind, "confidence": 0.8, "signal": "explicit",
-            "evidence_message_ids": evidence, **kw}  # fmt: skip
+    return {
+        "content": content,
+        "kind": kind,
+        "confidence": 0.8,
+        "signal": "explicit",
+        "evidence_message_ids": evidence,
+        **kw,
+    }
 
 
 # --- the schema (pure) ---------------------------------------------------------------------------
 
 
 def test_fact_and_event_parse_with_their_fields() -> None:
-    ex = parse_extraction(extraction(new_patterns=[
-        new("User works as a Solution Architect at GovTech", [1], "fact", confidence=0.95,
-            core=True),
-        new("User has a team offsite", [2], "event", occurs_on="2025-03-07", occurs_at="09:30"),
-        new("User has a dentist appointment", [3], "event", occurs_on="2025-04-01",
-            occurs_at=None, core=False),
-    ]))  # fmt: skip
+    ex = parse_extraction(
+        extraction(
+            new_patterns=[
+                new(
+                    "User works as a Solution Architect at GovTech",
+                    [1],
+                    "fact",
+                    confidence=0.95,
+                    core=True,
+                ),
+                new(
+                    "User has a team offsite",
+                    [2],
+                    "event",
+                    occurs_on="2025-03-07",
+                    occurs_at="09:30",
+                ),
+                new(
+                    "User has a dentist appointment",
+                    [3],
+                    "event",
+                    occurs_on="2025-04-01",
+                    occurs_at=None,
+                    core=False,
+                ),
+            ]
+        )
+    )
     fact, offsite, dentist = ex.new_patterns
     assert (fact.kind, fact.occurs_on, fact.core, fact.pinned) == ("fact", None, True, True)
     assert (offsite.kind, offsite.occurs_on, offsite.occurs_at) == (
-        "event", date(2025, 3, 7), time(9, 30))  # fmt: skip
+        "event",
+        date(2025, 3, 7),
+        time(9, 30),
+    )
     assert (dentist.occurs_on, dentist.occurs_at, dentist.core) == (date(2025, 4, 1), None, False)
-    supersede = {"old_pattern_id": 4, "reason": "moved", "new_pattern_content": "User has a "
-                 "team offsite", "kind": "event", "confidence": 0.9, "signal": "explicit",
-                 "evidence_message_ids": [5], "occurs_on": "2025-03-14"}  # fmt: skip
+    supersede = {
+        "old_pattern_id": 4,
+        "reason": "moved",
+        "new_pattern_content": "User has a team offsite",
+        "kind": "event",
+        "confidence": 0.9,
+        "signal": "explicit",
+        "evidence_message_ids": [5],
+        "occurs_on": "2025-03-14",
+    }
     [moved] = parse_extraction(extraction(supersedes=[supersede])).supersedes
     assert moved.occurs_on == date(2025, 3, 14)
 
 
 @pytest.mark.parametrize(
     ("kind", "confidence", "core", "pinned"),
-    [("belief", 0.9, True, True), ("fact", 0.95, True, True), ("belief", 0.89, True, False),
-     ("goal", 0.99, True, False), ("preference", 1.0, True, False), ("fact", 1.0, False, False)],
-)  # fmt: skip
+    [
+        ("belief", 0.9, True, True),
+        ("fact", 0.95, True, True),
+        ("belief", 0.89, True, False),
+        ("goal", 0.99, True, False),
+        ("preference", 1.0, True, False),
+        ("fact", 1.0, False, False),
+    ],
+)
 def test_core_is_honoured_for_confident_beliefs_and_facts_only(
     kind: str, confidence: float, core: bool, pinned: bool
 ) -> None:
@@ -111,10 +154,19 @@ def test_the_extractor_is_told_the_kinds_and_sees_each_messages_weekday() -> Non
     assert "never against today" in EXTRACTION_SYSTEM
     prompt = user_prompt(
         [ChunkMessage(7, "user", "My team offsite is next Friday", SAID)],
-        [KnownPattern(3, "User has a dentist appointment", "event", 1.0, 0.8, date(2025, 3, 10),
-                      time(16, 0))],
+        [
+            KnownPattern(
+                3,
+                "User has a dentist appointment",
+                "event",
+                1.0,
+                0.8,
+                date(2025, 3, 10),
+                time(16, 0),
+            )
+        ],
         ZoneInfo(TZ),
-    )  # fmt: skip
+    )
     assert "[#7 user, 2025-03-03 Mon 10:00] My team offsite is next Friday" in prompt
     assert "#3 [event on Mon 10 Mar 2025, 16:00, strength 1.0" in prompt
 
@@ -155,18 +207,35 @@ async def test_next_friday_said_on_monday_3_march_is_stored_as_7_march(
     """Compacted weeks later: the extractor sees the message's own local date and weekday, and
     the day it answers (resolved against that message) is what the row keeps."""
     r = await store(db, conversation())
-    fake_claude.queue_text(extraction(new_patterns=[
-        new("User has a team offsite", [r[0]], "event", occurs_on="2025-03-07",
-            occurs_at="09:30"),
-        new("User works as a Solution Architect at GovTech", [r[2]], "fact", confidence=0.95,
-            core=True),
-    ]))  # fmt: skip
+    fake_claude.queue_text(
+        extraction(
+            new_patterns=[
+                new(
+                    "User has a team offsite",
+                    [r[0]],
+                    "event",
+                    occurs_on="2025-03-07",
+                    occurs_at="09:30",
+                ),
+                new(
+                    "User works as a Solution Architect at GovTech",
+                    [r[2]],
+                    "fact",
+                    confidence=0.95,
+                    core=True,
+                ),
+            ]
+        )
+    )
     out = await compact_chat(db, claude, local, CHAT, options=OPTS)
     assert out.status == "ok" and out.patterns_created == 2
 
     offsite, job = await patterns(db)
     assert (offsite["kind"], offsite["occurs_on"], offsite["occurs_at"]) == (
-        "event", date(2025, 3, 7), time(9, 30))  # fmt: skip
+        "event",
+        date(2025, 3, 7),
+        time(9, 30),
+    )
     assert offsite["last_seen"] == SAID and not offsite["is_core_tenet"]
     assert (job["kind"], job["occurs_on"], job["is_core_tenet"]) == ("fact", None, True)
     assert job["pinned_at"] is not None
@@ -180,10 +249,16 @@ async def test_an_invalid_day_gets_the_one_repair_and_then_counts(
     db: Database, claude: AnthropicLLM, fake_claude: FakeAnthropic, local: LocalEmbedder
 ) -> None:
     r = await store(db, conversation())
-    fake_claude.queue_text(extraction(new_patterns=[
-        new("User has a team offsite", [r[0]], "event", occurs_on="2025-02-30")]))  # fmt: skip
-    fake_claude.queue_text(extraction(new_patterns=[
-        new("User has a team offsite", [r[0]], "event", occurs_on="2025-03-07")]))  # fmt: skip
+    fake_claude.queue_text(
+        extraction(
+            new_patterns=[new("User has a team offsite", [r[0]], "event", occurs_on="2025-02-30")]
+        )
+    )
+    fake_claude.queue_text(
+        extraction(
+            new_patterns=[new("User has a team offsite", [r[0]], "event", occurs_on="2025-03-07")]
+        )
+    )
     out = await compact_chat(db, claude, local, CHAT, options=OPTS)
     assert out.status == "ok"
     [repair] = [m for m in fake_claude.answered[1].messages if m["role"] == "user"][1:]
@@ -198,8 +273,9 @@ async def test_twice_invalid_days_store_nothing(
 ) -> None:
     r = await store(db, conversation())
     for _ in range(2):  # an event without its day, twice
-        fake_claude.queue_text(extraction(new_patterns=[
-            new("User has a team offsite", [r[0]], "event")]))  # fmt: skip
+        fake_claude.queue_text(
+            extraction(new_patterns=[new("User has a team offsite", [r[0]], "event")])
+        )
     out = await compact_chat(db, claude, local, CHAT, options=OPTS)
     assert out.status == "failed" and out.messages_compacted == 0
     assert await patterns(db) == []
@@ -211,23 +287,37 @@ async def test_an_event_on_another_day_is_another_event(
     """Dedup by hash and by vector stays within one day: the same words on another day are
     inserted, on the same day reinforced."""
     r = await store(db, conversation())
-    fake_claude.queue_text(extraction(new_patterns=[
-        new("User has a team offsite", [r[0]], "event", occurs_on="2025-03-07")]))  # fmt: skip
+    fake_claude.queue_text(
+        extraction(
+            new_patterns=[new("User has a team offsite", [r[0]], "event", occurs_on="2025-03-07")]
+        )
+    )
     await compact_chat(db, claude, local, CHAT, options=OPTS)
-    r2 = await store(db, [said("Another team offsite next month, on 4 April.", 60),
-                          said("x", 61), said("y", 62)])  # fmt: skip
-    fake_claude.queue_text(extraction(new_patterns=[
-        new("User has a team offsite", [r2[0]], "event", occurs_on="2025-04-04"),
-    ]))  # fmt: skip
+    r2 = await store(
+        db, [said("Another team offsite next month, on 4 April.", 60), said("x", 61), said("y", 62)]
+    )
+    fake_claude.queue_text(
+        extraction(
+            new_patterns=[
+                new("User has a team offsite", [r2[0]], "event", occurs_on="2025-04-04"),
+            ]
+        )
+    )
     out = await compact_chat(db, claude, local, CHAT, options=OPTS)
     assert out.patterns_created == 1 and out.patterns_reinforced == 0
     days = [(p["content"], p["occurs_on"], p["times_seen"]) for p in await patterns(db)]
-    assert days == [("User has a team offsite", date(2025, 3, 7), 1),
-                    ("User has a team offsite", date(2025, 4, 4), 1)]  # fmt: skip
-    r3 = await store(db, [said("The offsite on the 7th is still on.", 120), said("x", 121),
-                          said("y", 122)])  # fmt: skip
-    fake_claude.queue_text(extraction(new_patterns=[
-        new("User has a team offsite", [r3[0]], "event", occurs_on="2025-03-07")]))  # fmt: skip
+    assert days == [
+        ("User has a team offsite", date(2025, 3, 7), 1),
+        ("User has a team offsite", date(2025, 4, 4), 1),
+    ]
+    r3 = await store(
+        db, [said("The offsite on the 7th is still on.", 120), said("x", 121), said("y", 122)]
+    )
+    fake_claude.queue_text(
+        extraction(
+            new_patterns=[new("User has a team offsite", [r3[0]], "event", occurs_on="2025-03-07")]
+        )
+    )
     out = await compact_chat(db, claude, local, CHAT, options=OPTS)
     assert (out.patterns_created, out.patterns_reinforced) == (0, 1)
     assert [p["times_seen"] for p in await patterns(db)] == [2, 1]
@@ -257,15 +347,32 @@ async def call(registry: ToolRegistry, args: dict[str, Any], c: ToolContext) -> 
 async def test_remember_an_event_and_a_fact(db: Database, local: LocalEmbedder) -> None:
     registry = memory_registry(Judge())
     c = ctx(db, local)
-    first = await call(registry, {"fact": "User has a dentist appointment", "kind": "event",
-                                  "date": "2025-03-10", "time": "16:00"}, c)  # fmt: skip
+    first = await call(
+        registry,
+        {
+            "fact": "User has a dentist appointment",
+            "kind": "event",
+            "date": "2025-03-10",
+            "time": "16:00",
+        },
+        c,
+    )
     assert first["status"] == "new" and first["date"] == "2025-03-10"
-    other_day = await call(registry, {"fact": "User has a dentist appointment", "kind": "event",
-                                      "date": "2025-04-10"}, c)  # fmt: skip
-    near = await call(registry, {"fact": "User has a dentist appointment soon", "kind": "event",
-                                 "date": "2025-05-02"}, c)  # fmt: skip
-    same = await call(registry, {"fact": "User has a dentist appointment", "kind": "event",
-                                 "date": "2025-03-10"}, c)  # fmt: skip
+    other_day = await call(
+        registry,
+        {"fact": "User has a dentist appointment", "kind": "event", "date": "2025-04-10"},
+        c,
+    )
+    near = await call(
+        registry,
+        {"fact": "User has a dentist appointment soon", "kind": "event", "date": "2025-05-02"},
+        c,
+    )
+    same = await call(
+        registry,
+        {"fact": "User has a dentist appointment", "kind": "event", "date": "2025-03-10"},
+        c,
+    )
     fact = await call(registry, {"fact": "User lives in Valencia", "kind": "fact"}, c)
     assert (other_day["status"], near["status"], fact["status"]) == ("new", "new", "new")
     assert same["status"] == "reinforced" and same["id"] == first["id"]
@@ -294,8 +401,9 @@ async def test_remember_an_event_and_a_fact(db: Database, local: LocalEmbedder) 
 async def test_remember_refuses_a_bad_day(
     db: Database, local: LocalEmbedder, args: dict[str, Any], field: str, reason: str
 ) -> None:
-    body = await call(memory_registry(), {"fact": "User has a dentist appointment", **args},
-                      ctx(db, local))  # fmt: skip
+    body = await call(
+        memory_registry(), {"fact": "User has a dentist appointment", **args}, ctx(db, local)
+    )
     assert body["is_error"] and body["field"] == field and reason in body["error"]
     assert await patterns(db) == []
 
@@ -309,11 +417,15 @@ async def test_merge_never_pairs_events_of_different_days(
     registry = memory_registry()
     c = ctx(db, local)
     for day in ("2025-03-10", "2025-04-10"):
-        await call(registry, {"fact": "User has a dentist appointment", "kind": "event",
-                              "date": day}, c)  # fmt: skip
+        await call(
+            registry, {"fact": "User has a dentist appointment", "kind": "event", "date": day}, c
+        )
     await call(registry, {"fact": "User has a dentist appointment", "kind": "belief"}, c)
-    await call(registry, {"fact": "User sees the dentist about a tooth", "kind": "event",
-                          "date": "2025-03-10"}, c)  # fmt: skip
+    await call(
+        registry,
+        {"fact": "User sees the dentist about a tooth", "kind": "event", "date": "2025-03-10"},
+        c,
+    )
     assert len(await patterns(db)) == 4
     pairs = await candidate_pairs(db, local.model, 0.3, chat_id=CHAT)
     rows = {p["id"]: p["occurs_on"] for p in await patterns(db)}

@@ -28,9 +28,18 @@ def _env(fake: FakeAnthropic, bot_url: str, database_url: str, **extra: str) -> 
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("ENGRAM_", "TELEGRAM_", "DATABASE_URL", "ANTHROPIC_", "OPENAI_",
-                             "MEMORY_MODEL", "LLM_PROVIDER"))
-    }  # fmt: skip
+        if not k.startswith(
+            (
+                "ENGRAM_",
+                "TELEGRAM_",
+                "DATABASE_URL",
+                "ANTHROPIC_",
+                "OPENAI_",
+                "MEMORY_MODEL",
+                "LLM_PROVIDER",
+            )
+        )
+    }
     env.update(
         LOG_FORMAT="json",
         DATABASE_URL=database_url,
@@ -65,15 +74,20 @@ async def _serve_one_turn(
         await db.execute(
             "INSERT INTO chat_messages (chat_id, role, content, created_at) "
             "VALUES ($1, $2, $3, $4)",
-            CHAT, "user" if i % 2 == 0 else "assistant",
-            f"I swim at the municipal pool every Tuesday ({i}).", old + timedelta(minutes=i),
-        )  # fmt: skip
+            CHAT,
+            "user" if i % 2 == 0 else "assistant",
+            f"I swim at the municipal pool every Tuesday ({i}).",
+            old + timedelta(minutes=i),
+        )
     async with run_fake_bot_api(token=DEFAULT_TOKEN) as bot:
         env = _env(fake, bot.base_url, database_url, **extra)
         proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "actors.cli", "serve", "--polling"], env=env, cwd=tmp_path,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [sys.executable, "-m", "actors.cli", "serve", "--polling"],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             bot.push_message(chat_id=CHAT, text="How was my week?")
             with trio.fail_after(90):
@@ -104,7 +118,9 @@ async def test_serve_compacts_with_the_memory_model(
     assert memory == {"claude-haiku-4-5"}  # the default memory model
     models = await db.fetch("SELECT DISTINCT purpose, model FROM api_usage ORDER BY 1")
     assert {(r["purpose"], r["model"]) for r in models} >= {
-        ("agent", "claude-sonnet-4-6"), ("compaction", "claude-haiku-4-5")}  # fmt: skip
+        ("agent", "claude-sonnet-4-6"),
+        ("compaction", "claude-haiku-4-5"),
+    }
 
 
 @pytest.mark.slow
@@ -112,7 +128,11 @@ async def test_memory_model_setting_is_used(
     tmp_path: Path, database_url: str, db: Database, fake_claude: FakeAnthropic
 ) -> None:
     turn, memory = await _serve_one_turn(
-        tmp_path, database_url, db, fake_claude,
-        ANTHROPIC_MODEL="claude-haiku-4-5", MEMORY_MODEL="claude-sonnet-4-5",
-    )  # fmt: skip
+        tmp_path,
+        database_url,
+        db,
+        fake_claude,
+        ANTHROPIC_MODEL="claude-haiku-4-5",
+        MEMORY_MODEL="claude-sonnet-4-5",
+    )
     assert (turn, memory) == ({"claude-haiku-4-5"}, {"claude-sonnet-4-5"})

@@ -46,17 +46,32 @@ async def two_journals(db: Database) -> None:
     """Chat A: two entries on 10 March (tag ``secret``, city Oslo) about the lighthouse; chat B:
     one entry on 10 March about the park. Each with its vector."""
     await add_entry(
-        db, "A-1", "2024-03-10T09:00", f"The {SECRET} keeper told me the blue door code",
-        tags=["secret"], city="Oslo", chat_id=A,
-    )  # fmt: skip
+        db,
+        "A-1",
+        "2024-03-10T09:00",
+        f"The {SECRET} keeper told me the blue door code",
+        tags=["secret"],
+        city="Oslo",
+        chat_id=A,
+    )
     await add_entry(
-        db, "A-2", "2023-03-10T09:00", f"Visited the old {SECRET} by the fjord again",
-        tags=["secret", "travel"], city="Oslo", chat_id=A,
-    )  # fmt: skip
+        db,
+        "A-2",
+        "2023-03-10T09:00",
+        f"Visited the old {SECRET} by the fjord again",
+        tags=["secret", "travel"],
+        city="Oslo",
+        chat_id=A,
+    )
     await add_entry(
-        db, "B-1", "2024-03-10T08:00", "Walked the dog in the park, sunny morning",
-        tags=["dog"], city="Madrid", chat_id=B,
-    )  # fmt: skip
+        db,
+        "B-1",
+        "2024-03-10T08:00",
+        "Walked the dog in the park, sunny morning",
+        tags=["dog"],
+        city="Madrid",
+        chat_id=B,
+    )
 
 
 # --- the rules ---------------------------------------------------------------------------------
@@ -83,9 +98,16 @@ def test_import_chat_rule() -> None:
 
 #: every journal tool, each exercised below in chat B against chat A's journal
 CHECKED = {
-    "search_entries", "get_entry", "get_entries_by_date", "on_this_day", "find_similar",
-    "list_tags", "entry_stats", "log_weight", "get_usage",
-}  # fmt: skip
+    "search_entries",
+    "get_entry",
+    "get_entries_by_date",
+    "on_this_day",
+    "find_similar",
+    "list_tags",
+    "entry_stats",
+    "log_weight",
+    "get_usage",
+}
 
 
 def test_every_journal_tool_is_checked_across_chats() -> None:
@@ -123,8 +145,9 @@ async def test_chat_b_sees_none_of_chat_as_journal_through_any_tool(db: Database
     on_day = await call(b, "on_this_day", month_day="03-10")
     assert [e["uuid"] for e in on_day["entries"]] == ["B-1"]
     assert [e["uuid"] for e in (await call(a, "on_this_day", month_day="03-10"))["entries"]] == [
-        "A-1", "A-2",
-    ]  # fmt: skip
+        "A-1",
+        "A-2",
+    ]
 
     # similar: A's entry is not a source in B, nor a result of B's own
     err = await call_error(b, "find_similar", {"uuid": "A-1"})
@@ -145,9 +168,13 @@ async def test_chat_b_sees_none_of_chat_as_journal_through_any_tool(db: Database
     logged = await call(b, "log_weight", weight_kg=60.0, date="2024-06-14")
     assert logged["previous"] is None
     await log_api_usage(
-        db, provider="anthropic", model="claude-sonnet-4-5", purpose="agent", chat_id=A,
+        db,
+        provider="anthropic",
+        model="claude-sonnet-4-5",
+        purpose="agent",
+        chat_id=A,
         input_tokens=1_000_000,
-    )  # fmt: skip
+    )
     usage_b = await call(make_ctx(db, chat_id=B, now=datetime.now(UTC)), "get_usage")
     assert usage_b["calls"] == 0
     usage_a = await call(make_ctx(db, chat_id=A, now=datetime.now(UTC)), "get_usage")

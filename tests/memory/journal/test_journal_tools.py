@@ -462,8 +462,12 @@ async def test_get_usage(db: Database) -> None:
         "compaction": {"calls": 1, "cost_usd": 0.3},
     }
     assert sum(d["calls"] for d in result["by_day"]) == 3
-    assert result["tokens"] == {"input": 2_100_000, "output": 0, "of_input_read_from_cache": 0,
-                                "of_input_written_to_cache": 0}  # fmt: skip
+    assert result["tokens"] == {
+        "input": 2_100_000,
+        "output": 0,
+        "of_input_read_from_cache": 0,
+        "of_input_written_to_cache": 0,
+    }
     assert result["date_to"] == ctx.today.isoformat()
     assert result["date_from"] == (ctx.today - timedelta(days=29)).isoformat()
     old = await call(ctx, "get_usage", date_from="2024-05-01", date_to="2024-05-01")
@@ -744,9 +748,13 @@ async def test_dayone_search_by_tag_and_by_dates(dayone: ToolContext) -> None:
     year = Counter(e.local.year for e in DAYONE_ENTRIES).most_common(1)[0][0]
     in_year = {u for u, d in local_date.items() if d.startswith(f"{year}-")}
     by_date = await call(
-        dayone, "search_entries", query="day", date_from=f"{year}-01-01",
-        date_to=f"{year}-12-31", limit=50,
-    )  # fmt: skip
+        dayone,
+        "search_entries",
+        query="day",
+        date_from=f"{year}-01-01",
+        date_to=f"{year}-12-31",
+        limit=50,
+    )
     assert set(uuids(by_date["results"])) == in_year
     assert all(r["date"] == local_date[r["uuid"]] for r in by_date["results"])
 
@@ -773,8 +781,9 @@ async def test_dayone_get_entries_by_date(dayone: ToolContext) -> None:
             runs.append([d])
     run = max(runs, key=len)
     assert len(run) > 1
-    expected = sorted((e for e in DAYONE_ENTRIES if run[0] <= e.local.date() <= run[-1]),
-                      key=lambda e: e.created)  # fmt: skip
+    expected = sorted(
+        (e for e in DAYONE_ENTRIES if run[0] <= e.local.date() <= run[-1]), key=lambda e: e.created
+    )
     got = await call(
         dayone, "get_entries_by_date", date_from=run[0].isoformat(), date_to=run[-1].isoformat()
     )
@@ -840,7 +849,9 @@ async def test_dayone_entry_stats_totals(dayone: ToolContext) -> None:
     assert stats["total_entries"] == len(DAYONE_ENTRIES)
     assert stats["days_with_entries"] == len(days)
     assert (stats["first_date"], stats["last_date"]) == (
-        min(days).isoformat(), max(days).isoformat())  # fmt: skip
+        min(days).isoformat(),
+        max(days).isoformat(),
+    )
     assert stats["total_words"] == words
     assert stats["average_words"] == round(words / len(DAYONE_ENTRIES), 1)
     assert stats["by_weekday"] == {

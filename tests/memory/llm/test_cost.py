@@ -45,17 +45,32 @@ def test_cache_reads_and_writes_are_priced_by_ttl() -> None:
         10_000, cache_read_tokens=6_000, cache_write_tokens=3_000, cache_write_1h_tokens=1_000
     )
     assert billed == pytest.approx(1_000 + 6_000 * 0.1 + 2_000 * 1.25 + 1_000 * 2.0)
-    c = token_cost(DEFAULT_RATES, "claude-sonnet-4-6", 10_000, 100, cache_read_tokens=6_000,
-                   cache_write_tokens=3_000, cache_write_1h_tokens=1_000)  # fmt: skip
+    c = token_cost(
+        DEFAULT_RATES,
+        "claude-sonnet-4-6",
+        10_000,
+        100,
+        cache_read_tokens=6_000,
+        cache_write_tokens=3_000,
+        cache_write_1h_tokens=1_000,
+    )
     assert c.usd == pytest.approx((6_100 * 3 + 100 * 15) / 1e6)
     # the whole prompt read from the cache costs a tenth; written for 5 min 1.25x, for 1 h 2x
     full = token_cost(DEFAULT_RATES, "claude-haiku-4-5", 10**6, 0).usd
-    assert token_cost(DEFAULT_RATES, "claude-haiku-4-5", 10**6, 0,
-                      cache_read_tokens=10**6).usd == pytest.approx(full * 0.1)  # fmt: skip
-    assert token_cost(DEFAULT_RATES, "claude-haiku-4-5", 10**6, 0,
-                      cache_write_tokens=10**6).usd == pytest.approx(full * 1.25)  # fmt: skip
-    assert token_cost(DEFAULT_RATES, "claude-haiku-4-5", 10**6, 0, cache_write_tokens=10**6,
-                      cache_write_1h_tokens=10**6).usd == pytest.approx(full * 2)  # fmt: skip
+    assert token_cost(
+        DEFAULT_RATES, "claude-haiku-4-5", 10**6, 0, cache_read_tokens=10**6
+    ).usd == pytest.approx(full * 0.1)
+    assert token_cost(
+        DEFAULT_RATES, "claude-haiku-4-5", 10**6, 0, cache_write_tokens=10**6
+    ).usd == pytest.approx(full * 1.25)
+    assert token_cost(
+        DEFAULT_RATES,
+        "claude-haiku-4-5",
+        10**6,
+        0,
+        cache_write_tokens=10**6,
+        cache_write_1h_tokens=10**6,
+    ).usd == pytest.approx(full * 2)
     assert billed_input_tokens(500) == 500
     with pytest.raises(ValueError, match="exceed"):
         billed_input_tokens(100, cache_read_tokens=80, cache_write_tokens=30)

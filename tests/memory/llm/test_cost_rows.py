@@ -66,7 +66,11 @@ def check_row(
 ) -> None:
     """One successful call's row: who, what, tokens, the rate-table cost, a latency."""
     assert (row["provider"], row["model"], row["purpose"], row["chat_id"]) == (
-        provider, model, purpose, chat_id)  # fmt: skip
+        provider,
+        model,
+        purpose,
+        chat_id,
+    )
     assert (row["input_tokens"], row["output_tokens"]) == (input_tokens, output_tokens)
     assert row["cost_usd"] == pytest.approx(expected_cost(model, input_tokens, output_tokens))
     assert row["ok"] is True and row["error"] is None and row["duration_seconds"] is None
@@ -80,9 +84,10 @@ async def priced_claude(
     """A write-behind usage writer and the real SDK client logging through it (as ``serve``)."""
     async with (
         open_usage_writer(db) as usage,
-        AnthropicLLM(api_key=fake.api_key, base_url=fake.base_url, db=usage, model=model,
-                     timeout=10.0) as llm,
-    ):  # fmt: skip
+        AnthropicLLM(
+            api_key=fake.api_key, base_url=fake.base_url, db=usage, model=model, timeout=10.0
+        ) as llm,
+    ):
         yield usage, llm
 
 
@@ -91,9 +96,11 @@ async def openai_embedder(usage: UsageWriter) -> AsyncIterator[tuple[Any, OpenAI
     """The fake OpenAI server and the real-SDK embedder logging to ``usage``."""
     async with fake_openai.run_fake_openai() as fake:
         embedder = OpenAIEmbedder(
-            api_key=fake_openai.DEFAULT_API_KEY, base_url=fake.base_url, usage_db=usage,
+            api_key=fake_openai.DEFAULT_API_KEY,
+            base_url=fake.base_url,
+            usage_db=usage,
             max_retries=0,
-        )  # fmt: skip
+        )
         try:
             yield fake, embedder
         finally:
@@ -101,22 +108,37 @@ async def openai_embedder(usage: UsageWriter) -> AsyncIterator[tuple[Any, OpenAI
 
 
 async def store_messages(db: Database, texts: Sequence[str]) -> list[int]:
-    rows = [ChatMessage(role="user", content=t, created_at=T0 + timedelta(minutes=i))
-            for i, t in enumerate(texts)]  # fmt: skip
+    rows = [
+        ChatMessage(role="user", content=t, created_at=T0 + timedelta(minutes=i))
+        for i, t in enumerate(texts)
+    ]
     await insert_rows(db, CHAT, rows)
     got = await db.fetch("SELECT id FROM chat_messages WHERE chat_id = $1 ORDER BY id", CHAT)
     return [r["id"] for r in got]
 
 
 def extraction(summary: str, **parts: Any) -> str:
-    body = {"new_patterns": [], "reinforcements": [], "contradictions": [], "supersedes": [],
-            "meta_patterns": [], "episode_summary": summary, **parts}  # fmt: skip
+    body = {
+        "new_patterns": [],
+        "reinforcements": [],
+        "contradictions": [],
+        "supersedes": [],
+        "meta_patterns": [],
+        "episode_summary": summary,
+        **parts,
+    }
     return json.dumps(body)
 
 
 def new(content: str, evidence: list[int]) -> dict[str, Any]:
-    return {"content": content, "kind": "behavior", "confidence": 0.8, "signal": "explicit",
-            "evidence_message_ids": evidence, "entry_uuids": []}  # fmt: skip
+    return {
+        "content": content,
+        "kind": "behavior",
+        "confidence": 0.8,
+        "signal": "explicit",
+        "evidence_message_ids": evidence,
+        "entry_uuids": [],
+    }
 
 
 # --- compaction (and its repair call) with OpenAI embeddings -----------------------------------
@@ -148,14 +170,34 @@ async def test_compaction_repair_and_embedding_rows(
     assert usage.written == 3  # every row went through the write-behind writer
 
     compaction, repair, embedding = await usage_rows(db)
-    check_row(compaction, provider="anthropic", model=SONNET, purpose="compaction",
-              chat_id=CHAT, input_tokens=1_517, output_tokens=23)  # fmt: skip
-    check_row(repair, provider="anthropic", model=SONNET, purpose="compaction",
-              chat_id=CHAT, input_tokens=1_864, output_tokens=241)  # fmt: skip
+    check_row(
+        compaction,
+        provider="anthropic",
+        model=SONNET,
+        purpose="compaction",
+        chat_id=CHAT,
+        input_tokens=1_517,
+        output_tokens=23,
+    )
+    check_row(
+        repair,
+        provider="anthropic",
+        model=SONNET,
+        purpose="compaction",
+        chat_id=CHAT,
+        input_tokens=1_864,
+        output_tokens=241,
+    )
     # one request embeds the new pattern and the episode summary together
     assert embed_call.params["input"] == [content, summary]
-    check_row(embedding, provider="openai", model=OPENAI_MODEL, purpose="embedding",
-              chat_id=CHAT, input_tokens=fake_embedding_tokens([content, summary]))  # fmt: skip
+    check_row(
+        embedding,
+        provider="openai",
+        model=OPENAI_MODEL,
+        purpose="embedding",
+        chat_id=CHAT,
+        input_tokens=fake_embedding_tokens([content, summary]),
+    )
     assert compaction["cost_usd"] != repair["cost_usd"]  # each call priced by its own usage
 
 
@@ -170,26 +212,46 @@ async def test_adjudication_row_in_compaction_dedup(
     said = "I go running by the river on Sunday mornings, always."
     async with priced_claude(db, fake_claude) as (usage, llm):
         decision = await store_explicit_pattern(
-            db, local, LLMAdjudicator(llm), chat_id=CHAT, content=first, kind="behavior",
+            db,
+            local,
+            LLMAdjudicator(llm),
+            chat_id=CHAT,
+            content=first,
+            kind="behavior",
             now=T0 - timedelta(days=7),
-        )  # fmt: skip
+        )
         assert decision.action == "insert" and fake_claude.requests == []  # nothing to ask yet
         r = await store_messages(db, [said, "a", "b"])
-        fake_claude.queue_text(extraction("User talked about Sunday runs.",
-                                          new_patterns=[new(near, [r[0]])]),
-                               input_tokens=2_048, output_tokens=310)  # fmt: skip
-        verdict = {"differences": "wording only", "core_intent_match": True,
-                   "merge_decision": True}  # fmt: skip
+        fake_claude.queue_text(
+            extraction("User talked about Sunday runs.", new_patterns=[new(near, [r[0]])]),
+            input_tokens=2_048,
+            output_tokens=310,
+        )
+        verdict = {"differences": "wording only", "core_intent_match": True, "merge_decision": True}
         fake_claude.queue_text(json.dumps(verdict), input_tokens=433, output_tokens=37)
         out = await compact_chat(db, llm, local, CHAT, options=OPTS)
     assert out.status == "ok" and (out.patterns_created, out.patterns_reinforced) == (0, 1)
     assert usage.written == 2
 
     compaction, adjudication = await usage_rows(db)  # the local embedder is free: no row
-    check_row(compaction, provider="anthropic", model=SONNET, purpose="compaction",
-              chat_id=CHAT, input_tokens=2_048, output_tokens=310)  # fmt: skip
-    check_row(adjudication, provider="anthropic", model=SONNET, purpose="adjudication",
-              chat_id=CHAT, input_tokens=433, output_tokens=37)  # fmt: skip
+    check_row(
+        compaction,
+        provider="anthropic",
+        model=SONNET,
+        purpose="compaction",
+        chat_id=CHAT,
+        input_tokens=2_048,
+        output_tokens=310,
+    )
+    check_row(
+        adjudication,
+        provider="anthropic",
+        model=SONNET,
+        purpose="adjudication",
+        chat_id=CHAT,
+        input_tokens=433,
+        output_tokens=37,
+    )
 
 
 async def test_adjudication_row_of_the_merge_job(
@@ -200,8 +262,11 @@ async def test_adjudication_row_of_the_merge_job(
     for text in texts:
         pid = await db.fetchval(
             "INSERT INTO patterns (chat_id, content, canonical_hash, first_seen, last_seen) "
-            "VALUES ($1, $2, md5($2), $3, $3) RETURNING id", CHAT, text, T0,
-        )  # fmt: skip
+            "VALUES ($1, $2, md5($2), $3, $3) RETURNING id",
+            CHAT,
+            text,
+            T0,
+        )
         [vector] = await local.embed([text], purpose="embedding")
         await store_vectors(db, "pattern_embeddings", "pattern_id", [(pid, vector)], local.model)
         ids.append(pid)
@@ -209,14 +274,22 @@ async def test_adjudication_row_of_the_merge_job(
     fake_claude.queue_text(json.dumps(verdict), input_tokens=512, output_tokens=41)
     thresholds = Thresholds(min_similarity=0.05, dedup=0.92, adjudicate=0.57, merge=0.9)
     async with priced_claude(db, fake_claude, HAIKU) as (usage, llm):
-        report = await merge_patterns(db, local, LLMAdjudicator(llm), dry_run=False,
-                                      thresholds=thresholds)  # fmt: skip
+        report = await merge_patterns(
+            db, local, LLMAdjudicator(llm), dry_run=False, thresholds=thresholds
+        )
     assert report.merged == 1 and len(fake_claude.answered) == 1
     assert fake_claude.answered[0].body["model"] == HAIKU
     assert usage.written == 1
     [row] = await usage_rows(db)
-    check_row(row, provider="anthropic", model=HAIKU, purpose="adjudication", chat_id=CHAT,
-              input_tokens=512, output_tokens=41)  # fmt: skip
+    check_row(
+        row,
+        provider="anthropic",
+        model=HAIKU,
+        purpose="adjudication",
+        chat_id=CHAT,
+        input_tokens=512,
+        output_tokens=41,
+    )
     assert row["cost_usd"] != pytest.approx(expected_cost(SONNET, 512, 41))  # Haiku's rate
 
 
@@ -227,9 +300,17 @@ async def test_failed_adjudication_is_a_free_row(db: Database, fake_claude: Fake
     assert usage.written == 1
     [row] = await usage_rows(db)
     assert (row["provider"], row["model"], row["purpose"], row["chat_id"]) == (
-        "anthropic", SONNET, "adjudication", CHAT)  # fmt: skip
+        "anthropic",
+        SONNET,
+        "adjudication",
+        CHAT,
+    )
     assert (row["ok"], row["input_tokens"], row["output_tokens"], row["cost_usd"]) == (
-        False, 0, 0, 0.0)  # fmt: skip
+        False,
+        0,
+        0,
+        0.0,
+    )
     assert "503" in row["error"] and row["latency_ms"] is not None and row["latency_ms"] >= 0
 
 
@@ -260,9 +341,21 @@ async def test_embedding_rows_of_an_explicit_pattern_and_the_backfill(
     assert usage.written == 3
 
     pattern, *backfill = await usage_rows(db)
-    check_row(pattern, provider="openai", model=OPENAI_MODEL, purpose="embedding",
-              chat_id=CHAT, input_tokens=fake_embedding_tokens([fact]))  # fmt: skip
+    check_row(
+        pattern,
+        provider="openai",
+        model=OPENAI_MODEL,
+        purpose="embedding",
+        chat_id=CHAT,
+        input_tokens=fake_embedding_tokens([fact]),
+    )
     assert len(backfill) == 2  # one row per request, belonging to no chat
     for row, batch in zip(backfill, calls[1:], strict=True):
-        check_row(row, provider="openai", model=OPENAI_MODEL, purpose="embedding",
-                  chat_id=None, input_tokens=fake_embedding_tokens(batch))  # fmt: skip
+        check_row(
+            row,
+            provider="openai",
+            model=OPENAI_MODEL,
+            purpose="embedding",
+            chat_id=None,
+            input_tokens=fake_embedding_tokens(batch),
+        )

@@ -33,9 +33,13 @@ async def test_the_first_call_loads_the_provider(fake_claude: FakeAnthropic, db:
         assert isinstance(llm, DeferredLLM) and not llm.loaded
         assert llm.model == "claude-sonnet-4-6"
         completion = await llm.complete(
-            system="be brief", messages=[Message.user("hi")], tools=[], max_tokens=32,
-            purpose="test", chat_id=CHAT,
-        )  # fmt: skip
+            system="be brief",
+            messages=[Message.user("hi")],
+            tools=[],
+            max_tokens=32,
+            purpose="test",
+            chat_id=CHAT,
+        )
         assert llm.loaded
         provider = await llm.provider()
     assert completion.text == "Hello from the fake Claude."

@@ -84,14 +84,30 @@ def test_anthropic_mapping_puts_tool_results_first_and_drops_blank_text() -> Non
     ]
     assert message_params(messages) == [
         {"role": "user", "content": [{"type": "text", "text": "hi"}]},
-        {"role": "assistant", "content": [
-            {"type": "tool_use", "id": "toolu_1", "name": "search_entries",
-             "input": {"query": "x"}}]},
-        {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": "toolu_1", "content": "boom",
-             "is_error": True},
-            {"type": "text", "text": "thanks"}]},
-    ]  # fmt: skip
+        {
+            "role": "assistant",
+            "content": [
+                {
+                    "type": "tool_use",
+                    "id": "toolu_1",
+                    "name": "search_entries",
+                    "input": {"query": "x"},
+                }
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "toolu_1",
+                    "content": "boom",
+                    "is_error": True,
+                },
+                {"type": "text", "text": "thanks"},
+            ],
+        },
+    ]
 
 
 def test_openai_mapping_of_tool_calls_and_results() -> None:
@@ -105,16 +121,32 @@ def test_openai_mapping_of_tool_calls_and_results() -> None:
     assert chat_messages("sys", messages) == [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "Looking.", "tool_calls": [
-            {"id": "call_1", "type": "function",
-             "function": {"name": "search_entries", "arguments": '{"query": "x"}'}}]},
+        {
+            "role": "assistant",
+            "content": "Looking.",
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "search_entries", "arguments": '{"query": "x"}'},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_1", "content": "Error: boom"},
         {"role": "user", "content": "and?"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_2", "type": "function",
-             "function": {"name": "search_entries", "arguments": "{}"}}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_2",
+                    "type": "function",
+                    "function": {"name": "search_entries", "arguments": "{}"},
+                }
+            ],
+        },
         {"role": "tool", "tool_call_id": "call_2", "content": "ok"},
-    ]  # fmt: skip
+    ]
 
 
 def test_neutral_types() -> None:
@@ -141,20 +173,30 @@ def test_retry_after_parsing() -> None:
 
 @pytest.mark.parametrize(
     ("status", "error_type", "kind", "retryable"),
-    [(429, "rate_limit_error", LLMRateLimited, True),
-     (529, "overloaded_error", LLMOverloaded, True), (500, "api_error", LLMUnavailable, True),
-     (503, None, LLMUnavailable, True),
-     (408, None, LLMTimeout, True), (400, "invalid_request_error", LLMRequestError, False),
-     (401, "authentication_error", LLMRequestError, False),
-     (429, "insufficient_quota", LLMRequestError, False)],
-)  # fmt: skip
+    [
+        (429, "rate_limit_error", LLMRateLimited, True),
+        (529, "overloaded_error", LLMOverloaded, True),
+        (500, "api_error", LLMUnavailable, True),
+        (503, None, LLMUnavailable, True),
+        (408, None, LLMTimeout, True),
+        (400, "invalid_request_error", LLMRequestError, False),
+        (401, "authentication_error", LLMRequestError, False),
+        (429, "insufficient_quota", LLMRequestError, False),
+    ],
+)
 def test_status_classification(
     status: int, error_type: str | None, kind: type[LLMError], retryable: bool
 ) -> None:
     key = "sk-ant-secret-0123456789"
     ctx = CallContext("anthropic", "claude-x", (key,))
-    err = status_error(ctx, status, error_type=error_type, message=f"bad key {key}",
-                       request_id="req_1", headers={"retry-after": "2"})  # fmt: skip
+    err = status_error(
+        ctx,
+        status,
+        error_type=error_type,
+        message=f"bad key {key}",
+        request_id="req_1",
+        headers={"retry-after": "2"},
+    )
     assert type(err) is kind and err.retryable is retryable and err.status == status
     assert key not in str(err) and "req_1" in str(err) and err.retry_after == 2.0
 
@@ -163,8 +205,13 @@ def test_status_classification(
 
 
 async def ask(llm: LLM, messages: list[Message], **options: Any) -> Completion:
-    params: dict[str, Any] = {"system": "You are kind.", "tools": [SEARCH], "max_tokens": 512,
-                              "purpose": "agent", "chat_id": CHAT}  # fmt: skip
+    params: dict[str, Any] = {
+        "system": "You are kind.",
+        "tools": [SEARCH],
+        "max_tokens": 512,
+        "purpose": "agent",
+        "chat_id": CHAT,
+    }
     params.update(options)
     return await llm.complete(messages=messages, **params)
 
@@ -180,14 +227,25 @@ async def test_claude_text_reply_is_logged_with_cost(
     assert completion.cost_usd == pytest.approx(0.006) and completion.latency_ms > 0
     [request] = fake_claude.requests
     assert request.body == {
-        "model": "claude-sonnet-4-6", "max_tokens": 512, "system": "You are kind.",
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 512,
+        "system": "You are kind.",
         "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
-        "tools": [{"name": "search_entries", "description": "Search the journal.",
-                   "input_schema": dict(SEARCH.input_schema)}],
-    }  # fmt: skip
+        "tools": [
+            {
+                "name": "search_entries",
+                "description": "Search the journal.",
+                "input_schema": dict(SEARCH.input_schema),
+            }
+        ],
+    }
     [row] = await usage_rows(db)
     assert (row["provider"], row["model"], row["purpose"], row["chat_id"]) == (
-        "anthropic", "claude-sonnet-4-6", "agent", CHAT)  # fmt: skip
+        "anthropic",
+        "claude-sonnet-4-6",
+        "agent",
+        CHAT,
+    )
     assert (row["input_tokens"], row["output_tokens"], row["ok"]) == (1_000, 200, True)
     assert row["cost_usd"] == pytest.approx(0.006) and row["latency_ms"] >= 0
     assert row["error"] is None
@@ -196,8 +254,13 @@ async def test_claude_text_reply_is_logged_with_cost(
 async def test_claude_tool_chain_round_trip(
     claude: AnthropicLLM, fake_claude: FakeAnthropic, db: Database
 ) -> None:
-    tid = fake_claude.queue_tool_use("search_entries", {"query": "sleep"}, text="Let me look.",
-                                     input_tokens=2_000, output_tokens=50)  # fmt: skip
+    tid = fake_claude.queue_tool_use(
+        "search_entries",
+        {"query": "sleep"},
+        text="Let me look.",
+        input_tokens=2_000,
+        output_tokens=50,
+    )
     fake_claude.queue_text("You slept badly on Monday.", input_tokens=2_400, output_tokens=30)
     messages = [Message.user("How did I sleep?")]
     first = await ask(claude, messages)
@@ -207,8 +270,12 @@ async def test_claude_tool_chain_round_trip(
     final = await ask(claude, messages)
     assert final.text == "You slept badly on Monday." and final.stop_reason == "end_turn"
     sent = fake_claude.requests[1].messages
-    assert sent[1]["content"][1] == {"type": "tool_use", "id": tid, "name": "search_entries",
-                                     "input": {"query": "sleep"}}  # fmt: skip
+    assert sent[1]["content"][1] == {
+        "type": "tool_use",
+        "id": tid,
+        "name": "search_entries",
+        "input": {"query": "sleep"},
+    }
     assert sent[2]["content"] == [
         {"type": "tool_result", "tool_use_id": tid, "content": "Mon: slept 4h"}
     ]
@@ -254,14 +321,27 @@ async def test_claude_sends_cache_breakpoints_and_records_cache_tokens(
     assert first.input_tokens == second.input_tokens > write.write  # the whole prompt
     rows = await usage_rows(db)
     assert [(r["cache_read_tokens"], r["cache_write_tokens"]) for r in rows] == [
-        (0, write.write), (read.read, 0)]  # fmt: skip
+        (0, write.write),
+        (read.read, 0),
+    ]
     assert [r["input_tokens"] for r in rows] == [first.input_tokens, second.input_tokens]
     expected = [
-        token_cost(DEFAULT_RATES, "claude-sonnet-4-6", first.input_tokens, first.output_tokens,
-                   cache_write_tokens=write.write, cache_write_1h_tokens=write.write_1h).usd,
-        token_cost(DEFAULT_RATES, "claude-sonnet-4-6", second.input_tokens, second.output_tokens,
-                   cache_read_tokens=read.read).usd,
-    ]  # fmt: skip
+        token_cost(
+            DEFAULT_RATES,
+            "claude-sonnet-4-6",
+            first.input_tokens,
+            first.output_tokens,
+            cache_write_tokens=write.write,
+            cache_write_1h_tokens=write.write_1h,
+        ).usd,
+        token_cost(
+            DEFAULT_RATES,
+            "claude-sonnet-4-6",
+            second.input_tokens,
+            second.output_tokens,
+            cache_read_tokens=read.read,
+        ).usd,
+    ]
     assert [r["cost_usd"] for r in rows] == pytest.approx(expected)
     assert first.cost_usd == pytest.approx(expected[0]) and second.cost_usd < first.cost_usd / 5
 
@@ -299,14 +379,20 @@ async def test_claude_broken_pairing_is_a_request_error(
 
 @pytest.mark.parametrize(
     ("failure", "kind", "status"),
-    [(AnthropicFailure.rate_limited(retry_after=7), LLMRateLimited, 429),
-     (AnthropicFailure.overloaded(), LLMOverloaded, 529),
-     (AnthropicFailure.server_error(), LLMUnavailable, 500)],
-)  # fmt: skip
+    [
+        (AnthropicFailure.rate_limited(retry_after=7), LLMRateLimited, 429),
+        (AnthropicFailure.overloaded(), LLMOverloaded, 529),
+        (AnthropicFailure.server_error(), LLMUnavailable, 500),
+    ],
+)
 async def test_claude_failures_are_mapped_and_logged(
-    claude: AnthropicLLM, fake_claude: FakeAnthropic, db: Database,
-    failure: AnthropicFailure, kind: type[LLMError], status: int,
-) -> None:  # fmt: skip
+    claude: AnthropicLLM,
+    fake_claude: FakeAnthropic,
+    db: Database,
+    failure: AnthropicFailure,
+    kind: type[LLMError],
+    status: int,
+) -> None:
     fake_claude.fail_next(failure)
     with pytest.raises(LLMError) as info:
         await ask(claude, [Message.user("hi")])
@@ -325,8 +411,9 @@ async def test_claude_failures_are_mapped_and_logged(
 
 async def test_claude_timeout(fake_claude: FakeAnthropic, db: Database) -> None:
     fake_claude.fail_next(AnthropicFailure.slow(3.0))
-    async with AnthropicLLM(api_key=fake_claude.api_key, base_url=fake_claude.base_url, db=db,
-                            timeout=0.3) as llm:  # fmt: skip
+    async with AnthropicLLM(
+        api_key=fake_claude.api_key, base_url=fake_claude.base_url, db=db, timeout=0.3
+    ) as llm:
         with pytest.raises(LLMTimeout) as info:
             await ask(llm, [Message.user("hi")])
     assert info.value.retryable and info.value.__context__ is None
@@ -396,7 +483,7 @@ async def gpt(fake_openai: FakeOpenAI, db: Database) -> AsyncIterator[OpenAIComp
         rates=OAI_RATES,
         timeout=5.0,
     ) as llm:
-        yield llm  # fmt: skip
+        yield llm
 
 
 async def test_openai_text_reply_is_logged_with_cost(
@@ -412,7 +499,11 @@ async def test_openai_text_reply_is_logged_with_cost(
     assert call.params["tools"][0]["function"]["parameters"] == dict(SEARCH.input_schema)
     [row] = await usage_rows(db)
     assert (row["provider"], row["model"], row["input_tokens"], row["output_tokens"]) == (
-        "openai", OAI_MODEL, 1_000, 100)  # fmt: skip
+        "openai",
+        OAI_MODEL,
+        1_000,
+        100,
+    )
     assert row["ok"] is True and row["cost_usd"] == pytest.approx(completion.cost_usd)
 
 
@@ -434,7 +525,10 @@ async def test_openai_ignores_cache_marks_and_records_cached_tokens(
     assert (completion.input_tokens, completion.cache_read_tokens) == (10_000, 8_000)
     [row] = await usage_rows(db)
     assert (row["input_tokens"], row["cache_read_tokens"], row["cache_write_tokens"]) == (
-        10_000, 8_000, 0)  # fmt: skip
+        10_000,
+        8_000,
+        0,
+    )
     assert row["cost_usd"] == pytest.approx((2_000 * 0.15 + 800 * 0.15 + 100 * 0.60) / 1e6)
 
 
@@ -460,9 +554,14 @@ async def test_openai_local_server_style(fake_openai: FakeOpenAI, db: Database) 
     """A dummy key, a provider name, max_completion_tokens, tool calls with finish "stop"."""
     fake_openai.api_key = "unused"
     fake_openai.queue_tool_calls([("search_entries", {"query": "x"})], finish_reason="stop")
-    async with OpenAICompatibleLLM(api_key="unused", base_url=fake_openai.base_url,
-                                   model="local:qwen", db=db, provider="local",
-                                   max_tokens_param="max_completion_tokens") as llm:  # fmt: skip
+    async with OpenAICompatibleLLM(
+        api_key="unused",
+        base_url=fake_openai.base_url,
+        model="local:qwen",
+        db=db,
+        provider="local",
+        max_tokens_param="max_completion_tokens",
+    ) as llm:
         completion = await ask(llm, [Message.user("hi")])
     assert completion.stop_reason == "tool_use"
     assert fake_openai.calls_to(CHAT_COMPLETIONS)[0].params["max_completion_tokens"] == 512
@@ -473,8 +572,9 @@ async def test_openai_local_server_style(fake_openai: FakeOpenAI, db: Database) 
 async def test_openai_broken_tool_arguments_are_an_invalid_response(
     gpt: OpenAICompatibleLLM, fake_openai: FakeOpenAI, db: Database
 ) -> None:
-    fake_openai.queue_tool_calls([("search_entries", '{"query": ')], prompt_tokens=10,
-                                 completion_tokens=5)  # fmt: skip
+    fake_openai.queue_tool_calls(
+        [("search_entries", '{"query": ')], prompt_tokens=10, completion_tokens=5
+    )
     with pytest.raises(LLMInvalidResponse) as info:
         await ask(gpt, [Message.user("hi")])
     assert info.value.retryable and "not a JSON object" in str(info.value)
@@ -484,15 +584,21 @@ async def test_openai_broken_tool_arguments_are_an_invalid_response(
 
 @pytest.mark.parametrize(
     ("failure", "kind", "status"),
-    [(OpenAIFailure.rate_limited(retry_after=4), LLMRateLimited, 429),
-     (OpenAIFailure.insufficient_quota(), LLMRequestError, 429),
-     (OpenAIFailure.overloaded(), LLMUnavailable, 503),
-     (OpenAIFailure.server_error(), LLMUnavailable, 500)],
-)  # fmt: skip
+    [
+        (OpenAIFailure.rate_limited(retry_after=4), LLMRateLimited, 429),
+        (OpenAIFailure.insufficient_quota(), LLMRequestError, 429),
+        (OpenAIFailure.overloaded(), LLMUnavailable, 503),
+        (OpenAIFailure.server_error(), LLMUnavailable, 500),
+    ],
+)
 async def test_openai_failures_are_mapped_and_logged(
-    gpt: OpenAICompatibleLLM, fake_openai: FakeOpenAI, db: Database,
-    failure: OpenAIFailure, kind: type[LLMError], status: int,
-) -> None:  # fmt: skip
+    gpt: OpenAICompatibleLLM,
+    fake_openai: FakeOpenAI,
+    db: Database,
+    failure: OpenAIFailure,
+    kind: type[LLMError],
+    status: int,
+) -> None:
     fake_openai.fail_next(CHAT_COMPLETIONS, failure)
     with pytest.raises(LLMError) as info:
         await ask(gpt, [Message.user("hi")])
@@ -507,13 +613,19 @@ async def test_openai_failures_are_mapped_and_logged(
 
 async def test_openai_timeout_and_wrong_key(fake_openai: FakeOpenAI, db: Database) -> None:
     fake_openai.fail_next(CHAT_COMPLETIONS, OpenAIFailure.slow(3.0))
-    async with OpenAICompatibleLLM(api_key=fake_openai.api_key, base_url=fake_openai.base_url,
-                                   model=OAI_MODEL, db=db, timeout=0.3) as llm:  # fmt: skip
+    async with OpenAICompatibleLLM(
+        api_key=fake_openai.api_key,
+        base_url=fake_openai.base_url,
+        model=OAI_MODEL,
+        db=db,
+        timeout=0.3,
+    ) as llm:
         with pytest.raises(LLMTimeout):
             await ask(llm, [Message.user("hi")])
     wrong = "sk-proj-wrong-0123456789abcdefghijklmnopqrstuvwxyz"
-    async with OpenAICompatibleLLM(api_key=wrong, base_url=fake_openai.base_url,
-                                   model=OAI_MODEL, db=db) as llm:  # fmt: skip
+    async with OpenAICompatibleLLM(
+        api_key=wrong, base_url=fake_openai.base_url, model=OAI_MODEL, db=db
+    ) as llm:
         with pytest.raises(LLMRequestError) as info:
             await ask(llm, [Message.user("hi")])
     assert info.value.status == 401 and wrong not in str(info.value)
@@ -533,10 +645,17 @@ async def post_openai(fake: FakeOpenAI, path: str, body: Any) -> httpx.Response:
 
 
 USER = {"role": "user", "content": "hi"}
-CALL = {"id": "call_1", "type": "function",
-        "function": {"name": "search_entries", "arguments": "{}"}}  # fmt: skip
-TOOLS = [{"type": "function", "function": {"name": "search_entries", "parameters": {
-    "type": "object", "properties": {}}}}]  # fmt: skip
+CALL = {
+    "id": "call_1",
+    "type": "function",
+    "function": {"name": "search_entries", "arguments": "{}"},
+}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {"name": "search_entries", "parameters": {"type": "object", "properties": {}}},
+    }
+]
 
 
 def chat(messages: list[Any] | None = None, **fields: Any) -> dict[str, Any]:
@@ -549,44 +668,87 @@ BAD_CHATS: list[tuple[str, dict[str, Any], str]] = [
     ("empty messages", chat([]), "Invalid 'messages': empty array"),
     ("unknown field", chat(colour="red"), "Unrecognized request argument supplied: colour"),
     ("bad role", chat([{"role": "robot", "content": "x"}]), "Invalid value: 'robot'"),
-    ("tool calls unanswered", chat([USER, {"role": "assistant", "tool_calls": [CALL]}, USER],
-                                   tools=TOOLS),
-     "did not have response messages: call_1"),
-    ("tool calls unanswered at the end",
-     chat([USER, {"role": "assistant", "tool_calls": [CALL]}], tools=TOOLS),
-     "did not have response messages: call_1"),
-    ("tool message without tool_calls",
-     chat([USER, {"role": "tool", "tool_call_id": "call_1", "content": "x"}]),
-     "must be a response to a preceeding message with 'tool_calls'"),
-    ("tool message with an unknown id",
-     chat([USER, {"role": "assistant", "tool_calls": [CALL]},
-           {"role": "tool", "tool_call_id": "call_2", "content": "x"}], tools=TOOLS),
-     "must be a response to a preceeding message"),
-    ("tool message without tool_call_id",
-     chat([USER, {"role": "assistant", "tool_calls": [CALL]},
-           {"role": "tool", "content": "x"}], tools=TOOLS),
-     "Missing required parameter: 'messages[2].tool_call_id'"),
-    ("arguments as an object",
-     chat([USER, {"role": "assistant", "tool_calls": [
-         {**CALL, "function": {"name": "search_entries", "arguments": {}}}]},
-           {"role": "tool", "tool_call_id": "call_1", "content": "x"}], tools=TOOLS),
-     "expected a string, but got an object"),
-    ("assistant with neither content nor calls", chat([USER, {"role": "assistant"}, USER]),
-     "expected a string, got null"),
+    (
+        "tool calls unanswered",
+        chat([USER, {"role": "assistant", "tool_calls": [CALL]}, USER], tools=TOOLS),
+        "did not have response messages: call_1",
+    ),
+    (
+        "tool calls unanswered at the end",
+        chat([USER, {"role": "assistant", "tool_calls": [CALL]}], tools=TOOLS),
+        "did not have response messages: call_1",
+    ),
+    (
+        "tool message without tool_calls",
+        chat([USER, {"role": "tool", "tool_call_id": "call_1", "content": "x"}]),
+        "must be a response to a preceeding message with 'tool_calls'",
+    ),
+    (
+        "tool message with an unknown id",
+        chat(
+            [
+                USER,
+                {"role": "assistant", "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "call_2", "content": "x"},
+            ],
+            tools=TOOLS,
+        ),
+        "must be a response to a preceeding message",
+    ),
+    (
+        "tool message without tool_call_id",
+        chat(
+            [USER, {"role": "assistant", "tool_calls": [CALL]}, {"role": "tool", "content": "x"}],
+            tools=TOOLS,
+        ),
+        "Missing required parameter: 'messages[2].tool_call_id'",
+    ),
+    (
+        "arguments as an object",
+        chat(
+            [
+                USER,
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {**CALL, "function": {"name": "search_entries", "arguments": {}}}
+                    ],
+                },
+                {"role": "tool", "tool_call_id": "call_1", "content": "x"},
+            ],
+            tools=TOOLS,
+        ),
+        "expected a string, but got an object",
+    ),
+    (
+        "assistant with neither content nor calls",
+        chat([USER, {"role": "assistant"}, USER]),
+        "expected a string, got null",
+    ),
     ("empty tools", chat(tools=[]), "Invalid 'tools': empty array"),
     ("tool of another type", chat(tools=[{"type": "retrieval"}]), "Invalid value: 'retrieval'"),
-    ("bad function name", chat(tools=[{"type": "function", "function": {"name": "a b"}}]),
-     "string does not match pattern"),
-    ("function name too long", chat(tools=[{"type": "function", "function": {"name": "x" * 65}}]),
-     "string too long"),
-    ("parameters not an object schema",
-     chat(tools=[{"type": "function", "function": {"name": "a", "parameters": {"type": "array"}}}]),
-     "schema must be a JSON Schema of 'type: \"object\"'"),
+    (
+        "bad function name",
+        chat(tools=[{"type": "function", "function": {"name": "a b"}}]),
+        "string does not match pattern",
+    ),
+    (
+        "function name too long",
+        chat(tools=[{"type": "function", "function": {"name": "x" * 65}}]),
+        "string too long",
+    ),
+    (
+        "parameters not an object schema",
+        chat(
+            tools=[{"type": "function", "function": {"name": "a", "parameters": {"type": "array"}}}]
+        ),
+        "schema must be a JSON Schema of 'type: \"object\"'",
+    ),
     ("both token limits", chat(max_tokens=5, max_completion_tokens=5), "at the same time"),
     ("zero max_tokens", chat(max_tokens=0), "integer below minimum value"),
     ("tool_choice without tools", chat(tool_choice="auto"), "only allowed when 'tools'"),
     ("streaming", chat(stream=True), "streaming is not supported"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("case", "payload", "text"), BAD_CHATS, ids=[c[0] for c in BAD_CHATS])
@@ -603,15 +765,22 @@ async def test_fake_chat_completions_auth_and_valid_chain(fake_openai: FakeOpenA
     async with httpx.AsyncClient(base_url=fake_openai.base_url) as client:
         response = await client.post("/chat/completions", json=chat())
     assert response.status_code == 401
-    chain = chat([USER, {"role": "assistant", "content": None, "tool_calls": [CALL]},
-                  {"role": "tool", "tool_call_id": "call_1", "content": "none"}, USER],
-                 tools=TOOLS)  # fmt: skip
+    chain = chat(
+        [
+            USER,
+            {"role": "assistant", "content": None, "tool_calls": [CALL]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "none"},
+            USER,
+        ],
+        tools=TOOLS,
+    )
     response = await post_openai(fake_openai, "/chat/completions", chain)
     assert response.status_code == 200
     payload = response.json()
     assert payload["object"] == "chat.completion" and payload["choices"][0]["finish_reason"]
     assert payload["usage"]["total_tokens"] == (
-        payload["usage"]["prompt_tokens"] + payload["usage"]["completion_tokens"])  # fmt: skip
+        payload["usage"]["prompt_tokens"] + payload["usage"]["completion_tokens"]
+    )
 
 
 async def test_fake_chat_scripted_tool_must_be_offered(fake_openai: FakeOpenAI) -> None:
@@ -673,19 +842,39 @@ BAD_EMBEDDINGS: list[tuple[str, dict[str, Any], int, str]] = [
     ("empty list", {"model": "text-embedding-3-small", "input": []}, 400, "'$.input' is invalid"),
     ("not strings", {"model": "text-embedding-3-small", "input": [1, 2]}, 400, "is invalid"),
     ("too many", {"model": "text-embedding-3-small", "input": ["a"] * 2049}, 400, "too long"),
-    ("too long", {"model": "text-embedding-3-small", "input": "word " * 7000}, 400,
-     "maximum context length is 8192 tokens"),
+    (
+        "too long",
+        {"model": "text-embedding-3-small", "input": "word " * 7000},
+        400,
+        "maximum context length is 8192 tokens",
+    ),
     ("unknown model", {"model": "text-embedding-4", "input": "a"}, 404, "does not exist"),
     ("missing model", {"input": "a"}, 400, "you must provide a model parameter"),
-    ("dimensions on ada", {"model": "text-embedding-ada-002", "input": "a", "dimensions": 8},
-     400, "does not support specifying dimensions"),
-    ("too many dimensions", {"model": "text-embedding-3-small", "input": "a",
-                             "dimensions": 4096}, 400, "between 1 and 1536"),
-    ("bad format", {"model": "text-embedding-3-small", "input": "a", "encoding_format": "hex"},
-     400, "Supported values are: 'float' and 'base64'"),
-    ("unknown field", {"model": "text-embedding-3-small", "input": "a", "colour": 1}, 400,
-     "Unrecognized request argument"),
-]  # fmt: skip
+    (
+        "dimensions on ada",
+        {"model": "text-embedding-ada-002", "input": "a", "dimensions": 8},
+        400,
+        "does not support specifying dimensions",
+    ),
+    (
+        "too many dimensions",
+        {"model": "text-embedding-3-small", "input": "a", "dimensions": 4096},
+        400,
+        "between 1 and 1536",
+    ),
+    (
+        "bad format",
+        {"model": "text-embedding-3-small", "input": "a", "encoding_format": "hex"},
+        400,
+        "Supported values are: 'float' and 'base64'",
+    ),
+    (
+        "unknown field",
+        {"model": "text-embedding-3-small", "input": "a", "colour": 1},
+        400,
+        "Unrecognized request argument",
+    ),
+]
 
 
 @pytest.mark.parametrize(

@@ -34,9 +34,13 @@ async def usage_rows(db: Database) -> list[dict[str, Any]]:
 async def say_hi(llm: Any) -> str:
     """One real agent call through ``llm`` (64 tokens at most); the answer's text."""
     completion = await llm.complete(
-        system="Be brief.", messages=[Message.user("hi")], tools=[], max_tokens=64,
-        purpose="agent", chat_id=CHAT,
-    )  # fmt: skip
+        system="Be brief.",
+        messages=[Message.user("hi")],
+        tools=[],
+        max_tokens=64,
+        purpose="agent",
+        chat_id=CHAT,
+    )
     return str(completion.text)
 
 
@@ -97,8 +101,10 @@ async def test_the_memory_role_opens_the_memory_model(
     fake_claude: FakeAnthropic, fake_openai: FakeOpenAI, db: Database
 ) -> None:
     claude = {"ANTHROPIC_API_KEY": fake_claude.api_key, "ANTHROPIC_BASE_URL": fake_claude.base_url}
-    for env, expected in (({}, "claude-haiku-4-5"), ({"MEMORY_MODEL": "claude-sonnet-4-5"},
-                                                     "claude-sonnet-4-5")):  # fmt: skip
+    for env, expected in (
+        ({}, "claude-haiku-4-5"),
+        ({"MEMORY_MODEL": "claude-sonnet-4-5"}, "claude-sonnet-4-5"),
+    ):
         settings = load_settings(LLMSettings, {**claude, **env}, dotenv=None)
         async with open_llm(settings, db, role="memory") as llm:
             assert type(llm) is AnthropicLLM and llm.model == expected
@@ -106,13 +112,19 @@ async def test_the_memory_role_opens_the_memory_model(
         async with open_llm(settings, db) as llm:
             assert llm.model == "claude-sonnet-4-6"  # the chat model is unchanged
     assert [r.body["model"] for r in fake_claude.requests] == [
-        "claude-haiku-4-5", "claude-sonnet-4-5"]  # fmt: skip
+        "claude-haiku-4-5",
+        "claude-sonnet-4-5",
+    ]
     settings = load_settings(
         LLMSettings,
-        {"LLM_PROVIDER": "openai", "OPENAI_BASE_URL": fake_openai.base_url,
-         "OPENAI_API_KEY": fake_openai.api_key, "OPENAI_MODEL": "local-qwen"},
+        {
+            "LLM_PROVIDER": "openai",
+            "OPENAI_BASE_URL": fake_openai.base_url,
+            "OPENAI_API_KEY": fake_openai.api_key,
+            "OPENAI_MODEL": "local-qwen",
+        },
         dotenv=None,
-    )  # fmt: skip
+    )
     async with open_llm(settings, db, role="memory") as llm:
         assert type(llm) is OpenAICompatibleLLM and llm.model == "local-qwen"
 

@@ -41,30 +41,61 @@ async def test_cache_tokens_are_stored_priced_and_summed(db: Database) -> None:
     # 100,000 prompt tokens on Sonnet 4.6: 80,000 read from the cache, 15,000 written (5,000
     # of them for an hour), 5,000 uncached
     cost = await log_api_usage(
-        db, provider="anthropic", model="claude-sonnet-4-6", purpose="agent", chat_id=42,
-        input_tokens=100_000, output_tokens=1_000, cache_read_tokens=80_000,
-        cache_write_tokens=15_000, cache_write_1h_tokens=5_000,
-    )  # fmt: skip
+        db,
+        provider="anthropic",
+        model="claude-sonnet-4-6",
+        purpose="agent",
+        chat_id=42,
+        input_tokens=100_000,
+        output_tokens=1_000,
+        cache_read_tokens=80_000,
+        cache_write_tokens=15_000,
+        cache_write_1h_tokens=5_000,
+    )
     billed = 5_000 + 80_000 * 0.1 + 10_000 * 1.25 + 5_000 * 2.0
     assert cost == pytest.approx((billed * 3 + 1_000 * 15) / 1e6)
-    await log_api_usage(db, provider="anthropic", model="claude-sonnet-4-6", purpose="agent",
-                        chat_id=42, input_tokens=2_000, cache_read_tokens=1_500)  # fmt: skip
+    await log_api_usage(
+        db,
+        provider="anthropic",
+        model="claude-sonnet-4-6",
+        purpose="agent",
+        chat_id=42,
+        input_tokens=2_000,
+        cache_read_tokens=1_500,
+    )
     first, second = await rows(db)
     assert (first["input_tokens"], first["cache_read_tokens"], first["cache_write_tokens"]) == (
-        100_000, 80_000, 15_000)  # fmt: skip
+        100_000,
+        80_000,
+        15_000,
+    )
     assert first["cost_usd"] == pytest.approx(cost)
     assert (second["cache_read_tokens"], second["cache_write_tokens"]) == (1_500, 0)
-    summary = await usage_summary(db, since=datetime.now(UTC) - timedelta(hours=1),
-                                  until=datetime.now(UTC) + timedelta(hours=1))  # fmt: skip
+    summary = await usage_summary(
+        db,
+        since=datetime.now(UTC) - timedelta(hours=1),
+        until=datetime.now(UTC) + timedelta(hours=1),
+    )
     agent = summary.by_purpose["agent"]
     assert (agent.input_tokens, agent.cache_read_tokens, agent.cache_write_tokens) == (
-        102_000, 81_500, 15_000)  # fmt: skip
+        102_000,
+        81_500,
+        15_000,
+    )
     assert summary.total.cache_read_tokens == 81_500
     # cached parts larger than the prompt: logged, recorded at zero tokens, never raised
     with structlog.testing.capture_logs() as logs:
-        assert await log_api_usage(db, provider="anthropic", model="claude-sonnet-4-6",
-                                   purpose="agent", input_tokens=10,
-                                   cache_read_tokens=20) == 0.0  # fmt: skip
+        assert (
+            await log_api_usage(
+                db,
+                provider="anthropic",
+                model="claude-sonnet-4-6",
+                purpose="agent",
+                input_tokens=10,
+                cache_read_tokens=20,
+            )
+            == 0.0
+        )
     assert any(e["event"] == "usage.invalid_counts" for e in logs)
     last = (await rows(db))[-1]
     assert (last["input_tokens"], last["cache_read_tokens"]) == (0, 0)

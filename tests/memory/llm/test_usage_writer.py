@@ -19,9 +19,14 @@ async def purposes(db: Database) -> list[str]:
 
 async def log(db: Any, purpose: str, chat_id: int | None = 7) -> float:
     return await log_api_usage(
-        db, provider="anthropic", model="claude-sonnet-4-5", purpose=purpose, chat_id=chat_id,
-        input_tokens=1_000, output_tokens=100,
-    )  # fmt: skip
+        db,
+        provider="anthropic",
+        model="claude-sonnet-4-5",
+        purpose=purpose,
+        chat_id=chat_id,
+        input_tokens=1_000,
+        output_tokens=100,
+    )
 
 
 class CountingDb:
@@ -100,7 +105,7 @@ async def test_a_bad_row_does_not_take_its_batch_down(db: Database) -> None:
                 None,
                 0.0,
                 True,
-            )  # fmt: skip  (a NULL purpose: rejected by the schema)
+            )  # a NULL purpose: rejected by the schema
             await log(writer, "good2")
             counting.gate.set()
     assert await purposes(db) == ["good1", "bad", "good2"]

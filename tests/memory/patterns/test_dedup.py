@@ -67,8 +67,12 @@ async def add_pattern(
     pattern_id: int = await db.fetchval(
         "INSERT INTO patterns (chat_id, content, kind, status, canonical_hash, first_seen, "
         "last_seen) VALUES ($1, $2, $3, $4, $5, now(), now()) RETURNING id",
-        chat_id, content, kind, status, canonical_hash(content),
-    )  # fmt: skip
+        chat_id,
+        content,
+        kind,
+        status,
+        canonical_hash(content),
+    )
     if vector is not None:
         await store_vectors(db, "pattern_embeddings", "pattern_id", [(pattern_id, vector)], model)
     return pattern_id
@@ -78,8 +82,9 @@ async def add_alias(db: Database, pattern_id: int, content: str, vector: np.ndar
     alias_id: int = await db.fetchval(
         "INSERT INTO pattern_aliases (pattern_id, chat_id, content) "
         "SELECT id, chat_id, $2 FROM patterns WHERE id = $1 RETURNING id",
-        pattern_id, content,
-    )  # fmt: skip
+        pattern_id,
+        content,
+    )
     await store_vectors(db, "alias_embeddings", "alias_id", [(alias_id, vector)], MODEL)
     return alias_id
 
@@ -93,8 +98,16 @@ async def decide(
     vector: np.ndarray | None = QUERY,
     chat_id: int = CHAT,
 ) -> tuple[str, int | None, float | None, str]:
-    d = await find_duplicate(db, chat_id=chat_id, content=content, kind=kind, vector=vector,
-                             model=MODEL, thresholds=SEED, adjudicator=adjudicator)  # fmt: skip
+    d = await find_duplicate(
+        db,
+        chat_id=chat_id,
+        content=content,
+        kind=kind,
+        vector=vector,
+        model=MODEL,
+        thresholds=SEED,
+        adjudicator=adjudicator,
+    )
     return d.action, d.pattern_id, d.similarity, d.reason
 
 
@@ -129,16 +142,28 @@ async def test_canonical_hash_hit_reinforces_active_patterns_of_the_chat_only(
     assert (await decide(db, "user loves green tea", judge, vector=None))[0] == "insert"
     active = await add_pattern(db, "User loves green tea.", None)
     assert await decide(db, "  USER loves green tea!! ", judge, vector=None) == (
-        "reinforce", active, 1.0, "same canonical text")  # fmt: skip
+        "reinforce",
+        active,
+        1.0,
+        "same canonical text",
+    )
     assert await decide(db, "user loves green tea", judge, vector=None, chat_id=OTHER) == (
-        "reinforce", other, 1.0, "same canonical text")  # fmt: skip
+        "reinforce",
+        other,
+        1.0,
+        "same canonical text",
+    )
     assert judge.calls == []
 
 
 async def test_no_vector_and_no_hash_match_inserts(db: Database) -> None:
     await add_pattern(db, "User runs every morning", at(0.99))
     assert await decide(db, "User jogs each morning", TinyAdjudicator(), vector=None) == (
-        "insert", None, None, "no vector: canonical hash only")  # fmt: skip
+        "insert",
+        None,
+        None,
+        "no vector: canonical hash only",
+    )
 
 
 # --- tier 2: similarity ------------------------------------------------------------------------
@@ -194,7 +219,9 @@ async def test_at_most_two_adjudications_best_first(db: Database) -> None:
     judge = TinyAdjudicator(DIFFERENT)
     assert (await decide(db, "User has coffee", judge))[:2] == ("insert", None)
     assert [b for _, b, _ in judge.calls] == [
-        "User drinks coffee variant 1", "User drinks coffee variant 2"]  # fmt: skip
+        "User drinks coffee variant 1",
+        "User drinks coffee variant 2",
+    ]
 
 
 async def test_below_the_band_inserts_without_asking(db: Database) -> None:
@@ -213,8 +240,7 @@ async def test_other_chats_and_non_active_patterns_never_match(db: Database) -> 
     await add_pattern(db, "User runs every morning", QUERY, chat_id=OTHER)
     for status in ("merged", "deprecated", "superseded", "disputed"):
         await add_pattern(db, f"User runs every morning ({status})", QUERY, status=status)
-    assert (await decide(db, "User jogs daily", judge))[:3] == (
-        "insert", None, None)  # fmt: skip
+    assert (await decide(db, "User jogs daily", judge))[:3] == ("insert", None, None)
     assert judge.calls == []
     # the same text and vector in the other chat does match there
     action, *_ = await decide(db, "User jogs daily", judge, chat_id=OTHER)
@@ -244,13 +270,16 @@ async def test_adjudicate_through_the_sdk(
     claude: AnthropicLLM, fake_claude: FakeAnthropic, db: Database
 ) -> None:
     judge = LLMAdjudicator(claude)
-    fake_claude.queue_text('Thinking...\n```json\n{"differences": "none", '
-                           '"core_intent_match": true, "merge_decision": true}\n```')  # fmt: skip
+    fake_claude.queue_text(
+        'Thinking...\n```json\n{"differences": "none", '
+        '"core_intent_match": true, "merge_decision": true}\n```'
+    )
     assert await judge("User runs daily", "User <b>jogs</b> every day", CHAT) == SAME
     [request] = fake_claude.answered
     assert request.body["system"] == ADJUDICATION_SYSTEM
     assert '"differences"' in ADJUDICATION_SYSTEM and "First list every difference" in (
-        ADJUDICATION_SYSTEM)  # fmt: skip
+        ADJUDICATION_SYSTEM
+    )
     assert request.messages[0]["content"][0]["text"] == (
         '<statement id="A">User runs daily</statement>\n'
         '<statement id="B">User &lt;b&gt;jogs&lt;/b&gt; every day</statement>'
@@ -286,30 +315,55 @@ async def test_find_duplicate_with_the_llm_adjudicator(
     band = await add_pattern(db, "User drinks coffee every morning", at(0.85))
     verdict = {"differences": "wording only", "core_intent_match": True, "merge_decision": True}
     fake_claude.queue_text(json.dumps(verdict))
-    d = await find_duplicate(db, chat_id=CHAT, content="User has coffee each morning",
-                             kind="behavior", vector=QUERY, model=MODEL, thresholds=SEED,
-                             adjudicator=LLMAdjudicator(claude))  # fmt: skip
+    d = await find_duplicate(
+        db,
+        chat_id=CHAT,
+        content="User has coffee each morning",
+        kind="behavior",
+        vector=QUERY,
+        model=MODEL,
+        thresholds=SEED,
+        adjudicator=LLMAdjudicator(claude),
+    )
     assert (d.action, d.pattern_id) == ("reinforce", band)
     fake_claude.queue_text(json.dumps({**verdict, "merge_decision": False}))
-    d = await find_duplicate(db, chat_id=CHAT, content="User has coffee each morning",
-                             kind="behavior", vector=QUERY, model=MODEL, thresholds=SEED,
-                             adjudicator=LLMAdjudicator(claude))  # fmt: skip
+    d = await find_duplicate(
+        db,
+        chat_id=CHAT,
+        content="User has coffee each morning",
+        kind="behavior",
+        vector=QUERY,
+        model=MODEL,
+        thresholds=SEED,
+        adjudicator=LLMAdjudicator(claude),
+    )
     assert d.action == "insert" and len(fake_claude.answered) == 2
 
 
 async def test_with_the_local_model_and_its_thresholds(db: Database) -> None:
     embedder = LocalEmbedder()
     thresholds = thresholds_for(embedder.model)
-    texts = ["User drinks green tea every morning", "User drinks green tea each morning",
-             "User has a cup of green tea every morning", "User is afraid of flying"]  # fmt: skip
+    texts = [
+        "User drinks green tea every morning",
+        "User drinks green tea each morning",
+        "User has a cup of green tea every morning",
+        "User is afraid of flying",
+    ]
     vectors = await embedder.embed(texts, purpose="test")
     stored = await add_pattern(db, texts[0], vectors[0], model=embedder.model)
     judge = TinyAdjudicator(SAME)
 
     async def run(i: int) -> tuple[str, int | None]:
-        d = await find_duplicate(db, chat_id=CHAT, content=texts[i], kind="behavior",
-                                 vector=vectors[i], model=embedder.model, thresholds=thresholds,
-                                 adjudicator=judge)  # fmt: skip
+        d = await find_duplicate(
+            db,
+            chat_id=CHAT,
+            content=texts[i],
+            kind="behavior",
+            vector=vectors[i],
+            model=embedder.model,
+            thresholds=thresholds,
+            adjudicator=judge,
+        )
         return d.action, d.pattern_id
 
     assert await run(1) == ("reinforce", stored) and judge.calls == []  # near-identical wording

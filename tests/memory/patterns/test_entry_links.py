@@ -110,10 +110,13 @@ async def links(db: Database) -> dict[tuple[int, str], tuple[str, float, int, da
     )
     return {
         (r["pattern_id"], r["entry_uuid"]): (
-            r["source"], r["confidence"], r["times_linked"], r["last_linked_at"]
+            r["source"],
+            r["confidence"],
+            r["times_linked"],
+            r["last_linked_at"],
         )
         for r in rows
-    }  # fmt: skip
+    }
 
 
 async def test_tool_loop_links_insert_then_bump(db: Database) -> None:

@@ -83,35 +83,57 @@ async def test_negation_or_operators_never_widen_the_messages_matched(db: Databa
 async def add_message(
     db: Queries, chat: int, role: str, text: str, *, calls: object = None, answers: str = ""
 ) -> int:
-    return int(await db.fetchval(
-        "INSERT INTO chat_messages (chat_id, role, content, tool_calls, tool_call_id, tool_name) "
-        "VALUES ($1, $2, $3, $4::jsonb, NULLIF($5, ''), CASE WHEN $5 <> '' THEN 'recall' END) "
-        "RETURNING id",
-        chat, role, text, None if calls is None else json.dumps(calls), answers,
-    ))  # fmt: skip
+    return int(
+        await db.fetchval(
+            "INSERT INTO chat_messages"
+            " (chat_id, role, content, tool_calls, tool_call_id, tool_name) "
+            "VALUES ($1, $2, $3, $4::jsonb, NULLIF($5, ''), CASE WHEN $5 <> '' THEN 'recall' END) "
+            "RETURNING id",
+            chat,
+            role,
+            text,
+            None if calls is None else json.dumps(calls),
+            answers,
+        )
+    )
 
 
 async def add_pattern(db: Queries, chat: int, content: str, *, status: str = "active") -> int:
-    pid = int(await db.fetchval(
-        "INSERT INTO patterns (chat_id, content, canonical_hash, first_seen, last_seen, status) "
-        "VALUES ($1, $2, md5($2), now(), now(), $3) RETURNING id", chat, content, status,
-    ))  # fmt: skip
+    pid = int(
+        await db.fetchval(
+            "INSERT INTO patterns"
+            " (chat_id, content, canonical_hash, first_seen, last_seen, status) "
+            "VALUES ($1, $2, md5($2), now(), now(), $3) RETURNING id",
+            chat,
+            content,
+            status,
+        )
+    )
     await db.execute(
         "INSERT INTO pattern_observations (pattern_id, chat_id, evidence) VALUES ($1, $2, $3)",
-        pid, chat, f"I said: {content}",
-    )  # fmt: skip
+        pid,
+        chat,
+        f"I said: {content}",
+    )
     await db.execute(
         "INSERT INTO pattern_embeddings (pattern_id, model, chat_id, dims, embedding) "
-        "VALUES ($1, 'test', $2, 2, '[0.1, 0.2]')", pid, chat,
-    )  # fmt: skip
+        "VALUES ($1, 'test', $2, 2, '[0.1, 0.2]')",
+        pid,
+        chat,
+    )
     alias = await db.fetchval(
         "INSERT INTO pattern_aliases (pattern_id, chat_id, content) VALUES ($1, $2, $3) "
-        "RETURNING id", pid, chat, f"also: {content}",
-    )  # fmt: skip
+        "RETURNING id",
+        pid,
+        chat,
+        f"also: {content}",
+    )
     await db.execute(
         "INSERT INTO alias_embeddings (alias_id, model, chat_id, dims, embedding) "
-        "VALUES ($1, 'test', $2, 2, '[0.3, 0.4]')", alias, chat,
-    )  # fmt: skip
+        "VALUES ($1, 'test', $2, 2, '[0.3, 0.4]')",
+        alias,
+        chat,
+    )
     return pid
 
 
@@ -127,19 +149,28 @@ async def seed(db: Database) -> dict[str, int]:
     await db.execute(
         "INSERT INTO pattern_audit (chat_id, pattern_id, action, old_status, new_status, reason, "
         "actor, other_pattern_id) VALUES ($1, $2, 'merge', 'active', 'merged', $3, 'merge_job', "
-        "$4)", CHAT, ids["merged"], f"same thing: {WORD} confusion", ids["topic"],
-    )  # fmt: skip
+        "$4)",
+        CHAT,
+        ids["merged"],
+        f"same thing: {WORD} confusion",
+        ids["topic"],
+    )
     await db.execute(
         "INSERT INTO pattern_relations (chat_id, from_pattern_id, to_pattern_id, relation) "
-        "VALUES ($1, $2, $3, 'supports')", CHAT, ids["topic"], ids["hiking"],
-    )  # fmt: skip
+        "VALUES ($1, $2, $3, 'supports')",
+        CHAT,
+        ids["topic"],
+        ids["hiking"],
+    )
     await db.execute(
         "INSERT INTO pattern_entries (pattern_id, entry_uuid, chat_id) VALUES ($1, 'E1', $2)",
-        ids["topic"], CHAT,
-    )  # fmt: skip
+        ids["topic"],
+        CHAT,
+    )
     await add_message(db, CHAT, "user", f"My {WORD} login failed again")
-    await add_message(db, CHAT, "assistant", "", calls=[
-        {"id": "t1", "name": "recall", "input": {"query": WORD}}])  # fmt: skip
+    await add_message(
+        db, CHAT, "assistant", "", calls=[{"id": "t1", "name": "recall", "input": {"query": WORD}}]
+    )
     await add_message(db, CHAT, "tool_result", "[no memories]", answers="t1")
     await add_message(db, CHAT, "tool_result", f'{{"content": "{WORD} again"}}', answers="t9")
     await add_message(db, CHAT, "assistant", f"Sorry about {WORD}.")
@@ -147,18 +178,34 @@ async def seed(db: Database) -> dict[str, int]:
     ids["their_message"] = await add_message(db, OTHER, "user", f"{WORD} in the other chat")
     episode = await db.fetchval(
         "INSERT INTO episodes (chat_id, summary, started_at, ended_at, message_count) "
-        "VALUES ($1, $2, now(), now(), 3) RETURNING id", CHAT, f"They talked about {WORD}",
-    )  # fmt: skip
+        "VALUES ($1, $2, now(), now(), 3) RETURNING id",
+        CHAT,
+        f"They talked about {WORD}",
+    )
     await db.execute(
         "INSERT INTO episode_embeddings (episode_id, model, chat_id, dims, embedding) "
-        "VALUES ($1, 'test', $2, 2, '[0.5, 0.6]')", episode, CHAT,
-    )  # fmt: skip
-    for n, (kind, payload) in enumerate([
-        ("message", {"message": {"chat": {"id": CHAT}, "text": f"My {WORD} login failed"}}),
-        ("message", {"message": {"chat": {"id": CHAT}, "text": f"/forget {WORD}"}}),
-        ("callback_query", {"callback_query": {"data": "tok", "message": {
-            "message_id": 77, "text": "Memories:\n1. User finds Zeph… (#1)"}}}),
-    ]):  # fmt: skip
+        "VALUES ($1, 'test', $2, 2, '[0.5, 0.6]')",
+        episode,
+        CHAT,
+    )
+    for n, (kind, payload) in enumerate(
+        [
+            ("message", {"message": {"chat": {"id": CHAT}, "text": f"My {WORD} login failed"}}),
+            ("message", {"message": {"chat": {"id": CHAT}, "text": f"/forget {WORD}"}}),
+            (
+                "callback_query",
+                {
+                    "callback_query": {
+                        "data": "tok",
+                        "message": {
+                            "message_id": 77,
+                            "text": "Memories:\n1. User finds Zeph… (#1)",
+                        },
+                    }
+                },
+            ),
+        ]
+    ):
         row = await inbox.insert_update(db, f"update:{n}", n, CHAT, kind, payload)
         assert row is not None
         await inbox.mark_done(db, [row])
@@ -166,22 +213,32 @@ async def seed(db: Database) -> dict[str, int]:
         "INSERT INTO outbox (chat_id, text, status, telegram_message_ids, reply_markup) VALUES "
         "($1, $2, 'sent', '{70}', NULL), ($1, 'Memories:\n1. User finds Zeph… (#1)', 'sent', "
         "'{77}', $3::jsonb)",
-        CHAT, f"Sorry about {WORD}.",
-        json.dumps({"inline_keyboard": [[{"text": "Forget 1: User finds Zeph…",
-                                          "callback_data": "tok"}]]}),
-    )  # fmt: skip
+        CHAT,
+        f"Sorry about {WORD}.",
+        json.dumps(
+            {"inline_keyboard": [[{"text": "Forget 1: User finds Zeph…", "callback_data": "tok"}]]}
+        ),
+    )
     return ids
 
 
 async def test_forgetting_a_topic_leaves_its_text_in_no_table(db: Database) -> None:
     ids = await seed(db)
     assert set(await rows_containing(db, [WORD])) >= {
-        "patterns", "pattern_observations", "pattern_aliases", "pattern_audit", "chat_messages",
-        "episodes", "inbox", "outbox"}  # fmt: skip
+        "patterns",
+        "pattern_observations",
+        "pattern_aliases",
+        "pattern_audit",
+        "chat_messages",
+        "episodes",
+        "inbox",
+        "outbox",
+    }
     assert await count_messages_mentioning(db, CHAT, WORD) == Mentions(2, 1)
     async with db.transaction() as conn:
-        done = await forget_patterns(conn, CHAT, [ids["topic"]], reason=FORGOTTEN_BY_PERSON,
-                                     actor="person")  # fmt: skip
+        done = await forget_patterns(
+            conn, CHAT, [ids["topic"]], reason=FORGOTTEN_BY_PERSON, actor="person"
+        )
         assert [f.outcome for f in done] == ["forgotten"]
         assert await delete_messages_mentioning(conn, CHAT, WORD) == Mentions(2, 1)
         await scrub_flow_copies(conn, CHAT, 77)
@@ -196,33 +253,44 @@ async def test_forgetting_a_topic_leaves_its_text_in_no_table(db: Database) -> N
     assert await db.fetchval("SELECT count(*) FROM patterns WHERE chat_id = $1", OTHER) == 1
     # what was derived from the forgotten patterns went with them, vectors included
     gone = [ids["topic"], ids["merged"]]
-    for table, col in [("pattern_embeddings", "pattern_id"), ("pattern_observations",
-                       "pattern_id"), ("pattern_aliases", "pattern_id"),
-                       ("pattern_entries", "pattern_id"), ("pattern_relations",
-                       "from_pattern_id")]:  # fmt: skip
+    for table, col in [
+        ("pattern_embeddings", "pattern_id"),
+        ("pattern_observations", "pattern_id"),
+        ("pattern_aliases", "pattern_id"),
+        ("pattern_entries", "pattern_id"),
+        ("pattern_relations", "from_pattern_id"),
+    ]:
         assert await db.fetchval(f"SELECT count(*) FROM {table} WHERE {col} = ANY($1)", gone) == 0
     assert await db.fetchval("SELECT count(*) FROM alias_embeddings WHERE chat_id = $1", CHAT) == 1
     assert await db.fetchval("SELECT count(*) FROM episode_embeddings") == 0
     # the audit rows stay (id, action, who, when, why), with no text
-    audit = await db.fetch("SELECT pattern_id, action, reason, actor FROM pattern_audit "
-                           "WHERE chat_id = $1 ORDER BY id", CHAT)  # fmt: skip
+    audit = await db.fetch(
+        "SELECT pattern_id, action, reason, actor FROM pattern_audit "
+        "WHERE chat_id = $1 ORDER BY id",
+        CHAT,
+    )
     assert [(r["pattern_id"], r["action"], r["reason"], r["actor"]) for r in audit] == [
         (ids["merged"], "merge", REASON_GONE, "merge_job"),
-        (ids["topic"], "forget", FORGOTTEN_BY_PERSON, "person")]  # fmt: skip
+        (ids["topic"], "forget", FORGOTTEN_BY_PERSON, "person"),
+    ]
     # the rest of the chat is kept: the unrelated pattern, message, and the rows' keys
     left = await db.fetch("SELECT id, role FROM chat_messages WHERE chat_id = $1", CHAT)
     assert [r["id"] for r in left] == [ids["weather"]]  # the call's result went with the call
     assert await db.fetchval("SELECT status FROM patterns WHERE id = $1", ids["hiking"]) == "active"
     keys = await db.fetch("SELECT update_key, payload FROM inbox ORDER BY id")
     assert [(r["update_key"], json.loads(r["payload"])) for r in keys] == [
-        ("update:0", {}), ("update:1", {}), ("update:2", {})]  # fmt: skip
+        ("update:0", {}),
+        ("update:1", {}),
+        ("update:2", {}),
+    ]
     assert await inbox.insert_update(db, "update:0", 0, CHAT, "message", {"x": 1}) is None
 
 
 async def test_pending_rows_keep_their_text(db: Database) -> None:
     """A row not yet handled or sent is newer than the request: it is left to do its work."""
-    row = await inbox.insert_update(db, "update:9", 9, CHAT, "message",
-                                    {"message": {"text": f"{WORD} again"}})  # fmt: skip
+    row = await inbox.insert_update(
+        db, "update:9", 9, CHAT, "message", {"message": {"text": f"{WORD} again"}}
+    )
     await db.execute("INSERT INTO outbox (chat_id, text) VALUES ($1, $2)", CHAT, f"{WORD}!")
     await delete_messages_mentioning(db, CHAT, WORD)
     assert await rows_containing(db, [WORD]) == {"inbox": 1, "outbox": 1}
@@ -232,23 +300,35 @@ async def test_pending_rows_keep_their_text(db: Database) -> None:
 async def test_retention_drops_the_queues_text_and_keeps_the_keys(db: Database) -> None:
     now = datetime.now(UTC)
     old, recent = now - timedelta(days=8), now - timedelta(days=6)
-    for key, status, at in [("u:old", "done", old), ("u:new", "done", recent),
-                            ("u:open", "pending", old)]:  # fmt: skip
+    for key, status, at in [
+        ("u:old", "done", old),
+        ("u:new", "done", recent),
+        ("u:open", "pending", old),
+    ]:
         await db.execute(
             "INSERT INTO inbox (update_key, chat_id, kind, payload, status, received_at) "
-            "VALUES ($1, $2, 'message', '{\"message\": {\"text\": \"secret words\"}}', $3, $4)",
-            key, CHAT, status, at,
-        )  # fmt: skip
+            'VALUES ($1, $2, \'message\', \'{"message": {"text": "secret words"}}\', $3, $4)',
+            key,
+            CHAT,
+            status,
+            at,
+        )
     for status, at in [("sent", old), ("sent", recent), ("pending", old)]:
         await db.execute(
             "INSERT INTO outbox (chat_id, text, status, created_at, reply_markup) "
-            "VALUES ($1, 'secret words', $2, $3, '{\"inline_keyboard\": []}')", CHAT, status, at,
-        )  # fmt: skip
+            "VALUES ($1, 'secret words', $2, $3, '{\"inline_keyboard\": []}')",
+            CHAT,
+            status,
+            at,
+        )
     for n, at in enumerate([old, recent]):
         await db.execute(
             "INSERT INTO held_updates (chat_id, update_key, kind, payload, received_at) "
-            "VALUES ($1, $2, 'message', '{\"text\": \"secret words\"}', $3)", 9, f"h{n}", at,
-        )  # fmt: skip
+            "VALUES ($1, $2, 'message', '{\"text\": \"secret words\"}', $3)",
+            9,
+            f"h{n}",
+            at,
+        )
     assert await scrub_queues(db, 0) == 0  # 0 days: kept forever
     assert await scrub_queues(db, 7) == 3
     assert await scrub_queues(db, 7) == 0
@@ -261,8 +341,11 @@ async def test_retention_drops_the_queues_text_and_keeps_the_keys(db: Database) 
         ("u:open", False),
     ]
     out = await db.fetch("SELECT text, reply_markup IS NULL AS bare FROM outbox ORDER BY id")
-    assert [(r["text"], r["bare"]) for r in out] == [("", True), ("secret words", False),
-                                       ("secret words", False)]  # fmt: skip
+    assert [(r["text"], r["bare"]) for r in out] == [
+        ("", True),
+        ("secret words", False),
+        ("secret words", False),
+    ]
     assert await db.fetchval("SELECT array_agg(update_key) FROM held_updates") == ["h1"]
     assert await inbox.insert_update(db, "u:old", None, CHAT, "message", {"x": 1}) is None
 

@@ -26,8 +26,10 @@ async def _patterns(db: Database, chat_id: int, vectors: np.ndarray) -> None:
         " SELECT $1::bigint, 'p ' || i, $1::bigint || '-' || i, $2, $2"
         " FROM generate_series(1, $3::int) i"
         " RETURNING id",
-        chat_id, NOW, len(vectors),
-    )  # fmt: skip
+        chat_id,
+        NOW,
+        len(vectors),
+    )
     await db.copy_records(
         "pattern_embeddings",
         [(r["id"], MODEL, chat_id, DIMS, v) for r, v in zip(rows, vectors, strict=True)],
@@ -46,10 +48,14 @@ async def test_job_indexes_the_small_share_chat_once(db: Database) -> None:
     job = ChatIndexJob(db, model=MODEL, dims=DIMS, interval=3600, **LIMITS)
     assert await job.run_once() == [SMALL]
     assert await job.run_once() == []
-    names = [r["indexname"] for r in await db.fetch(
-        "SELECT indexname FROM pg_indexes WHERE tablename = 'pattern_embeddings'"
-        " AND indexdef LIKE '%chat_id = ' || $1 || '%'", str(SMALL),
-    )]  # fmt: skip
+    names = [
+        r["indexname"]
+        for r in await db.fetch(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'pattern_embeddings'"
+            " AND indexdef LIKE '%chat_id = ' || $1 || '%'",
+            str(SMALL),
+        )
+    ]
     assert len(names) == 1
 
 

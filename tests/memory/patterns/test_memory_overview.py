@@ -23,7 +23,10 @@ from runtime.words import count, plural
 def test_count_is_singular_for_exactly_one() -> None:
     assert count(1, "model call") == "1 model call"
     assert [count(n, "model call") for n in (0, 2, 11)] == [
-        "0 model calls", "2 model calls", "11 model calls"]  # fmt: skip
+        "0 model calls",
+        "2 model calls",
+        "11 model calls",
+    ]
     assert count(1, "summary") == "1 summary" and count(2, "summary") == "2 summaries"
     assert count(3, "reply") == "3 replies" and count(3, "day") == "3 days"
     assert count(2, "match") == "2 matches" and count(2, "box") == "2 boxes"
@@ -39,8 +42,11 @@ async def test_every_active_memory_counted_is_shown_once(db: Database) -> None:
     for kind, core in itertools.product(KINDS, (False, True)):
         days = (today - timedelta(days=3), today + timedelta(days=3)) if kind == "event" else [None]
         for day in days:
-            ids.add(await add_pattern(db, None, f"{kind} {core} {day}", kind=kind, core=core,
-                                      occurs_on=day))  # fmt: skip
+            ids.add(
+                await add_pattern(
+                    db, None, f"{kind} {core} {day}", kind=kind, core=core, occurs_on=day
+                )
+            )
     for status in ("deprecated", "superseded", "disputed", "merged"):
         await add_pattern(db, None, f"a {status} belief", kind="belief", status=status)
     await add_pattern(db, None, "another chat's belief", kind="belief", chat=OTHER)
@@ -73,16 +79,18 @@ async def test_counts_of_one_read_singular(db: Database, local: LocalEmbedder) -
     await db.execute(
         "INSERT INTO api_usage (chat_id, provider, model, purpose, cost_usd, created_at) "
         "VALUES ($1, 'anthropic', 'claude-sonnet-4-6', 'agent', 0.25, $2)",
-        CHAT, NOW - timedelta(minutes=5),
-    )  # fmt: skip
+        CHAT,
+        NOW - timedelta(minutes=5),
+    )
     stats = await stats_text(s, CHAT, NOW)
     assert "(1 model call)" in stats and "model calls" not in stats
     await add_messages(db, [("user", "hi")])
     await db.execute(
         "INSERT INTO episodes (chat_id, summary, started_at, ended_at, message_count) "
         "VALUES ($1, 'Talked.', $2, $2, 1)",
-        CHAT, NOW - timedelta(days=5),
-    )  # fmt: skip
+        CHAT,
+        NOW - timedelta(days=5),
+    )
     summary = await summary_text(s, CHAT)
     assert "(1 message):" in summary and "In view now: 1 message, since " in summary
     lines = (await profile(s, CommandCall(CHAT, "memory", "", now=NOW))).text.splitlines()

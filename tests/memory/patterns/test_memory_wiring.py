@@ -40,10 +40,14 @@ async def wired_agent(
     async with AnthropicLLM(api_key=fake.api_key, base_url=fake.base_url, db=db) as llm:
         thresholds = thresholds_for(embedder.model)
         yield sql_agent(
-            db, llm, timezone=TZ, clock=lambda: NOW, embedder=embedder,
+            db,
+            llm,
+            timezone=TZ,
+            clock=lambda: NOW,
+            embedder=embedder,
             retriever=SqlPatternRetriever(db, embedder, thresholds),
             extra_tools=memory_tools(LLMAdjudicator(llm), thresholds=thresholds),
-        )  # fmt: skip
+        )
 
 
 async def remember(db: Database, embedder: LocalEmbedder, chat_id: int, content: str) -> int:
@@ -77,8 +81,9 @@ async def test_turn_prompt_holds_this_chats_patterns_only(
 async def test_remember_tool_stores_in_the_turns_chat(
     db: Database, fake_claude: FakeAnthropic, embedder: LocalEmbedder
 ) -> None:
-    fake_claude.queue_tool_use("remember", {"fact": "User is training for a marathon in May",
-                                            "kind": "goal"})  # fmt: skip
+    fake_claude.queue_tool_use(
+        "remember", {"fact": "User is training for a marathon in May", "kind": "goal"}
+    )
     fake_claude.queue_text("Noted, good luck with the marathon.")
     async with wired_agent(db, fake_claude, embedder) as agent:
         await agent.run_turn(turn("Remember that I'm training for the May marathon"))
@@ -95,8 +100,12 @@ async def test_an_opened_entry_becomes_a_tool_loop_link(
     await db.execute(
         "INSERT INTO entries (uuid, created_at, timezone, text, chat_id)"
         " VALUES ($1, $2, $3, $4, $5)",
-        "entry-river", datetime(2025, 2, 23, 8, tzinfo=UTC), TZ, "Sunday river run, 10 km.", CHAT,
-    )  # fmt: skip
+        "entry-river",
+        datetime(2025, 2, 23, 8, tzinfo=UTC),
+        TZ,
+        "Sunday river run, 10 km.",
+        CHAT,
+    )
     fake_claude.queue_tool_use("get_entry", {"uuid": "entry-river"})
     fake_claude.queue_text("Your Sunday river run was 10 km.")
     async with wired_agent(db, fake_claude, embedder) as agent:

@@ -33,16 +33,30 @@ CHAT, OTHER = 4401, 4402
 
 
 async def add(
-    db: Database, content: str, *, chat: int = CHAT, kind: str = "belief", strength: float = 1.0,
-    confidence: float = 0.8, times_seen: int = 1, last_seen: datetime | None = None,
-) -> int:  # fmt: skip
+    db: Database,
+    content: str,
+    *,
+    chat: int = CHAT,
+    kind: str = "belief",
+    strength: float = 1.0,
+    confidence: float = 0.8,
+    times_seen: int = 1,
+    last_seen: datetime | None = None,
+) -> int:
     seen = last_seen or NOW - timedelta(days=3)
     pid: int = await db.fetchval(
         "INSERT INTO patterns (chat_id, content, kind, confidence, strength, times_seen, "
         "canonical_hash, first_seen, last_seen) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) "
         "RETURNING id",
-        chat, content, kind, confidence, strength, times_seen, canonical_hash(content), seen,
-    )  # fmt: skip
+        chat,
+        content,
+        kind,
+        confidence,
+        strength,
+        times_seen,
+        canonical_hash(content),
+        seen,
+    )
     return pid
 
 
@@ -92,8 +106,9 @@ async def test_a_failed_transaction_leaves_neither_change_nor_row(db: Database) 
     pid = await add(db, "User works nights")
     with pytest.raises(RuntimeError):
         async with db.transaction() as conn:
-            done = await change_status(conn, CHAT, pid, "deprecated", action="forget",
-                                       actor="person", reason="x")  # fmt: skip
+            done = await change_status(
+                conn, CHAT, pid, "deprecated", action="forget", actor="person", reason="x"
+            )
             assert done is not None and done.changed
             raise RuntimeError("rolled back")
     assert await status(db, pid) == "active" and await audit_rows(db, pid) == []
@@ -153,9 +168,16 @@ async def test_pins_are_audited_once(db: Database) -> None:
     # the extractor's core claim is audited as compaction's pin
     evidence = Evidence(text="I am a Buddhist", roles=("user",), confidence=0.95)
     async with db.transaction() as conn:
-        core = await insert_pattern(conn, chat_id=CHAT, content="User is a Buddhist", kind="belief",
-                                    confidence=0.95, evidence=evidence, vectors=Vectors("m"),
-                                    core=True)  # fmt: skip
+        core = await insert_pattern(
+            conn,
+            chat_id=CHAT,
+            content="User is a Buddhist",
+            kind="belief",
+            confidence=0.95,
+            evidence=evidence,
+            vectors=Vectors("m"),
+            core=True,
+        )
     assert [(r[0], r[4]) for r in await audit_rows(db, core)] == [("pin", "compaction")]
 
 
@@ -180,8 +202,16 @@ async def test_ttl_expiry_deprecates_stale_weak_patterns(db: Database) -> None:
 
 async def test_a_chat_over_its_pattern_cap_loses_its_weakest_audited(db: Database) -> None:
     strong = [await add(db, f"User fact {n}", confidence=0.9, strength=3.0) for n in range(6)]
-    weak = [await add(db, f"User guess {n}", confidence=0.2 + 0.01 * n, strength=0.1,
-                      last_seen=NOW - timedelta(days=60)) for n in range(3)]  # fmt: skip
+    weak = [
+        await add(
+            db,
+            f"User guess {n}",
+            confidence=0.2 + 0.01 * n,
+            strength=0.1,
+            last_seen=NOW - timedelta(days=60),
+        )
+        for n in range(3)
+    ]
     pinned_weak = await add(db, "User tenet", confidence=0.1, strength=0.0)
     await pin_pattern(db, CHAT, pinned_weak, True, actor="person")
     gone = await add(db, "User old", confidence=0.1)
@@ -207,23 +237,26 @@ async def test_a_chat_over_its_pattern_cap_loses_its_weakest_audited(db: Databas
 async def test_link_memories_records_a_stated_relation(db: Database) -> None:
     a, b = await add(db, "User sleeps badly"), await add(db, "User drinks coffee late")
     foreign = await add(db, "User drinks coffee late", chat=OTHER)
-    body, err = await call("link_memories", {"from_id": b, "to_id": foreign, "relation": "causes"},
-                           ctx(db))  # fmt: skip
+    body, err = await call(
+        "link_memories", {"from_id": b, "to_id": foreign, "relation": "causes"}, ctx(db)
+    )
     assert err and body["error"] == f"memory #{foreign} not found"
-    body, err = await call("link_memories", {"from_id": b, "to_id": a, "relation": "causes"},
-                           ctx(db))  # fmt: skip
+    body, err = await call(
+        "link_memories", {"from_id": b, "to_id": a, "relation": "causes"}, ctx(db)
+    )
     assert not err and body == {"from_id": b, "to_id": a, "relation": "causes", "linked": True}
-    rel = await db.fetch("SELECT from_pattern_id, to_pattern_id, relation, chat_id "
-                         "FROM pattern_relations")  # fmt: skip
+    rel = await db.fetch(
+        "SELECT from_pattern_id, to_pattern_id, relation, chat_id FROM pattern_relations"
+    )
     assert [tuple(r) for r in rel] == [(b, a, "causes", CHAT)]
-    body, err = await call("link_memories", {"from_id": b, "to_id": a, "relation": "likes"},
-                           ctx(db))  # fmt: skip
+    body, err = await call(
+        "link_memories", {"from_id": b, "to_id": a, "relation": "likes"}, ctx(db)
+    )
     assert err and body["field"] == "relation"
     newer = await add(db, "User sleeps well since May")
     assert await link_patterns(db, CHAT, newer, a, "supersedes", actor="person") == ""
     assert await status(db, a) == "superseded"
-    assert [(r[0], r[4], r[5]) for r in await audit_rows(db, a)] == [
-        ("supersede", "person", newer)]  # fmt: skip
+    assert [(r[0], r[4], r[5]) for r in await audit_rows(db, a)] == [("supersede", "person", newer)]
 
 
 async def test_counts_by_status_follow_every_change(db: Database) -> None:

@@ -48,14 +48,15 @@ def item(pid: int, kind: str, content: str, rank: float = 1.0, **kw: Any) -> Pro
 def test_groups_order_and_lines() -> None:
     items = (
         item(1, "goal", "User wants to run a marathon", 2.0),
-        item(2, "event", "User has a team offsite", occurs_on=date(2025, 3, 7),
-             occurs_at=time(9, 30)),
+        item(
+            2, "event", "User has a team offsite", occurs_on=date(2025, 3, 7), occurs_at=time(9, 30)
+        ),
         item(3, "preference", "User wants concise answers with bullet points", 1.0),
         item(4, "fact", "User works as a Solution Architect at GovTech", 3.0),
         item(5, "preference", "User prefers tea over coffee", 4.0),
         item(6, "belief", "User values honesty above comfort", 0.5, core=True),
         item(7, "event", "User has a dentist appointment", occurs_on=date(2025, 3, 3)),
-    )  # fmt: skip
+    )
     text = Profile(items, TODAY).text
     assert text.splitlines() == [
         GROUPS["core"],
@@ -74,7 +75,12 @@ def test_groups_order_and_lines() -> None:
     assert Profile((), TODAY).text == ""
     assert items[1].line(None) == "- Fri 7 Mar 2025, 09:30: User has a team offsite (id 2)"
     assert [days_away(TODAY + timedelta(days=n), TODAY) for n in (-3, -1, 0, 1, 14)] == [
-        "3 days ago", "yesterday", "today", "tomorrow", "in 14 days"]  # fmt: skip
+        "3 days ago",
+        "yesterday",
+        "today",
+        "tomorrow",
+        "in 14 days",
+    ]
 
 
 def cost(lines: list[str]) -> int:
@@ -88,8 +94,7 @@ def test_the_budget_takes_core_then_events_then_the_best_ranked() -> None:
     everything = [*pool, event, core]
     assert set(within_budget(everything, 10_000, TODAY)) == set(everything)
     # room for core, the event and three pool lines (with their group headers)
-    head = [GROUPS["core"], core.line(TODAY), GROUPS["event"], event.line(TODAY),
-            GROUPS["fact"]]  # fmt: skip
+    head = [GROUPS["core"], core.line(TODAY), GROUPS["event"], event.line(TODAY), GROUPS["fact"]]
     budget = cost(head) + 3 * estimate_tokens(pool[9].line(TODAY) + "\n")
     taken = within_budget(everything, budget, TODAY)
     assert [i.id for i in taken] == [1, 2, 19, 18, 17]  # the weakest core tenet comes first
@@ -120,12 +125,23 @@ async def add(
     days_ago: float = 0.0,
 ) -> int:
     seen = NOW - timedelta(days=days_ago)
-    return int(await db.fetchval(
-        "INSERT INTO patterns (chat_id, content, kind, status, strength, confidence,"
-        " is_core_tenet, occurs_on, occurs_at, canonical_hash, first_seen, last_seen)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, md5($2), $10, $10) RETURNING id",
-        chat_id, content, kind, status, strength, confidence, core, occurs_on, occurs_at, seen,
-    ))  # fmt: skip
+    return int(
+        await db.fetchval(
+            "INSERT INTO patterns (chat_id, content, kind, status, strength, confidence,"
+            " is_core_tenet, occurs_on, occurs_at, canonical_hash, first_seen, last_seen)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, md5($2), $10, $10) RETURNING id",
+            chat_id,
+            content,
+            kind,
+            status,
+            strength,
+            confidence,
+            core,
+            occurs_on,
+            occurs_at,
+            seen,
+        )
+    )
 
 
 async def profile_of(db: Database, chat_id: int = CHAT, **kw: Any) -> Profile:
@@ -137,10 +153,18 @@ async def test_the_profile_holds_what_belongs_in_it(db: Database) -> None:
     job = await add(db, "User works as a Solution Architect at GovTech", strength=3)
     style = await add(db, "User wants concise answers with bullet points", "preference")
     goal = await add(db, "User wants to launch the SingPass integration", "goal")
-    tenet = await add(db, "User values honesty above comfort", "belief", core=True,
-                      strength=0.1, confidence=0.3, days_ago=4000)  # fmt: skip
-    today = await add(db, "User has a dentist appointment", "event", occurs_on=TODAY,
-                      occurs_at=time(16, 0))  # fmt: skip
+    tenet = await add(
+        db,
+        "User values honesty above comfort",
+        "belief",
+        core=True,
+        strength=0.1,
+        confidence=0.3,
+        days_ago=4000,
+    )
+    today = await add(
+        db, "User has a dentist appointment", "event", occurs_on=TODAY, occurs_at=time(16, 0)
+    )
     last = await add(db, "User has a team offsite", "event", occurs_on=TODAY + timedelta(days=14))
     # not in it: other kinds, past or far events, dead or disputed patterns, another chat's
     await add(db, "User runs on Sundays", "behavior", strength=20, confidence=1)
@@ -183,8 +207,9 @@ async def test_a_pinned_pattern_never_decays_and_is_always_in_the_profile(db: Da
     there (and first), a weak ordinary belief is not."""
     for i in range(30):
         await add(db, f"User fact {i}: " + "detail " * 8, strength=10, confidence=1)
-    tenet = await add(db, "User values honesty", "belief", core=True, strength=0.1,
-                      confidence=0.2, days_ago=4000)  # fmt: skip
+    tenet = await add(
+        db, "User values honesty", "belief", core=True, strength=0.1, confidence=0.2, days_ago=4000
+    )
     profile = await profile_of(db, budget_tokens=120)
     assert profile.ids[0] == tenet and 1 < len(profile.ids) < 31
     assert cost(profile.text.splitlines()) <= 120
@@ -198,12 +223,13 @@ def test_the_section_is_in_the_prompt_when_something_is_known() -> None:
     """Where it sits is the prompt layout's business (stable parts first, for caching); that it
     is there, whole, with its header, is this section's."""
     profile = Profile((item(4, "fact", "User works at GovTech"),), TODAY)
-    assert profile_section(profile) == f"{PROFILE_HEADER}\n{GROUPS['fact']}\n" \
-        "- User works at GovTech (id 4)"  # fmt: skip
+    assert (
+        profile_section(profile) == f"{PROFILE_HEADER}\n{GROUPS['fact']}\n"
+        "- User works at GovTech (id 4)"
+    )
     assert profile_section(Profile()) == ""
     memory = RetrievedMemory(text_block="- [behavior] Runs on Sundays (id 9)")
-    ctx = build_context(now=NOW, timezone=TZ, memory=memory, window=[], tools=[],
-                        profile=profile)  # fmt: skip
+    ctx = build_context(now=NOW, timezone=TZ, memory=memory, window=[], tools=[], profile=profile)
     assert profile_section(profile) in ctx.system
     bare = build_context(now=NOW, timezone=TZ, memory=memory, window=[], tools=[])
     assert PROFILE_HEADER not in bare.system
@@ -235,26 +261,40 @@ async def test_a_stated_answer_style_is_in_the_prompt_300_messages_after_compact
     agent = sql_agent(db, claude, timezone=TZ, clock=now)  # the production profile, no retriever
     fake_claude.queue_text("Got it: short bullet points from now on.")
     await commit(db, await agent.run_turn(turn(STYLE, 1)))
-    [said] = await db.fetch("SELECT id FROM chat_messages WHERE chat_id = $1 AND role = 'user'",
-                            CHAT)  # fmt: skip
+    [said] = await db.fetch(
+        "SELECT id FROM chat_messages WHERE chat_id = $1 AND role = 'user'", CHAT
+    )
 
     # compaction turns the stated style into a preference (scripted extraction)
-    fake_claude.queue_text(json.dumps({
-        "new_patterns": [{"content": STYLE_PATTERN, "kind": "preference", "confidence": 0.9,
-                          "signal": "explicit", "evidence_message_ids": [said["id"]]}],
-        "episode_summary": "User asked for concise bullet-point answers.",
-    }))  # fmt: skip
+    fake_claude.queue_text(
+        json.dumps(
+            {
+                "new_patterns": [
+                    {
+                        "content": STYLE_PATTERN,
+                        "kind": "preference",
+                        "confidence": 0.9,
+                        "signal": "explicit",
+                        "evidence_message_ids": [said["id"]],
+                    }
+                ],
+                "episode_summary": "User asked for concise bullet-point answers.",
+            }
+        )
+    )
     opts = CompactionOptions(timezone=TZ, keep_recent=0, max_messages=40)
     out = await compact_chat(db, claude, local, CHAT, options=opts)
     assert out.status == "ok" and out.patterns_created == 1
 
     # 300 messages about other things, over the following days
     later = [
-        ChatMessage(role="user" if i % 2 == 0 else "assistant",  # type: ignore[arg-type]
-                    content=f"Message {i} about the garden, the weather and work.",
-                    created_at=NOW + timedelta(days=1, minutes=10 * i))
+        ChatMessage(
+            role="user" if i % 2 == 0 else "assistant",  # type: ignore[arg-type]
+            content=f"Message {i} about the garden, the weather and work.",
+            created_at=NOW + timedelta(days=1, minutes=10 * i),
+        )
         for i in range(300)
-    ]  # fmt: skip
+    ]
     await insert_rows(db, CHAT, later)
     clock[0] = NOW + timedelta(days=3)
     fake_claude.queue_text("- Services: small, independent\n- Each owns its data")

@@ -196,8 +196,9 @@ async def test_sql_score_is_the_typed_decay_formula(db: Database, kind: str) -> 
         assert got.similarity == pytest.approx(0.8, abs=1e-5)
         assert got.relevance == pytest.approx(0.9, abs=1e-5)
         boost = ranking.event_boost(int(halves * half)) if day is not None else 1.0
-        expected = ranking.score(got.relevance, kind, halves * half, 3.0, 0.7, "active",
-                                 boost=boost)  # fmt: skip
+        expected = ranking.score(
+            got.relevance, kind, halves * half, 3.0, 0.7, "active", boost=boost
+        )
         assert got.score == pytest.approx(expected, rel=1e-4)
         if halves == 20:  # far past: the floor holds it up
             floor = ranking.DECAY_BY_KIND[kind].floor
@@ -324,8 +325,9 @@ async def test_bm25_rescoring_lifts_the_rare_keyword(db: Database) -> None:
     """Through the lexicon cache, a match on a rare word outranks one on a common word."""
     emb = KeyedEmbedder({"coffee or melatonin tonight": axis(0)})
     rare = await add_pattern(db, "Takes melatonin daily", at_cos(0.6, 1))
-    common = [await add_pattern(db, f"Drinks coffee daily {i}", at_cos(0.6, 2 + i))
-              for i in range(4)]  # fmt: skip
+    common = [
+        await add_pattern(db, f"Drinks coffee daily {i}", at_cos(0.6, 2 + i)) for i in range(4)
+    ]
     cache = LexiconCache()
     ranked, _ = await rank(db, "coffee or melatonin tonight", emb, lexicons=cache)
     assert ranked[0].id == rare and ranked[0].relevance == pytest.approx(0.8, abs=1e-5)
@@ -576,9 +578,14 @@ async def test_hnsw_and_chat_index_plans_keep_recall(db: Database) -> None:
     # fall back to the exact scan), and not left behind on the pooled connection
     planner = VectorPlanner(exact_max=500, ef_max=400)
     ranked, _ = await rank(
-        db, "query 0", KeyedEmbedder({"query 0": axis(0)}), CHAT, thresholds=low,
-        planner=planner, limit=150,
-    )  # fmt: skip
+        db,
+        "query 0",
+        KeyedEmbedder({"query 0": axis(0)}),
+        CHAT,
+        thresholds=low,
+        planner=planner,
+        limit=150,
+    )
     assert planner.plans == {"hnsw": 1}
     assert sum(p.similarity is not None for p in ranked) >= 150
     assert await db.fetchval("SHOW hnsw.ef_search") == "40"

@@ -62,8 +62,13 @@ async def add(
         "first_seen, last_seen, occurs_on, is_core_tenet, temporal) "
         "VALUES ($1, 'User drinks coffee', $2, 0.7, 3.0, 'h', $3, $3, $4, $5, $6::jsonb) "
         "RETURNING id",
-        chat_id, kind, seen, occurs_on, core, None if temporal is None else json.dumps(temporal),
-    )  # fmt: skip
+        chat_id,
+        kind,
+        seen,
+        occurs_on,
+        core,
+        None if temporal is None else json.dumps(temporal),
+    )
     vector = (0.8 * axis(0) + math.sqrt(1 - 0.64) * axis(2)).astype(np.float32)  # cosine 0.8
     await store_vectors(db, "pattern_embeddings", "pattern_id", [(pid, vector)], MODEL)
 
