@@ -168,7 +168,7 @@ async def test_a_tap_is_answered_at_once_and_its_handler_edits_the_message(
         ("callback_query", "done"),
     ]
     edit = await db.fetchrow("SELECT kind, status, edit_message_id FROM outbox WHERE kind = 'edit'")
-    assert (edit["status"], edit["edit_message_id"]) == ("sent", message_id)
+    assert edit is not None and (edit["status"], edit["edit_message_id"]) == ("sent", message_id)
 
 
 @pytest.mark.slow

@@ -542,7 +542,9 @@ async def test_reads_the_longest_cached_prefix_and_writes_the_rest(fake: FakeAnt
     tool = {**TOOL, "description": "Search the journal. " * 300, "cache_control": EPHEMERAL}
     system = [cached("Persona. " * 20)]
     history = "Earlier rows of the conversation, with their local times. " * 100
-    turn1 = [{"role": "user", "content": [cached(history), {"type": "text", "text": "Sleep?"}]}]
+    turn1: list[dict[str, Any]] = [
+        {"role": "user", "content": [cached(history), {"type": "text", "text": "Sleep?"}]}
+    ]
 
     async def ask(messages: list[dict[str, Any]], **fields: Any) -> tuple[int, int, int]:
         fields = {"tools": [tool], "system": system, **fields}

@@ -10,6 +10,7 @@ import trio
 
 from runtime import db as dbmod
 from runtime import errors
+from runtime.db_url import redact_url
 
 
 async def test_queries_roundtrip_and_vector_codec(db: dbmod.Database) -> None:
@@ -93,8 +94,8 @@ async def test_unreachable_server_fails_fast_with_redacted_url() -> None:
 
 
 def test_redact_url() -> None:
-    assert dbmod.redact_url("postgresql://u:pw@h:5/d") == "postgresql://u:***@h:5/d"
-    assert dbmod.redact_url("postgresql://u@h/d") == "postgresql://u@h/d"
+    assert redact_url("postgresql://u:pw@h:5/d") == "postgresql://u:***@h:5/d"
+    assert redact_url("postgresql://u@h/d") == "postgresql://u@h/d"
 
 
 @pytest.mark.slow

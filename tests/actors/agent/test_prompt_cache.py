@@ -14,7 +14,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from fakes.anthropic_api import FakeAnthropic
@@ -67,7 +67,7 @@ async def seed(db: Database, rows: int = 30) -> None:
         )
     ]
     for i in range(1, rows):
-        role = "user" if i % 2 else "assistant"
+        role: Literal["user", "assistant"] = "user" if i % 2 else "assistant"
         text = f"Message {i} about the garden, the pool and the week's plans."
         history.append(
             ChatMessage(role=role, content=text, created_at=START + timedelta(minutes=5 + i))

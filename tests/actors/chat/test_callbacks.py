@@ -82,7 +82,7 @@ async def test_a_token_acts_once_in_its_own_chat_and_dies_after_24_hours(db: Dat
     row = await db.fetchrow(
         "SELECT used_at, message_id FROM callback_tokens WHERE token = $1", token
     )
-    assert row["used_at"] is not None and row["message_id"] == 55
+    assert row is not None and row["used_at"] is not None and row["message_id"] == 55
     assert await callbacks.redeem(db, CHAT, "made-up") == NotFound()
 
     old = await callbacks.issue(db, CHAT, {"name": "pick"})

@@ -95,8 +95,8 @@ async def test_menu_help_suffix_and_unknown(
     capsys.readouterr()
     assert await args.handler(load_settings(env, dotenv=None), args) == 0
     out = capsys.readouterr().out.splitlines()
-    start = out.index("commands (menu):  /memory — what I remember about you (your profile)")
-    assert out[start + 6] == " " * 18 + "/stop — cancel the reply I'm working on"
+    menu = out.index("commands (menu):  /memory — what I remember about you (your profile)")
+    assert out[menu + 6] == " " * 18 + "/stop — cancel the reply I'm working on"
 
 
 @pytest.mark.slow
@@ -107,7 +107,8 @@ async def test_remember_then_the_profile(bot: Bot, local: LocalEmbedder) -> None
     [done] = await bot.say(f"/remember {fact}")
     assert done == f"✓ Remembered: {fact}"
     row = await db.fetchrow("SELECT kind, source, status FROM patterns WHERE content = $1", fact)
-    assert tuple(row) == ("preference", "explicit", "active")
+    assert row is not None
+    assert tuple(row.values()) == ("preference", "explicit", "active")
     [again] = await bot.say(f"/remember   {fact} ")
     assert again == f"✓ Already known — reinforced: {fact}"
     assert await db.fetchval("SELECT times_seen FROM patterns WHERE content = $1", fact) == 2
@@ -221,7 +222,8 @@ async def test_list_search_why_pin(bot: Bot, local: LocalEmbedder) -> None:
     [merge] = await bot.say(f"/memory merge {tea} {foreign}")
     assert merge == f"Cannot merge: memory #{foreign} not found."
     row = await db.fetchrow("SELECT status, is_core_tenet FROM patterns WHERE id = $1", foreign)
-    assert tuple(row) == ("active", False)
+    assert row is not None
+    assert tuple(row.values()) == ("active", False)
     await model_silent(bot)
 
 
@@ -324,6 +326,7 @@ async def test_a_model_turn_is_counted_with_its_commit(bot: Bot) -> None:
     row = await bot.db.fetchrow(
         "SELECT turns, retrieval_degraded FROM chat_turn_stats WHERE chat_id = $1", CHAT
     )
-    assert tuple(row) == (1, 0)
+    assert row is not None
+    assert tuple(row.values()) == (1, 0)
     [stats] = await bot.say("/stats")
     assert "Turns: 1 today · 1 this month · memory retrieval degraded in 0 (0.0%)" in stats

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -55,6 +55,9 @@ class GatedDb:
 
     async def fetchval(self, query: str, *args: Any) -> Any:
         return await self.real.fetchval(query, *args)
+
+    async def executemany(self, query: str, args: Sequence[Sequence[Any]]) -> None:
+        await self.real.executemany(query, args)
 
 
 @asynccontextmanager

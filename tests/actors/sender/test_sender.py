@@ -5,9 +5,10 @@ from __future__ import annotations
 import itertools
 import random
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import attrs
 import pytest
@@ -210,6 +211,7 @@ class FakeClient:
         parse_mode: str | None = None,
         *,
         reply_to_message_id: int | None = None,
+        reply_markup: Mapping[str, Any] | None = None,
     ) -> int:
         assert isinstance(chat_id, int)
         now = trio.current_time()
@@ -229,6 +231,22 @@ class FakeClient:
         self._next_id += 1
         assert utf16_len(visible_text(text) if parse_mode == "HTML" else text) <= 4096
         return self._next_id - 1
+
+    async def edit_message_text(
+        self,
+        chat_id: int | str,
+        message_id: int,
+        text: str,
+        parse_mode: str | None = None,
+        *,
+        reply_markup: Mapping[str, Any] | None = None,
+    ) -> None:
+        raise AssertionError("these tests send no edits")
+
+    async def edit_message_reply_markup(
+        self, chat_id: int | str, message_id: int, reply_markup: Mapping[str, Any] | None = None
+    ) -> None:
+        raise AssertionError("these tests send no edits")
 
 
 def _protocols(store: MemoryOutbox, client: FakeClient) -> tuple[OutboxStore, MessageClient]:

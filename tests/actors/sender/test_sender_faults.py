@@ -5,8 +5,9 @@ with in-memory fakes are in test_sender.py)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 import attrs
 import pytest
@@ -188,13 +189,36 @@ class Watching:
         parse_mode: str | None = None,
         *,
         reply_to_message_id: int | None = None,
+        reply_markup: Mapping[str, Any] | None = None,
     ) -> int:
         row = await outbox.get(self.db, self.row_id)  # a pool connection: committed data only
         assert row is not None
         self.seen.append((row.chunk_in_flight, row.status))
         return await self.client.send_message(
-            chat_id, text, parse_mode, reply_to_message_id=reply_to_message_id
+            chat_id,
+            text,
+            parse_mode,
+            reply_to_message_id=reply_to_message_id,
+            reply_markup=reply_markup,
         )
+
+    async def edit_message_text(
+        self,
+        chat_id: int | str,
+        message_id: int,
+        text: str,
+        parse_mode: str | None = None,
+        *,
+        reply_markup: Mapping[str, Any] | None = None,
+    ) -> None:
+        await self.client.edit_message_text(
+            chat_id, message_id, text, parse_mode, reply_markup=reply_markup
+        )
+
+    async def edit_message_reply_markup(
+        self, chat_id: int | str, message_id: int, reply_markup: Mapping[str, Any] | None = None
+    ) -> None:
+        await self.client.edit_message_reply_markup(chat_id, message_id, reply_markup)
 
 
 async def test_the_in_flight_mark_is_committed_before_each_request(

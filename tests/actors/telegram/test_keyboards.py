@@ -90,6 +90,7 @@ def test_a_keyboard_round_trips_through_its_json() -> None:
     assert [b.text for b in kb.buttons] == ["Yes", "No", "Docs"]
     full = InlineKeyboard([[Button("b", str(i)) for i in range(10)] for _ in range(10)])
     assert len(full.buttons) == 100
+    bad: object
     for bad in ({"keyboard": []}, {"inline_keyboard": [{"text": "x"}]}, [], None):
         with pytest.raises(InvalidKeyboard):
             InlineKeyboard.from_json(bad)

@@ -24,7 +24,7 @@ from actors.compactor import CompactorActor
 from actors.settings import load_settings
 from memory.conversation.messages import ChatMessage, repair_rows
 from memory.conversation.window import MAX_TURN_ROWS, CompactionRule, WindowState
-from memory.llm.protocol import Completion, Message, TextBlock, ToolSpec, ToolUseBlock
+from memory.llm.protocol import Completion, Message, System, TextBlock, ToolSpec, ToolUseBlock
 from memory.patterns.backlog import ChatBacklog, CompactionSweep
 from memory.patterns.compaction import CompactionOutcome, select_chunk
 from memory.patterns.retrieval import RetrievedMemory
@@ -180,7 +180,7 @@ class PlayedLLM:
     async def complete(
         self,
         *,
-        system: str,
+        system: System,
         messages: Sequence[Message],
         tools: Sequence[ToolSpec],
         max_tokens: int,

@@ -110,7 +110,8 @@ async def test_the_memory_role_opens_the_memory_model(
             assert type(llm) is AnthropicLLM and llm.model == expected
             await say_hi(llm)
         async with open_llm(settings, db) as llm:
-            assert llm.model == "claude-sonnet-4-6"  # the chat model is unchanged
+            # the chat model is unchanged
+            assert isinstance(llm, AnthropicLLM) and llm.model == "claude-sonnet-4-6"
     assert [r.body["model"] for r in fake_claude.requests] == [
         "claude-haiku-4-5",
         "claude-sonnet-4-5",

@@ -49,6 +49,12 @@ class CountingDb:
     async def fetch(self, query: str, *args: Any) -> Sequence[Any]:
         return await self.db.fetch(query, *args)
 
+    async def fetchrow(self, query: str, *args: Any) -> Any:
+        return await self.db.fetchrow(query, *args)
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        return await self.db.fetchval(query, *args)
+
 
 async def test_rows_are_queued_then_written_together_in_order(db: Database) -> None:
     counting = CountingDb(db)

@@ -76,6 +76,9 @@ class FailingDb:
     async def executemany(self, query: str, args: Any) -> None:
         raise ConnectionError("database went away")
 
+    async def fetchrow(self, query: str, *args: Any) -> Any:
+        raise ConnectionError("database went away")
+
 
 async def test_a_failing_pass_is_retried_at_the_next_interval() -> None:
     db = FailingDb()

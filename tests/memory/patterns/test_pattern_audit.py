@@ -158,7 +158,7 @@ async def test_pins_are_audited_once(db: Database) -> None:
     again = await pin_pattern(db, CHAT, pid, True, actor="person")
     assert again is not None and not again.changed
     row = await db.fetchrow("SELECT is_core_tenet, pinned_at FROM patterns WHERE id = $1", pid)
-    assert row["is_core_tenet"] and row["pinned_at"] is not None
+    assert row is not None and row["is_core_tenet"] and row["pinned_at"] is not None
     undone = await pin_pattern(db, CHAT, pid, False, actor="person")
     assert undone is not None and undone.changed
     assert [(r[0], r[3], r[4]) for r in await audit_rows(db, pid)] == [
@@ -248,7 +248,7 @@ async def test_link_memories_records_a_stated_relation(db: Database) -> None:
     rel = await db.fetch(
         "SELECT from_pattern_id, to_pattern_id, relation, chat_id FROM pattern_relations"
     )
-    assert [tuple(r) for r in rel] == [(b, a, "causes", CHAT)]
+    assert [tuple(r.values()) for r in rel] == [(b, a, "causes", CHAT)]
     body, err = await call(
         "link_memories", {"from_id": b, "to_id": a, "relation": "likes"}, ctx(db)
     )

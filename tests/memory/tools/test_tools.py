@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, date, datetime
 from typing import Any, Literal
 
@@ -58,6 +59,12 @@ class FakeDb:
         raise AssertionError("no database in these tests")
 
     async def fetchrow(self, query: str, *args: Any) -> Any:
+        raise AssertionError("no database in these tests")
+
+    async def fetchval(self, query: str, *args: Any) -> Any:
+        raise AssertionError("no database in these tests")
+
+    async def executemany(self, query: str, args: Sequence[Sequence[Any]]) -> None:
         raise AssertionError("no database in these tests")
 
 
