@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import pytest
 import trio
-from fakes.bot_api import FakeBotApi, run_fake_bot_api
+from fakes.bot_api import FakeBotApi
 
 from actors.agent.turn import TurnInput, TurnReply
 from actors.chat.actor import GAVE_UP, ChatDeps, chat_factory
@@ -111,18 +111,6 @@ async def wait_sent(db: Database, count: int) -> list[OutboxRow]:
             if not rows and done == count:
                 return rows
             await trio.sleep(0.02)
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeBotApi]:
-    async with run_fake_bot_api() as server:
-        yield server
-
-
-@pytest.fixture
-async def bot(fake: FakeBotApi) -> AsyncIterator[BotApiClient]:
-    async with BotApiClient(fake.token, base_url=fake.base_url, timeout=5.0) as client:
-        yield client
 
 
 async def test_a_restart_after_a_claim_charges_no_attempt_and_answers_once(

@@ -10,9 +10,8 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import attrs
-import pytest
 import trio
-from fakes.bot_api import FakeBotApi, run_fake_bot_api
+from fakes.bot_api import FakeBotApi
 
 from actors.agent.turn import TurnInput, TurnReply
 from actors.chat.actor import MODEL_AWAY, ChatDeps, chat_factory
@@ -109,18 +108,6 @@ async def until(condition: Callable[[], bool]) -> None:
     with trio.fail_after(15):
         while not condition():  # noqa: ASYNC110
             await trio.sleep(0.01)
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeBotApi]:
-    async with run_fake_bot_api() as server:
-        yield server
-
-
-@pytest.fixture
-async def bot(fake: FakeBotApi) -> AsyncIterator[BotApiClient]:
-    async with BotApiClient(fake.token, base_url=fake.base_url, timeout=5.0) as client:
-        yield client
 
 
 async def test_a_model_outage_through_a_restart_is_told_once_and_answered_in_order(

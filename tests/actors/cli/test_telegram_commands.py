@@ -7,13 +7,12 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
-from fakes.bot_api import DEFAULT_TOKEN, Failure, FakeBotApi, run_fake_bot_api
+from fakes.bot_api import DEFAULT_TOKEN, Failure, FakeBotApi
 
 from actors.cli.telegram import generate_secret_token, register, valid_secret_token
 from actors.settings import Settings, load_settings
@@ -26,12 +25,6 @@ ROOT = Path(__file__).resolve().parents[3]
 TOKEN_SECRET = DEFAULT_TOKEN.split(":", 1)[1]
 URL = "https://bot.example.org/api/telegram"
 CONFIGURED_SECRET = "configured-Secret_0123456789"
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeBotApi]:
-    async with run_fake_bot_api(token=DEFAULT_TOKEN) as server:
-        yield server
 
 
 def settings_for(fake: FakeBotApi | None, tmp_path: Path, **env: str) -> Settings:

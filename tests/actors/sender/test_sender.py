@@ -15,7 +15,7 @@ import pytest
 import structlog
 import trio
 import trio.testing
-from fakes.bot_api import Failure, FakeBotApi, run_fake_bot_api
+from fakes.bot_api import Failure, FakeBotApi
 
 from actors.queues import outbox
 from actors.queues.outbox import OutboxRow
@@ -765,18 +765,6 @@ FAST = SenderSettings(
     default_retry_after=0.01,
     sweep_interval=None,
 )
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeBotApi]:
-    async with run_fake_bot_api() as server:
-        yield server
-
-
-@pytest.fixture
-async def bot(fake: FakeBotApi) -> AsyncIterator[BotApiClient]:
-    async with BotApiClient(fake.token, base_url=fake.base_url, timeout=5.0) as client:
-        yield client
 
 
 async def wait_rows_final(db: dbmod.Database, *row_ids: int) -> list[OutboxRow]:

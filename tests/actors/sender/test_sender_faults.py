@@ -13,7 +13,7 @@ import attrs
 import pytest
 import structlog
 import trio
-from fakes.bot_api import Failure, FakeBotApi, run_fake_bot_api
+from fakes.bot_api import Failure, FakeBotApi
 
 from actors.queues import outbox
 from actors.queues.outbox import OutboxRow
@@ -39,18 +39,6 @@ FAST = SenderSettings(
 
 class Killed(BaseException):
     """Stands for the process dying: nothing in engram catches it."""
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeBotApi]:
-    async with run_fake_bot_api() as server:
-        yield server
-
-
-@pytest.fixture
-async def bot(fake: FakeBotApi) -> AsyncIterator[BotApiClient]:
-    async with BotApiClient(fake.token, base_url=fake.base_url, timeout=5.0) as client:
-        yield client
 
 
 @asynccontextmanager

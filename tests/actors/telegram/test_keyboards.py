@@ -4,11 +4,10 @@ types, so the fake is shown to refuse what Telegram refuses)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from fakes.bot_api import DEFAULT_TOKEN, FakeBotApi, run_fake_bot_api
+from fakes.bot_api import FakeBotApi
 
 from actors.telegram.client import BotApiClient
 from actors.telegram.errors import BadRequest, InvalidBotCommand, InvalidKeyboard
@@ -22,18 +21,6 @@ from actors.telegram.keyboards import (
 from actors.telegram.types import parse_update
 
 CHAT = 42
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeBotApi]:
-    async with run_fake_bot_api() as server:
-        yield server
-
-
-@pytest.fixture
-async def bot(fake: FakeBotApi) -> AsyncIterator[BotApiClient]:
-    async with BotApiClient(DEFAULT_TOKEN, base_url=fake.base_url, timeout=5.0) as client:
-        yield client
 
 
 def yes_no() -> InlineKeyboard:

@@ -7,7 +7,7 @@ import inspect
 import itertools
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.lowlevel
 import trio.testing
-from fakes.bot_api import DEFAULT_TOKEN, Failure, FakeBotApi, message_object, run_fake_bot_api
+from fakes.bot_api import Failure, FakeBotApi, message_object
 
 from actors.queues.dedupe import DedupeCache
 from actors.telegram.client import BotApiClient
@@ -359,18 +359,6 @@ def test_poller_without_db_needs_both_seams() -> None:
 
 
 # --- real HTTP (fake Bot API) + real PostgreSQL ------------------------------------------------
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeBotApi]:
-    async with run_fake_bot_api(token=DEFAULT_TOKEN) as server:
-        yield server
-
-
-@pytest.fixture
-async def bot(fake: FakeBotApi) -> AsyncIterator[BotApiClient]:
-    async with BotApiClient(DEFAULT_TOKEN, base_url=fake.base_url, timeout=5.0) as client:
-        yield client
 
 
 @attrs.define

@@ -42,14 +42,9 @@ SECRET = TOKEN.split(":")[1]
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeBotApi]:
+    """The fake Bot API with this file's secret token (``bot`` from conftest uses it)."""
     async with run_fake_bot_api(token=TOKEN) as server:
         yield server
-
-
-@pytest.fixture
-async def bot(fake: FakeBotApi) -> AsyncIterator[BotApiClient]:
-    async with BotApiClient(TOKEN, base_url=fake.base_url, timeout=5.0) as client:
-        yield client
 
 
 def assert_no_token(exc: BaseException) -> None:

@@ -13,14 +13,13 @@ import openai
 import pytest
 import trio
 from fakes.bot_api import Failure as BotFailure
-from fakes.bot_api import FakeBotApi, run_fake_bot_api
+from fakes.bot_api import FakeBotApi
 from fakes.openai_api import (
     DEFAULT_API_KEY,
     MAX_UPLOAD_BYTES,
     TRANSCRIPTIONS,
     Failure,
     FakeOpenAI,
-    run_fake_openai,
 )
 
 from actors.telegram.client import BotApiClient
@@ -41,24 +40,6 @@ from runtime.db import Database
 OGG = b"OggS\x00\x02" + bytes(range(256)) * 8
 CHAT = 4242
 MB = 1024 * 1024
-
-
-@pytest.fixture
-async def fake_bot() -> AsyncIterator[FakeBotApi]:
-    async with run_fake_bot_api() as server:
-        yield server
-
-
-@pytest.fixture
-async def bot(fake_bot: FakeBotApi) -> AsyncIterator[BotApiClient]:
-    async with BotApiClient(fake_bot.token, base_url=fake_bot.base_url, timeout=5.0) as client:
-        yield client
-
-
-@pytest.fixture
-async def fake_openai() -> AsyncIterator[FakeOpenAI]:
-    async with run_fake_openai() as server:
-        yield server
 
 
 @pytest.fixture
@@ -99,18 +80,18 @@ async def transcribe(
 
 async def test_happy_path(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
 ) -> None:
     fake_openai.queue_transcript("  I walked 5 km today.  ", duration=7.3)
-    result = await transcribe(bot, oai, db, stored_voice(fake_bot))
+    result = await transcribe(bot, oai, db, stored_voice(fake))
     assert result.text == "I walked 5 km today."
     assert result.duration_seconds == 7.3
     assert result.cost_usd == pytest.approx(7.3 / 60 * 0.006)
 
-    assert len(fake_bot.calls_to("getFile")) == 1 and fake_bot.downloads == ["voice/file_7.oga"]
+    assert len(fake.calls_to("getFile")) == 1 and fake.downloads == ["voice/file_7.oga"]
     [call] = fake_openai.calls_to(TRANSCRIPTIONS)
     assert call.status == 200 and call.model == "whisper-1"
     assert call.filename == "voice.oga" and call.content_type == "audio/ogg"
@@ -126,20 +107,20 @@ async def test_happy_path(
 
 async def test_language_is_passed(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
 ) -> None:
     fake_openai.queue_transcript("hola", duration=1.0)
-    result = await transcribe(bot, oai, db, stored_voice(fake_bot), language="es")
+    result = await transcribe(bot, oai, db, stored_voice(fake), language="es")
     assert result.text == "hola"
     assert fake_openai.calls_to(TRANSCRIPTIONS)[0].params["language"] == "es"
 
 
 async def test_token_billed_model_uses_json_and_tokens(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
@@ -150,7 +131,7 @@ async def test_token_billed_model_uses_json_and_tokens(
         bot,
         oai,
         db,
-        stored_voice(fake_bot, duration=3),
+        stored_voice(fake, duration=3),
         model="gpt-4o-mini-transcribe",
         rates=rates,
     )
@@ -163,14 +144,14 @@ async def test_token_billed_model_uses_json_and_tokens(
 
 async def test_silence_is_no_speech_but_billed(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
 ) -> None:
     fake_openai.queue_transcript("  ", duration=4.0)
     with pytest.raises(NoSpeech) as info:
-        await transcribe(bot, oai, db, stored_voice(fake_bot))
+        await transcribe(bot, oai, db, stored_voice(fake))
     assert str(info.value) == NO_SPEECH and not info.value.retryable
     [row] = await usage_rows(db)
     assert row["ok"] is True and row["cost_usd"] == pytest.approx(4.0 / 60 * 0.006)
@@ -181,70 +162,70 @@ async def test_silence_is_no_speech_but_billed(
 
 async def test_too_large_by_declared_size_is_refused_before_any_call(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
 ) -> None:
-    voice = stored_voice(fake_bot, file_size=21 * MB)
+    voice = stored_voice(fake, file_size=21 * MB)
     with pytest.raises(VoiceTooLarge) as info:
         await transcribe(bot, oai, db, voice)
     assert str(info.value) == "That voice message is too large for me to transcribe (over 20 MB)."
     assert info.value.size == 21 * MB and info.value.limit == 20 * MB
-    assert fake_bot.calls == [] and fake_bot.downloads == []
+    assert fake.calls == [] and fake.downloads == []
     assert fake_openai.calls == [] and await usage_rows(db) == []
 
 
 async def test_too_large_by_getfile_size_is_refused_without_download(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
 ) -> None:
-    voice = stored_voice(fake_bot, OGG * 2, file_size=None)
+    voice = stored_voice(fake, OGG * 2, file_size=None)
     with pytest.raises(VoiceTooLarge, match="over 1 KB"):
         await transcribe(bot, oai, db, voice, max_bytes=1024)
-    assert len(fake_bot.calls_to("getFile")) == 1
-    assert fake_bot.downloads == [] and fake_openai.calls == []
+    assert len(fake.calls_to("getFile")) == 1
+    assert fake.downloads == [] and fake_openai.calls == []
 
 
 async def test_telegram_refusing_a_huge_file_is_too_large(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
 ) -> None:
-    voice = stored_voice(fake_bot, file_size=None, declared_size=30 * MB)
+    voice = stored_voice(fake, file_size=None, declared_size=30 * MB)
     with pytest.raises(VoiceTooLarge, match="over 20 MB"):
         await transcribe(bot, oai, db, voice)
-    assert fake_bot.downloads == [] and fake_openai.calls == []
+    assert fake.downloads == [] and fake_openai.calls == []
 
 
 async def test_lying_size_is_caught_by_the_capped_download(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
 ) -> None:
-    voice = stored_voice(fake_bot, OGG * 4, file_size=None, declared_size=500, send_length=False)
+    voice = stored_voice(fake, OGG * 4, file_size=None, declared_size=500, send_length=False)
     with pytest.raises(VoiceTooLarge):
         await transcribe(bot, oai, db, voice, max_bytes=4096)
-    assert fake_bot.downloads == ["voice/file_7.oga"] and fake_openai.calls == []
+    assert fake.downloads == ["voice/file_7.oga"] and fake_openai.calls == []
 
 
 async def test_telegram_failure_is_a_download_failure(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
 ) -> None:
-    fake_bot.fail_next("getFile", BotFailure.server_error(502, "Bad Gateway"))
+    fake.fail_next("getFile", BotFailure.server_error(502, "Bad Gateway"))
     with pytest.raises(TranscriptionFailed) as info:
-        await transcribe(bot, oai, db, stored_voice(fake_bot))
+        await transcribe(bot, oai, db, stored_voice(fake))
     assert str(info.value) == DOWNLOAD_FAILED and info.value.retryable
     assert fake_openai.calls == []
 
@@ -254,17 +235,17 @@ async def test_telegram_failure_is_a_download_failure(
 
 async def test_server_error_then_success_is_retried(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
 ) -> None:
     fake_openai.fail_next(TRANSCRIPTIONS, Failure.server_error(500))
     fake_openai.queue_transcript("second time lucky", duration=5.0)
-    result = await transcribe(bot, oai, db, stored_voice(fake_bot))
+    result = await transcribe(bot, oai, db, stored_voice(fake))
     assert result.text == "second time lucky"
     assert [c.status for c in fake_openai.calls_to(TRANSCRIPTIONS)] == [500, 200]
-    assert len(fake_bot.calls_to("getFile")) == 1  # downloaded once
+    assert len(fake.calls_to("getFile")) == 1  # downloaded once
     failed, ok = await usage_rows(db)
     assert failed["ok"] is False and failed["cost_usd"] == 0.0
     assert "HTTP 500" in failed["error"] and "req_" in failed["error"]
@@ -274,14 +255,14 @@ async def test_server_error_then_success_is_retried(
 @pytest.mark.slow
 async def test_rate_limit_retry_after_is_honoured(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
 ) -> None:
     fake_openai.fail_next(TRANSCRIPTIONS, Failure.rate_limited(retry_after=1))
     start = trio.current_time()
-    result = await transcribe(bot, oai, db, stored_voice(fake_bot), retry_delay=5.0)
+    result = await transcribe(bot, oai, db, stored_voice(fake), retry_delay=5.0)
     assert result.text == "hello from the fake"
     first, second = fake_openai.calls_to(TRANSCRIPTIONS)
     assert (first.status, second.status) == (429, 200)
@@ -291,42 +272,42 @@ async def test_rate_limit_retry_after_is_honoured(
 
 async def test_rate_limit_with_a_long_retry_after_is_not_waited_for(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
 ) -> None:
     fake_openai.fail_next(TRANSCRIPTIONS, Failure.rate_limited(retry_after=60))
     with pytest.raises(TranscriptionFailed) as info:
-        await transcribe(bot, oai, db, stored_voice(fake_bot), max_retry_wait=5.0)
+        await transcribe(bot, oai, db, stored_voice(fake), max_retry_wait=5.0)
     assert str(info.value) == BUSY and info.value.status == 429 and info.value.retryable
     assert len(fake_openai.calls_to(TRANSCRIPTIONS)) == 1
 
 
 async def test_quota_exhausted_is_not_retried(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
 ) -> None:
     fake_openai.fail_next(TRANSCRIPTIONS, Failure.insufficient_quota())
     with pytest.raises(TranscriptionFailed) as info:
-        await transcribe(bot, oai, db, stored_voice(fake_bot))
+        await transcribe(bot, oai, db, stored_voice(fake))
     assert str(info.value) == UNAVAILABLE and not info.value.retryable
     assert len(fake_openai.calls_to(TRANSCRIPTIONS)) == 1
 
 
 async def test_persistent_failure_raises_after_one_retry(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
 ) -> None:
     fake_openai.fail_next(TRANSCRIPTIONS, Failure.overloaded(), times=3)
     with pytest.raises(TranscriptionFailed) as info:
-        await transcribe(bot, oai, db, stored_voice(fake_bot))
+        await transcribe(bot, oai, db, stored_voice(fake))
     assert info.value.status == 503 and info.value.retryable
     assert "overloaded" in info.value.detail
     assert [c.status for c in fake_openai.calls_to(TRANSCRIPTIONS)] == [503, 503]
@@ -334,13 +315,13 @@ async def test_persistent_failure_raises_after_one_retry(
 
 
 async def test_wrong_api_key_fails_without_leaking_it(
-    bot: BotApiClient, fake_bot: FakeBotApi, fake_openai: FakeOpenAI, db: Database
+    bot: BotApiClient, fake: FakeBotApi, fake_openai: FakeOpenAI, db: Database
 ) -> None:
     wrong_key = "sk-wrong-0123456789abcdefghijklmnopqrstuvwxyz"
     client = openai.AsyncOpenAI(api_key=wrong_key, base_url=fake_openai.base_url)
     try:
         with pytest.raises(TranscriptionFailed) as info:
-            await transcribe(bot, client, db, stored_voice(fake_bot))
+            await transcribe(bot, client, db, stored_voice(fake))
     finally:
         await client.close()
     exc = info.value
@@ -355,14 +336,14 @@ async def test_wrong_api_key_fails_without_leaking_it(
 
 async def test_slow_answer_times_out(
     bot: BotApiClient,
-    fake_bot: FakeBotApi,
+    fake: FakeBotApi,
     oai: openai.AsyncOpenAI,
     fake_openai: FakeOpenAI,
     db: Database,
 ) -> None:
     fake_openai.fail_next(TRANSCRIPTIONS, Failure.slow(3.0))
     with pytest.raises(TranscriptionFailed) as info:
-        await transcribe(bot, oai, db, stored_voice(fake_bot), request_timeout=0.3)
+        await transcribe(bot, oai, db, stored_voice(fake), request_timeout=0.3)
     assert str(info.value) == TIMED_OUT and info.value.retryable
     assert len(fake_openai.calls_to(TRANSCRIPTIONS)) == 1
     [row] = await usage_rows(db)
@@ -514,7 +495,7 @@ async def test_fake_text_formats_through_the_sdk(fake_openai: FakeOpenAI, fmt: s
 
 
 async def test_connection_refused_is_retried_once_then_fails(
-    bot: BotApiClient, fake_bot: FakeBotApi, db: Database
+    bot: BotApiClient, fake: FakeBotApi, db: Database
 ) -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))
@@ -522,7 +503,7 @@ async def test_connection_refused_is_retried_once_then_fails(
     client = openai.AsyncOpenAI(api_key=DEFAULT_API_KEY, base_url=f"http://127.0.0.1:{port}/v1")
     try:
         with pytest.raises(TranscriptionFailed) as info:
-            await transcribe(bot, client, db, stored_voice(fake_bot))
+            await transcribe(bot, client, db, stored_voice(fake))
     finally:
         await client.close()
     assert info.value.retryable and info.value.status is None

@@ -468,12 +468,6 @@ async def test_claude_aclose_closes_the_sdk_client(
 
 
 @pytest.fixture
-async def fake_openai() -> AsyncIterator[FakeOpenAI]:
-    async with run_fake_openai() as server:
-        yield server
-
-
-@pytest.fixture
 async def gpt(fake_openai: FakeOpenAI, db: Database) -> AsyncIterator[OpenAICompatibleLLM]:
     async with OpenAICompatibleLLM(
         api_key=fake_openai.api_key,

@@ -3,12 +3,11 @@ closed when the block ends. Real SDK clients against the strict fakes, real data
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from fakes.anthropic_api import FakeAnthropic
-from fakes.openai_api import CHAT_COMPLETIONS, FakeOpenAI, run_fake_openai
+from fakes.openai_api import CHAT_COMPLETIONS, FakeOpenAI
 
 from memory.llm.anthropic_provider import AnthropicLLM
 from memory.llm.factory import open_llm
@@ -19,12 +18,6 @@ from runtime.db import Database
 from runtime.settings import load_settings
 
 CHAT = 4242
-
-
-@pytest.fixture
-async def fake_openai() -> AsyncIterator[FakeOpenAI]:
-    async with run_fake_openai() as server:
-        yield server
 
 
 async def usage_rows(db: Database) -> list[dict[str, Any]]:
