@@ -13,6 +13,7 @@ import attrs
 import pytest
 import trio
 from fakes.bot_api import FakeBotApi
+from fakes.memory import Quiet
 
 from actors.agent.turn import TurnInput, TurnReply
 from actors.chat.actor import GAVE_UP, ChatDeps, chat_factory
@@ -48,14 +49,6 @@ class Turns:
         if turn.text == "poison":
             raise Killed
         return TurnReply(f"echo:{turn.text}")
-
-
-class Quiet:
-    async def send_chat_action(self, chat_id: int | str, action: str = "typing") -> None:
-        pass
-
-    async def answer_callback_query(self, callback_query_id: str, text: str | None = None) -> None:
-        pass
 
 
 @asynccontextmanager

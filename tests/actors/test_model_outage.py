@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 import trio
 from fakes.bot_api import FakeBotApi
+from fakes.memory import Quiet
 
 from actors.agent.turn import TurnInput, TurnReply
 from actors.chat.actor import MODEL_AWAY, ChatDeps, chat_factory
@@ -46,14 +47,6 @@ class Model:
         if self.down:
             raise ModelUnavailable(LLMOverloaded("overloaded", provider="f", model="f", status=529))
         return TurnReply(f"echo:{turn.text}")
-
-
-class Quiet:
-    async def send_chat_action(self, chat_id: int | str, action: str = "typing") -> None:
-        pass
-
-    async def answer_callback_query(self, callback_query_id: str, text: str | None = None) -> None:
-        pass
 
 
 @asynccontextmanager

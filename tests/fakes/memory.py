@@ -1,5 +1,6 @@
 """The in-memory fakes shared by tests: the chat actor's store, agent and Bot API (no
-database), and a bag-of-words embedder (texts sharing words are close)."""
+database), a Bot API that answers nothing, a bag-of-words embedder (texts sharing words are
+close) and an embedder whose provider is down."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from actors.agent.turn import TurnInput, TurnReply
 from actors.errors import ModelUnavailable
 from actors.queues.inbox import InboxRow
 from actors.queues.outbox import OutboxRow
-from memory.errors import LLMUnavailable
+from memory.errors import EmbeddingError, LLMUnavailable
 from runtime.errors import DatabaseUnavailable, UniqueViolation
 
 CHAT = 42
@@ -200,3 +201,28 @@ class FakeEmbedder:
         if self.fail:
             raise RuntimeError("embedding service down")
         return [bag_of_words(t) for t in texts]
+
+
+class DownEmbedder:
+    """The local model's name and size, but the provider is down (calls counted)."""
+
+    model, dims = "wordllama-l2-supercat-256", 256
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def embed(
+        self, texts: Sequence[str], *, purpose: str, chat_id: int | None = None
+    ) -> list[np.ndarray]:
+        self.calls += 1
+        raise EmbeddingError("provider down", retryable=True)
+
+
+class Quiet:
+    """The chat actor's Bot API for typing and tap answers: says nothing."""
+
+    async def send_chat_action(self, chat_id: int | str, action: str = "typing") -> None:
+        pass
+
+    async def answer_callback_query(self, callback_query_id: str, text: str | None = None) -> None:
+        pass

@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import trio
 from fakes.anthropic_api import FakeAnthropic
+from fakes.memory import DownEmbedder
 
 from memory.conversation.messages import ChatMessage, ToolCall, insert_rows
 from memory.conversation.window import CompactionRule, WindowState
 from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.thresholds import default_thresholds
-from memory.errors import EmbeddingError
 from memory.llm.anthropic_provider import AnthropicLLM
 from memory.patterns.canonical import canonical_hash
 from memory.patterns.compaction import (
@@ -117,17 +117,6 @@ def test_lock_key_is_per_chat_and_stable() -> None:
 
 
 # --- through the fake Anthropic server and a real database -------------------------------------
-
-
-class DownEmbedder:
-    """An embedding service that is down."""
-
-    model, dims = LocalEmbedder().model, 256
-
-    async def embed(
-        self, texts: Sequence[str], *, purpose: str, chat_id: int | None = None
-    ) -> list[np.ndarray]:
-        raise EmbeddingError("embedding service unavailable", retryable=True)
 
 
 async def store(db: Database, rows: Sequence[ChatMessage]) -> list[int]:

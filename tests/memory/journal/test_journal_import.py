@@ -10,17 +10,17 @@ import os
 import subprocess
 import sys
 import zipfile
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from fakes.memory import DownEmbedder
 
 from memory.embeddings.providers import OPENAI_MODEL, LocalEmbedder, OpenAIEmbedder
 from memory.embeddings.store import backfill_once, missing_owner_ids
-from memory.errors import EmbeddingError, JournalFormatError, MalformedEntry
+from memory.errors import JournalFormatError, MalformedEntry
 from memory.journal.dayone import (
     import_dayone,
     known_timezone,
@@ -46,21 +46,6 @@ def find(doc: dict[str, Any], prefix: str) -> dict[str, Any]:
     [entry] = [e for e in doc["entries"] if str(e.get("text", "")).startswith(prefix)]
     found: dict[str, Any] = entry
     return found
-
-
-class DownEmbedder:
-    """An embedder for the local model whose provider is down."""
-
-    model, dims = MODEL, 256
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    async def embed(
-        self, texts: Sequence[str], *, purpose: str, chat_id: int | None = None
-    ) -> list[np.ndarray]:
-        self.calls += 1
-        raise EmbeddingError("provider down", retryable=True)
 
 
 def as_array(value: object) -> np.ndarray:

@@ -10,11 +10,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import attrs
-import numpy as np
+from fakes.memory import DownEmbedder
 
 from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.store import store_vectors
-from memory.errors import EmbeddingError
 from memory.patterns.canonical import canonical_hash
 from memory.patterns.dedup import Adjudication
 from memory.tools.memory_tools import memory_registry, memory_tools
@@ -23,17 +22,6 @@ from runtime.db import Database
 
 NOW = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
 CHAT_A, CHAT_B = 101, 202
-
-
-class DownEmbedder:
-    """The local model's name and size, but the provider is down."""
-
-    model, dims = "wordllama-l2-supercat-256", 256
-
-    async def embed(
-        self, texts: Sequence[str], *, purpose: str, chat_id: int | None = None
-    ) -> list[np.ndarray]:
-        raise EmbeddingError("provider down", retryable=True)
 
 
 def ctx(db: Database, embedder: Any, chat_id: int) -> ToolContext:
