@@ -103,7 +103,7 @@ def serve_env(
         EMBEDDING_PROVIDER="local",
         EMBEDDED_PG_SHARED_BUFFERS="128MB",
         # scripted conversations write faster than a person: no per-chat turn limit unless a
-        # test sets one (tests/test_chat_faults_outside.py runs with the default)
+        # test sets one (tests/e2e/test_chat_faults_outside.py runs with the default)
         CHAT_TURNS_PER_MINUTE="0",
         PYTHONPATH=str(REPO),  # this checkout's engram, whatever is installed
         XDG_RUNTIME_DIR=env.get("XDG_RUNTIME_DIR", "/tmp"),

@@ -1,7 +1,7 @@
 """Issue 20, row 6, piece by piece: forwarded messages (their origin read from the Bot API
 update, wrapped untrusted, never the person's claims for compaction), ``remember``'s refusal of
 instruction-like text, the model's asks sent with buttons and confirmed by a tap, and
-``/memory restore``. The whole row from outside: tests/test_model_trust_e2e.py."""
+``/memory restore``. The whole row from outside: tests/e2e/test_model_trust_e2e.py."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """MEMORY_MODEL: ``engram serve`` (a real process, polling the fake Bot API, answering through the
 fake Anthropic API) answers turns with ANTHROPIC_MODEL and does its memory work — compaction
 — with MEMORY_MODEL (default claude-haiku-4-5); the model is read from the requests the fake
-received. (The merge job's adjudication: tests/test_patterns_cli.py; open_llm's roles:
-tests/test_open_llm.py.)"""
+received. (The merge job's adjudication: tests/actors/cli/test_patterns_cli.py; open_llm's roles:
+tests/memory/llm/test_open_llm.py.)"""
 
 from __future__ import annotations
 
