@@ -78,9 +78,14 @@ class WindowEstimate:
         rows = await recent_rows(self.db, chat_id, self.window_limit)
         now = self.clock()
         context = build_context(
-            now=now, timezone=self.timezone, memory=RetrievedMemory(), window=repair_rows(rows),
-            tools=tool_specs(self.tools), persona=self.persona, cache=self.cache,
-        )  # fmt: skip
+            now=now,
+            timezone=self.timezone,
+            memory=RetrievedMemory(),
+            window=repair_rows(rows),
+            tools=tool_specs(self.tools),
+            persona=self.persona,
+            cache=self.cache,
+        )
         tokens = context.estimated_tokens + self.patterns_allowance + self.episodes_allowance
         idle = (now - rows[-1].created_at).total_seconds() if rows else 0.0
         return WindowState(rows=len(rows), tokens=tokens, idle_seconds=idle)
@@ -172,8 +177,7 @@ class CompactorActor:
                 outcome = await self.compact(chat_id)
             except Exception as exc:  # one chat's failure must not stop the compactor
                 self.failures += 1
-                log.error("compactor.failed", chat_id=chat_id,
-                          error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+                log.error("compactor.failed", chat_id=chat_id, error=f"{type(exc).__name__}: {exc}")
                 return
             self.outcomes.append(outcome)
             if outcome.status == "failed":
@@ -206,12 +210,17 @@ def sql_compactor(
         thresholds=thresholds_for(embedder.model, settings),
     )
     estimate = WindowEstimate(
-        db, settings.timezone, tools, episodes_allowance=settings.episode_budget_tokens,
-        cache=settings.prompt_cache(), window_limit=rule.window_limit,
-    )  # fmt: skip
+        db,
+        settings.timezone,
+        tools,
+        episodes_allowance=settings.episode_budget_tokens,
+        cache=settings.prompt_cache(),
+        window_limit=rule.window_limit,
+    )
 
     async def once(chat_id: int) -> CompactionOutcome:
-        return await compact_chat(db, llm, embedder, chat_id, options=options, estimate=estimate,
-                                  adjudicator=adjudicator)  # fmt: skip
+        return await compact_chat(
+            db, llm, embedder, chat_id, options=options, estimate=estimate, adjudicator=adjudicator
+        )
 
     return CompactorActor(once, capacity=capacity, max_rounds=rule.max_rounds)

@@ -69,19 +69,24 @@ async def assign_unowned_entries(db: Database, setting: Collection[int]) -> tupl
     chats = await allowed_chats(db, setting)
     if not chats:
         log.warning(
-            "journal.entries_unowned", entries=unowned,
+            "journal.entries_unowned",
+            entries=unowned,
             note="no chat is allowed yet: they go to the first allowed chat at a later start",
-        )  # fmt: skip
+        )
         return 0, None
     moved = await assign_unowned(db, chats[0])
     log.info(
-        "journal.entries_assigned", entries=moved, chat_id=chats[0],
+        "journal.entries_assigned",
+        entries=moved,
+        chat_id=chats[0],
         message=f"assigned {moved} journal {'entry' if moved == 1 else 'entries'} to chat "
         f"{chats[0]} (the first allowed chat)",
-    )  # fmt: skip
+    )
     if moved < unowned:
         log.warning(
-            "journal.entries_left_unowned", entries=unowned - moved, chat_id=chats[0],
+            "journal.entries_left_unowned",
+            entries=unowned - moved,
+            chat_id=chats[0],
             note="the chat already has entries with these uuids (imported again)",
-        )  # fmt: skip
+        )
     return moved, chats[0]

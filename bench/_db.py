@@ -73,9 +73,7 @@ async def checkpoint(db: dbmod.Database, when: str = "") -> None:
         print(f"  (no CHECKPOINT{when}: {exc})")
 
 
-def run_on_database(
-    url: str, prefix: str, run: Callable[[str], Awaitable[None]]
-) -> None:
+def run_on_database(url: str, prefix: str, run: Callable[[str], Awaitable[None]]) -> None:
     """``trio.run`` ``run(url)`` under the asyncio loop every database user needs: on ``url``,
     or (empty) on a throwaway embedded server tuned as ``engram serve`` tunes its own."""
 

@@ -102,9 +102,16 @@ FUNCTION_WORDS = _words(
 )
 CITIES = ("Madrid", "Barcelona", "Lisbon", "Berlin", "Paris", "London", "Rome", "New York")
 TIMEZONES = (
-    "Europe/Madrid", "Europe/Madrid", "Europe/Madrid", "Europe/Lisbon", "Europe/Berlin",
-    "Europe/Paris", "Europe/London", "America/New_York", "Invalid/Zone",
-)  # fmt: skip
+    "Europe/Madrid",
+    "Europe/Madrid",
+    "Europe/Madrid",
+    "Europe/Lisbon",
+    "Europe/Berlin",
+    "Europe/Paris",
+    "Europe/London",
+    "America/New_York",
+    "Invalid/Zone",
+)
 QUESTIONS = (
     "What did I write about {a} and {b}?",
     "When was the last time I mentioned {a} together with {b}?",
@@ -184,8 +191,9 @@ def tail_vocabulary(size: int = 5000) -> tuple[str, ...]:
     taken = {*VOCAB, *FUNCTION_WORDS}
     words: dict[str, None] = {}
     while len(words) < size:
-        word = "".join(_SYLLABLES[int(k)] for k in rng.integers(0, len(_SYLLABLES), 2 + (
-            rng.random() < 0.5)))  # fmt: skip
+        word = "".join(
+            _SYLLABLES[int(k)] for k in rng.integers(0, len(_SYLLABLES), 2 + (rng.random() < 0.5))
+        )
         if word not in taken:
             words[word] = None
     return tuple(words)
@@ -200,9 +208,18 @@ class Journal:
     """
 
     COLUMNS = (
-        "id", "uuid", "created_at", "modified_at", "timezone", "text", "tags", "city",
-        "country", "word_count", "photo_count",
-    )  # fmt: skip
+        "id",
+        "uuid",
+        "created_at",
+        "modified_at",
+        "timezone",
+        "text",
+        "tags",
+        "city",
+        "country",
+        "word_count",
+        "photo_count",
+    )
 
     def __init__(self, embedder: HashEmbedder, seed: int = 7, years: float = 10.0) -> None:
         self.embedder = embedder
@@ -213,8 +230,9 @@ class Journal:
         #: one id space: theme words, function words, tail words
         self.words = np.array([*VOCAB, *FUNCTION_WORDS, *tail], dtype=object)
         index = {w: i for i, w in enumerate(self.words)}
-        self.theme_ids = np.array([[index[w] for w in THEMES[t][:THEME_WORDS]]
-                                   for t in self.themes])  # fmt: skip
+        self.theme_ids = np.array(
+            [[index[w] for w in THEMES[t][:THEME_WORDS]] for t in self.themes]
+        )
         self.function_base = len(VOCAB)
         self.tail_base = len(VOCAB) + len(FUNCTION_WORDS)
         self.p_theme = _zipf(len(self.themes), 0.3)
@@ -240,8 +258,9 @@ class Journal:
         lengths = np.clip(rng.lognormal(4.9, 0.6, n), 15, 1200).astype(np.int64)
         ages = np.sort(rng.uniform(0, span, n))[::-1]  # ids ascending = older first
         first = rng.choice(len(self.themes), n, p=self.p_theme)
-        second = np.where(rng.random(n) < 0.4, rng.choice(len(self.themes), n, p=self.p_theme),
-                          first)  # fmt: skip
+        second = np.where(
+            rng.random(n) < 0.4, rng.choice(len(self.themes), n, p=self.p_theme), first
+        )
         owner = np.repeat(np.arange(n), lengths)  # entry of each word
         total = int(lengths.sum())
         kind = rng.random(total)
@@ -322,8 +341,10 @@ def _stored_search_result(rng: np.random.Generator, query: str, now: datetime) -
                 "matched": ["text", "meaning"],
             }
         )
-    full = json.dumps({"query": query, "count": len(results), "results": results,
-                       "degraded": False}, ensure_ascii=False)  # fmt: skip
+    full = json.dumps(
+        {"query": query, "count": len(results), "results": results, "degraded": False},
+        ensure_ascii=False,
+    )
     return truncate_for_storage("search_entries", full)
 
 
@@ -344,19 +365,27 @@ def chat_history(
         at += step
         if rng.random() < 0.5:
             call_id = f"toolu_hist_{chat_id}_{n}"
-            calls = json.dumps([{"id": call_id, "name": "search_entries",
-                                 "input": {"query": query}}])  # fmt: skip
+            calls = json.dumps(
+                [{"id": call_id, "name": "search_entries", "input": {"query": query}}]
+            )
             out.append((chat_id, None, "assistant", "", calls, None, None, at))
             stored = _stored_search_result(rng, query, now)
             out.append((chat_id, None, "tool_result", stored, None, call_id, "search_entries", at))
         words = " ".join(str(w) for w in rng.choice(VOCAB, size=int(rng.integers(15, 60))))
-        out.append((chat_id, None, "assistant", f"From what you wrote: {words}.", None, None,
-                    None, at))  # fmt: skip
+        out.append(
+            (chat_id, None, "assistant", f"From what you wrote: {words}.", None, None, None, at)
+        )
         at += step
     return out[:rows]
 
 
 HISTORY_COLUMNS = (
-    "chat_id", "external_message_id", "role", "content", "tool_calls", "tool_call_id",
-    "tool_name", "created_at",
-)  # fmt: skip
+    "chat_id",
+    "external_message_id",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_id",
+    "tool_name",
+    "created_at",
+)

@@ -62,6 +62,8 @@ class Outside:
         del self.buf[: end + 1]
         value: dict[str, Any] = json.loads(line)
         return value
+
+
 now = time.perf_counter
 
 
@@ -113,15 +115,22 @@ class StubBotApi:
                 self.counts[method] += 1
                 result: Any = True
                 if method == "getMe":
-                    result = {"id": 123456789, "is_bot": True, "first_name": "Bench",
-                              "username": "bench_bot"}  # fmt: skip
+                    result = {
+                        "id": 123456789,
+                        "is_bot": True,
+                        "first_name": "Bench",
+                        "username": "bench_bot",
+                    }
                 elif method == "sendMessage":
                     params = json.loads(body)
                     self._delivered(int(params["chat_id"]), start, str(params["text"]))
                     self.message_id += 1
-                    result = {"message_id": self.message_id, "date": int(time.time()),
-                              "chat": {"id": params["chat_id"], "type": "private"},
-                              "text": params["text"]}  # fmt: skip
+                    result = {
+                        "message_id": self.message_id,
+                        "date": int(time.time()),
+                        "chat": {"id": params["chat_id"], "type": "private"},
+                        "text": params["text"],
+                    }
                 payload = json.dumps({"ok": True, "result": result}).encode()
                 await stream.send_all(
                     b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -238,8 +247,9 @@ async def drive(lines: Lines, stub: StubBotApi, plan: dict[str, Any]) -> None:
                 await stub.arrived.wait()
             t_sent, reply = stub.sent if stub.sent is not None else (math.nan, "")
             last_sent[chat] = t_sent
-            await lines.send(done=i, status=status, t0=t0, t_ack=t_ack, t_sent=t_sent,
-                             reply=reply, paced=paced)  # fmt: skip
+            await lines.send(
+                done=i, status=status, t0=t0, t_ack=t_ack, t_sent=t_sent, reply=reply, paced=paced
+            )
             await lines.receive()
             await trio.sleep(max(0.0, plan["spacing"] - (now() - t0)))
     finally:

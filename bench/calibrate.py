@@ -109,10 +109,11 @@ def pick_thresholds(sims: Mapping[str, np.ndarray]) -> Thresholds:
     grid = _grid()
     separable = sims["related"][sims["related"] < INDISTINGUISHABLE]
     dedup = next(
-        t for t in grid
+        t
+        for t in grid
         if share_at_or_above(separable, t) <= DEDUP_MAX_RELATED
         and share_at_or_above(sims["unrelated"], t) == 0.0
-    )  # fmt: skip
+    )
     same = np.sort(sims["same"])
     recall_point = float(np.quantile(same, 1.0 - ADJUDICATE_SAME_RECALL, method="lower"))
     adjudicate = min(math.floor(recall_point * 100) / 100, dedup)

@@ -73,8 +73,11 @@ TZ = "Europe/Madrid"
 OUTSIDE = Path(__file__).resolve().parent / "_commands_outside.py"
 KINDS = ("memory", "search", "forget")
 #: what each answer starts with (a topic may have no memories: "I have nothing about ...")
-EXPECT = {"memory": ("📋 Your profile",), "search": ("Top ", "Nothing in memory matches"),
-          "forget": ("Memories about “", "I have nothing about")}  # fmt: skip
+EXPECT = {
+    "memory": ("📋 Your profile",),
+    "search": ("Top ", "Nothing in memory matches"),
+    "forget": ("Memories about “", "I have nothing about"),
+}
 
 
 class BenchError(Exception):
@@ -90,16 +93,25 @@ class NoModel:
 
 async def add_conversation(db: dbmod.Database) -> None:
     rows = [
-        (CHAT, "user" if n % 2 == 0 else "assistant", f"message {n} about the week",
-         NOW - timedelta(minutes=200 - n))
+        (
+            CHAT,
+            "user" if n % 2 == 0 else "assistant",
+            f"message {n} about the week",
+            NOW - timedelta(minutes=200 - n),
+        )
         for n in range(150)
-    ]  # fmt: skip
+    ]
     await db.copy_records("chat_messages", rows, ("chat_id", "role", "content", "created_at"))
     episodes = [
-        (CHAT, f"Episode {n}: talked about plans.", NOW - timedelta(days=n + 1),
-         NOW - timedelta(days=n), 40)
+        (
+            CHAT,
+            f"Episode {n}: talked about plans.",
+            NOW - timedelta(days=n + 1),
+            NOW - timedelta(days=n),
+            40,
+        )
         for n in range(20)
-    ]  # fmt: skip
+    ]
     columns = ("chat_id", "summary", "started_at", "ended_at", "message_count")
     await db.copy_records("episodes", episodes, columns)
     await db.execute("VACUUM ANALYZE chat_messages")
@@ -141,8 +153,12 @@ async def drive(
     return samples, found
 
 
-async def measure(db: dbmod.Database, embedder: QueryVectors, texts: dict[str, list[str]],
-                  args: argparse.Namespace) -> dict[str, list[float]]:  # fmt: skip
+async def measure(
+    db: dbmod.Database,
+    embedder: QueryVectors,
+    texts: dict[str, list[str]],
+    args: argparse.Namespace,
+) -> dict[str, list[float]]:
     process = await trio.lowlevel.open_process(
         [sys.executable, str(OUTSIDE)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
@@ -153,19 +169,25 @@ async def measure(db: dbmod.Database, embedder: QueryVectors, texts: dict[str, l
         stub_port = (await outside.receive())["port"]
         settings = load_settings(
             {
-                "ENGRAM_HOST": HOST, "ENGRAM_PORT": "0", "TELEGRAM_BOT_TOKEN": TOKEN,
-                "TELEGRAM_SECRET_TOKEN": SECRET, "TELEGRAM_ALLOWED_CHAT_IDS": str(CHAT),
+                "ENGRAM_HOST": HOST,
+                "ENGRAM_PORT": "0",
+                "TELEGRAM_BOT_TOKEN": TOKEN,
+                "TELEGRAM_SECRET_TOKEN": SECRET,
+                "TELEGRAM_ALLOWED_CHAT_IDS": str(CHAT),
                 "TELEGRAM_API_BASE_URL": f"http://{HOST}:{stub_port}",
-                "TELEGRAM_WEBHOOK_URL": "", "SHUTDOWN_DEADLINE": "10", "TIMEZONE": TZ,
+                "TELEGRAM_WEBHOOK_URL": "",
+                "SHUTDOWN_DEADLINE": "10",
+                "TIMEZONE": TZ,
             },
             dotenv=None,
-        )  # fmt: skip
+        )
 
         def build(s: Any, d: dbmod.Database, sh: Shutdown) -> BotSystem:
             taps = CallbackTable()
             services = MemoryServices(d, embedder, TZ, SEED, LexiconCache())
-            return BotSystem(s, d, sh, turns=NoModel(), callbacks=taps,
-                             commands=command_table(services, taps))  # fmt: skip
+            return BotSystem(
+                s, d, sh, turns=NoModel(), callbacks=taps, commands=command_table(services, taps)
+            )
 
         shutdown = Shutdown(deadline=10, signals=())
         listening = trio.Event()
@@ -195,8 +217,11 @@ async def measure(db: dbmod.Database, embedder: QueryVectors, texts: dict[str, l
         with trio.move_on_after(5, shield=True):
             await process.wait()
     for kind in KINDS:
-        print(f"  {kind}: {found.get(kind, 0)} of {len(samples.get(kind, []))} answers found "
-              "memories", flush=True)  # fmt: skip
+        print(
+            f"  {kind}: {found.get(kind, 0)} of {len(samples.get(kind, []))} answers found "
+            "memories",
+            flush=True,
+        )
     return samples
 
 
@@ -204,8 +229,11 @@ async def run(url: str, args: argparse.Namespace) -> None:
     world = World.make(args.seed)
     n = args.warmup + args.per
     searches, forgets, embedder = command_texts(world, n, args.seed)
-    texts = {"memory": ["/memory"] * n, "search": [f"/memory search {t}" for t in searches],
-             "forget": [f"/forget {t}" for t in forgets]}  # fmt: skip
+    texts = {
+        "memory": ["/memory"] * n,
+        "search": [f"/memory search {t}" for t in searches],
+        "forget": [f"/forget {t}" for t in forgets],
+    }
     dbname = f"bench_commands_{secrets.token_hex(3)}"
     async with dbmod.open_database(url, max_size=2) as admin:
         await admin.execute(f'CREATE DATABASE "{dbname}"')
@@ -224,10 +252,15 @@ async def run(url: str, args: argparse.Namespace) -> None:
     for kind in KINDS:
         s = samples[kind]
         p95[kind] = pct(s, 0.95)
-        print(f"  {kind:7s} n={len(s)}  p50 {statistics.median(s):6.2f} ms  p95 {p95[kind]:6.2f} "
-              f"ms  max {max(s):6.2f} ms", flush=True)  # fmt: skip
-    print(f"commands p95_ms_memory={p95['memory']:.2f} p95_ms_search={p95['search']:.2f} "
-          f"p95_ms_forget={p95['forget']:.2f}")  # fmt: skip
+        print(
+            f"  {kind:7s} n={len(s)}  p50 {statistics.median(s):6.2f} ms  p95 {p95[kind]:6.2f} "
+            f"ms  max {max(s):6.2f} ms",
+            flush=True,
+        )
+    print(
+        f"commands p95_ms_memory={p95['memory']:.2f} p95_ms_search={p95['search']:.2f} "
+        f"p95_ms_forget={p95['forget']:.2f}"
+    )
 
 
 def main() -> None:

@@ -98,8 +98,26 @@ CHAT_MODEL = "claude-sonnet-4-6"
 MEMORY_MODEL = "claude-haiku-4-5"
 WORDS = [w for theme in THEMES.values() for w in theme[:THEME_WORDS]]
 _THEME_WORDS = frozenset(WORDS)
-FILLER = ("i", "the", "and", "was", "really", "today", "with", "my", "it", "so", "a", "to",
-          "about", "after", "that", "we", "feel", "think")  # fmt: skip
+FILLER = (
+    "i",
+    "the",
+    "and",
+    "was",
+    "really",
+    "today",
+    "with",
+    "my",
+    "it",
+    "so",
+    "a",
+    "to",
+    "about",
+    "after",
+    "that",
+    "we",
+    "feel",
+    "think",
+)
 TOOL_SHARE = 0.30
 TOOLS = (("search_entries", 0.60), ("recall_memory", 0.25), ("get_entries_by_date", 0.15))
 _SAID = re.compile(r"\[#(\d+) user, [^\]]*\] ([^\n]*)")
@@ -184,8 +202,11 @@ class Responder:
         if EXTRACTION_SYSTEM in system:
             return self._extraction(body)
         if ADJUDICATION_SYSTEM in system:
-            verdict = {"differences": "different topics", "core_intent_match": False,
-                       "merge_decision": False}  # fmt: skip
+            verdict = {
+                "differences": "different topics",
+                "core_intent_match": False,
+                "merge_decision": False,
+            }
             return Reply(({"type": "text", "text": json.dumps(verdict)},))
         assert self.step is not None, "an agent request outside a turn"
         last = body["messages"][-1]
@@ -199,8 +220,12 @@ class Responder:
         return Reply(({"type": "text", "text": _sentence(self.rng, self.step.answer_chars)},))
 
     def _extraction(self, body: Mapping[str, Any]) -> Reply:
-        prompt = "\n".join(b["text"] for m in body["messages"] for b in m["content"]
-                            if isinstance(b, dict) and b.get("type") == "text")  # fmt: skip
+        prompt = "\n".join(
+            b["text"]
+            for m in body["messages"]
+            for b in m["content"]
+            if isinstance(b, dict) and b.get("type") == "text"
+        )
         said = [(int(i), text) for i, text in _SAID.findall(prompt)]
         patterns = []
         for k in range(int(self.rng.integers(1, 4)) if said else 0):
@@ -210,13 +235,24 @@ class Responder:
                 continue
             picked = " ".join(dict.fromkeys(words[:4]))
             kind = ("behavior", "preference", "fact", "goal")[k % 4]
-            patterns.append({
-                "content": f"User talks about {picked}", "kind": kind, "confidence": 0.7,
-                "signal": "implicit", "evidence_message_ids": [evidence], "entry_uuids": [],
-            })  # fmt: skip
-        answer = {"new_patterns": patterns, "reinforcements": [], "contradictions": [],
-                  "supersedes": [], "meta_patterns": [],
-                  "episode_summary": _sentence(self.rng, 300)}  # fmt: skip
+            patterns.append(
+                {
+                    "content": f"User talks about {picked}",
+                    "kind": kind,
+                    "confidence": 0.7,
+                    "signal": "implicit",
+                    "evidence_message_ids": [evidence],
+                    "entry_uuids": [],
+                }
+            )
+        answer = {
+            "new_patterns": patterns,
+            "reinforcements": [],
+            "contradictions": [],
+            "supersedes": [],
+            "meta_patterns": [],
+            "episode_summary": _sentence(self.rng, 300),
+        }
         return Reply(({"type": "text", "text": json.dumps(answer)},))
 
 
@@ -245,9 +281,12 @@ def billed(requests: Sequence[RecordedRequest]) -> Billed:
     for r in requests:
         assert r.usage is not None and r.cache is not None
         u = r.usage
-        eq = (u["input_tokens"] + r.cache.read * CACHE_READ_FACTOR
-              + r.cache.write_5m * CACHE_WRITE_FACTORS["5m"]
-              + r.cache.write_1h * CACHE_WRITE_FACTORS["1h"])  # fmt: skip
+        eq = (
+            u["input_tokens"]
+            + r.cache.read * CACHE_READ_FACTOR
+            + r.cache.write_5m * CACHE_WRITE_FACTORS["5m"]
+            + r.cache.write_1h * CACHE_WRITE_FACTORS["1h"]
+        )
         rate = lookup(DEFAULT_RATES, r.body["model"])
         assert rate is not None
         equivalents += eq
@@ -274,11 +313,16 @@ def request_shape(requests: Sequence[RecordedRequest]) -> dict[str, float]:
         system = body.get("system", "")
         blocks = system if isinstance(system, list) else [{"text": system}]
         cached = [b for b in blocks if "cache_control" in b]
-        shape = {"tools": _tokens(body.get("tools", [])), "messages": _tokens(body["messages"]),
-                 "system": sum(_tokens(b["text"]) for b in blocks),
-                 "system after the last breakpoint": sum(
-                     _tokens(b["text"]) for b in blocks[blocks.index(cached[-1]) + 1:])
-                 if cached else sum(_tokens(b["text"]) for b in blocks)}  # fmt: skip
+        shape = {
+            "tools": _tokens(body.get("tools", [])),
+            "messages": _tokens(body["messages"]),
+            "system": sum(_tokens(b["text"]) for b in blocks),
+            "system after the last breakpoint": sum(
+                _tokens(b["text"]) for b in blocks[blocks.index(cached[-1]) + 1 :]
+            )
+            if cached
+            else sum(_tokens(b["text"]) for b in blocks),
+        }
         for k, v in shape.items():
             parts.setdefault(k, []).append(v)
     return {k: statistics.mean(v) for k, v in parts.items()}
@@ -344,21 +388,26 @@ async def play(url: str, args: argparse.Namespace, name: str, ttl: CacheTTL | No
         responder = Responder(np.random.default_rng(args.seed + 1))
         fake.responder = responder
         async with (
-            AnthropicLLM(api_key=fake.api_key, base_url=fake.base_url, db=db,
-                         model=CHAT_MODEL) as chat_llm,
-            AnthropicLLM(api_key=fake.api_key, base_url=fake.base_url, db=db,
-                         model=MEMORY_MODEL) as memory_llm,
-        ):  # fmt: skip
+            AnthropicLLM(
+                api_key=fake.api_key, base_url=fake.base_url, db=db, model=CHAT_MODEL
+            ) as chat_llm,
+            AnthropicLLM(
+                api_key=fake.api_key, base_url=fake.base_url, db=db, model=MEMORY_MODEL
+            ) as memory_llm,
+        ):
             thresholds = thresholds_for(embedder.model, settings)
             lexicons = LexiconCache()
-            tools = agent_tools(memory_tools(LLMAdjudicator(memory_llm), thresholds=thresholds,
-                                             lexicons=lexicons))  # fmt: skip
+            tools = agent_tools(
+                memory_tools(LLMAdjudicator(memory_llm), thresholds=thresholds, lexicons=lexicons)
+            )
             rule = CompactionRule.from_settings(settings)
             options = CompactionOptions(
-                timezone=settings.timezone, keep_recent=settings.compaction_keep_recent,
-                max_messages=settings.compaction_chunk_messages, rule=rule,
+                timezone=settings.timezone,
+                keep_recent=settings.compaction_keep_recent,
+                max_messages=settings.compaction_chunk_messages,
+                rule=rule,
                 thresholds=thresholds,
-            )  # fmt: skip
+            )
             estimate = WindowEstimate(
                 db,
                 settings.timezone,
@@ -380,16 +429,23 @@ async def play(url: str, args: argparse.Namespace, name: str, ttl: CacheTTL | No
                     run.compactions += 1
 
             agent = sql_agent(  # as `engram serve` builds it (actors/cli/main.py)
-                db, chat_llm, timezone=settings.timezone, embedder=embedder,
+                db,
+                chat_llm,
+                timezone=settings.timezone,
+                embedder=embedder,
                 context_token_budget=settings.context_token_budget,
                 episode_budget=settings.episode_budget_tokens,
                 window_limit=settings.window_messages,
-                retriever=SqlPatternRetriever(db, embedder, thresholds, lexicons=lexicons,
-                                              timezone=settings.timezone),
+                retriever=SqlPatternRetriever(
+                    db, embedder, thresholds, lexicons=lexicons, timezone=settings.timezone
+                ),
                 profile=SqlProfile(db, settings.timezone, settings.profile_budget_tokens),
-                tools=tools, clock=clock, on_over_budget=wanted.append, prompt_cache=ttl,
+                tools=tools,
+                clock=clock,
+                on_over_budget=wanted.append,
+                prompt_cache=ttl,
                 **args.agent_options,
-            )  # fmt: skip
+            )
             compacted = False
             for n, step in enumerate(steps):
                 sim["now"] += timedelta(seconds=step.gap)
@@ -398,10 +454,15 @@ async def play(url: str, args: argparse.Namespace, name: str, ttl: CacheTTL | No
                     await compact()
                 responder.step = step
                 first = len(fake.requests)
-                reply = await agent.run_turn(TurnInput(
-                    chat_id=CHAT, text=step.text, inbox_ids=(n + 1,), message_ids=(n + 1,),
-                    external_ids=(f"bench:{n}",),
-                ))  # fmt: skip
+                reply = await agent.run_turn(
+                    TurnInput(
+                        chat_id=CHAT,
+                        text=step.text,
+                        inbox_ids=(n + 1,),
+                        message_ids=(n + 1,),
+                        external_ids=(f"bench:{n}",),
+                    )
+                )
                 if reply.persist is not None:
                     async with db.connection() as conn, conn.transaction():
                         await reply.persist(conn)
@@ -441,17 +502,23 @@ def pct(values: Sequence[float], q: float) -> float:
 
 def report(runs: Sequence[Run]) -> None:
     print()
-    print(f"{'variant':10} {'p50':>8} {'mean':>8} {'prompt':>8} {'USD/100':>8} "
-          f"{'reads':>6} {'memory USD/100':>15}")  # fmt: skip
+    print(
+        f"{'variant':10} {'p50':>8} {'mean':>8} {'prompt':>8} {'USD/100':>8} "
+        f"{'reads':>6} {'memory USD/100':>15}"
+    )
     for run in runs:
         eq = run.equivalents()
         prompt = statistics.mean(b.prompt_tokens for b in run.per_turn)
         memory = run.memory.usd / len(run.per_turn) * 100 if run.memory else 0.0
-        print(f"{run.name:10} {pct(eq, 50):8.0f} {statistics.mean(eq):8.0f} {prompt:8.0f} "
-              f"{run.usd_per_100():8.3f} {run.reads / max(run.calls, 1):6.0%} "
-              f"{memory:15.3f}")  # fmt: skip
-    print("(billed input-token equivalents per turn; prompt: mean prompt tokens per turn; "
-          "reads: share of agent calls reading the cache)")  # fmt: skip
+        print(
+            f"{run.name:10} {pct(eq, 50):8.0f} {statistics.mean(eq):8.0f} {prompt:8.0f} "
+            f"{run.usd_per_100():8.3f} {run.reads / max(run.calls, 1):6.0%} "
+            f"{memory:15.3f}"
+        )
+    print(
+        "(billed input-token equivalents per turn; prompt: mean prompt tokens per turn; "
+        "reads: share of agent calls reading the cache)"
+    )
     print()
     print("where a turn's billed input goes (mean tokens per turn, and their billed equivalents)")
     for run in runs:
@@ -471,11 +538,13 @@ def report(runs: Sequence[Run]) -> None:
         shape = ", ".join(f"{k} {v:.0f}" for k, v in run.shape.items())
         print(f"  {'':10} a request (mean estimated tokens): {shape}")
         kinds = [
-            "after a pause > 5 min" if gap > 300 else
-            "within a session, after a compaction" if compacted else
-            "within a session, otherwise"
+            "after a pause > 5 min"
+            if gap > 300
+            else "within a session, after a compaction"
+            if compacted
+            else "within a session, otherwise"
             for gap, compacted in zip(run.gaps, run.after_compaction, strict=True)
-        ]  # fmt: skip
+        ]
         for label in dict.fromkeys(sorted(kinds)):
             chosen = [b for b, kind in zip(run.per_turn, kinds, strict=True) if kind == label]
             if chosen:

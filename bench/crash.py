@@ -113,9 +113,13 @@ class Result:
     @property
     def met(self) -> bool:
         return (
-            self.lost == 0 and self.duplicated == 0 and self.skipped == 0 and self.stuck == 0
-            and self.uncertain <= self.in_flight and self.acked == self.updates
-        )  # fmt: skip
+            self.lost == 0
+            and self.duplicated == 0
+            and self.skipped == 0
+            and self.stuck == 0
+            and self.uncertain <= self.in_flight
+            and self.acked == self.updates
+        )
 
 
 class Postgres:
@@ -366,8 +370,14 @@ async def run_scenario(name: str, cfg: Config, pg: Postgres, work: Path) -> Resu
         dbmod.open_database(sc.url, max_size=2, connect_timeout=30) as db,
     ):
         sc.fake = fake
-        env = serve_env(sc.work, bot_api=fake.base_url, model=model.base_url, port=free_port(),
-                        chats=sc.chats, DATABASE_URL=sc.url)  # fmt: skip
+        env = serve_env(
+            sc.work,
+            bot_api=fake.base_url,
+            model=model.base_url,
+            port=free_port(),
+            chats=sc.chats,
+            DATABASE_URL=sc.url,
+        )
         sc.engram = Engram(env, sc.work / "engram.log")
         await sc.start_engram()
         await sc.engram.wait_ready(120)

@@ -215,7 +215,7 @@ def role_aiogram(port: int, stub_port: int) -> None:
     logging.basicConfig(level=logging.WARNING)
     dispatcher = Dispatcher()
 
-    @dispatcher.message()
+    @dispatcher.message()  # type: ignore[untyped-decorator]  # aiogram: no stubs in CI
     async def on_message(message: Message) -> None:
         return None  # nothing heavy, no Telegram call, nothing stored
 
@@ -743,8 +743,9 @@ def bench(args: argparse.Namespace, tmp: Path, children: list[Child]) -> None:
             check_alive()
             wait_quiet(watch, args.quiet_timeout)
         floor_port = free_port()
-        floor = Child("floor", [sys.executable, me, "--role", "floor", "--port", str(floor_port)],
-                      logdir)  # fmt: skip
+        floor = Child(
+            "floor", [sys.executable, me, "--role", "floor", "--port", str(floor_port)], logdir
+        )
         children.append(floor)
         wait_ready(floor, floor_port, "/", 60)
         floor_runs = []

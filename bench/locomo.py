@@ -156,10 +156,13 @@ def load_locomo(path: Path) -> tuple[list[Conversation], int]:
             questions.append(Question(str(qa["question"]), int(qa["category"]), ids))
         conversations.append(
             Conversation(
-                str(sample.get("sample_id", chat_id)), chat_id, tuple(observations),
-                tuple(questions), max(dates),
+                str(sample.get("sample_id", chat_id)),
+                chat_id,
+                tuple(observations),
+                tuple(questions),
+                max(dates),
             )
-        )  # fmt: skip
+        )
     return conversations, dropped
 
 
@@ -256,14 +259,22 @@ async def load_chat(
         pid = await db.fetchval(
             "INSERT INTO patterns (chat_id, content, kind, confidence, strength, canonical_hash,"
             " first_seen, last_seen) VALUES ($1, $2, $3, $4, 1.0, $5, $6, $6) RETURNING id",
-            conv.chat_id, obs.content, KIND, CONFIDENCE, canonical_hash(obs.content), obs.at,
-        )  # fmt: skip
+            conv.chat_id,
+            obs.content,
+            KIND,
+            CONFIDENCE,
+            canonical_hash(obs.content),
+            obs.at,
+        )
         ids[int(pid)] = obs
     vectors = await embedder.embed([o.content for o in ids.values()], purpose="bench")
     await store_vectors(
-        db, "pattern_embeddings", "pattern_id", list(zip(ids, vectors, strict=True)),
+        db,
+        "pattern_embeddings",
+        "pattern_id",
+        list(zip(ids, vectors, strict=True)),
         embedder.model,
-    )  # fmt: skip
+    )
     return ids
 
 
@@ -273,8 +284,11 @@ async def vector_arm(
     rows = await db.fetch(
         "SELECT pattern_id, 1 - (embedding <=> $3::vector) AS sim FROM pattern_embeddings"
         " WHERE model = $1 AND chat_id = $2 ORDER BY embedding <=> $3::vector LIMIT $4",
-        model, chat_id, vector, limit,
-    )  # fmt: skip
+        model,
+        chat_id,
+        vector,
+        limit,
+    )
     return [(int(r["pattern_id"]), float(r["sim"])) for r in rows]
 
 
@@ -287,8 +301,10 @@ async def fulltext_arm(
         "SELECT p.id, ts_rank(p.text_search, q) AS rank FROM patterns p,"
         " to_tsquery('english', $2) q WHERE p.chat_id = $1 AND p.text_search @@ q"
         " ORDER BY rank DESC, p.id DESC LIMIT $3",
-        chat_id, tsquery, limit,
-    )  # fmt: skip
+        chat_id,
+        tsquery,
+        limit,
+    )
     return [(int(r["id"]), float(r["rank"])) for r in rows]
 
 
@@ -344,9 +360,15 @@ async def hybrid_arm(
     except ImportError:
         return None
     ranked, _degraded = await rank_patterns(
-        db, embedder, chat_id, query, limit=CANDIDATES, now=now, thresholds=thresholds,
+        db,
+        embedder,
+        chat_id,
+        query,
+        limit=CANDIDATES,
+        now=now,
+        thresholds=thresholds,
         lexicons=LexiconCache(),
-    )  # fmt: skip
+    )
     return [p.id for p in ranked], [p.id for p in mmr(ranked, k=max(KS))]
 
 
@@ -630,8 +652,21 @@ async def evaluate(
                     [" ".join(content_words(q.text)) or q.text], purpose="bench"
                 )
                 every_cw = await vector_arm(db, embedder.model, conv.chat_id, cw, 100_000)
-                arms = Arms(vec, fts, days, bm25, dict(every), every_cw[:CANDIDATES],
-                            dict(every_cw), vector, cw, ids, mat, bm25_sql, rescored)  # fmt: skip
+                arms = Arms(
+                    vec,
+                    fts,
+                    days,
+                    bm25,
+                    dict(every),
+                    every_cw[:CANDIDATES],
+                    dict(every_cw),
+                    vector,
+                    cw,
+                    ids,
+                    mat,
+                    bm25_sql,
+                    rescored,
+                )
             else:
                 arms = Arms(vec, fts, days)
             for name, rank in variants.items():
@@ -684,8 +719,11 @@ async def run(url: str, args: argparse.Namespace) -> None:
             return
         load = smoke_conversations if args.smoke else load_locomo
         conversations, dropped = load(args.path)
-        print(f"LoCoMo: {len(conversations)} conversations ({dropped} questions without"
-              " evidence ids skipped)", flush=True)  # fmt: skip
+        print(
+            f"LoCoMo: {len(conversations)} conversations ({dropped} questions without"
+            " evidence ids skipped)",
+            flush=True,
+        )
         recall, have_hybrid = await evaluate(db, embedder, conversations, args.experiments, min_sim)
     print_table("LoCoMo evidence recall, categories 1-4", recall, arms)
     hybrid5 = f"{recall.value('hybrid', 5):.3f}" if have_hybrid else "n/a"

@@ -70,9 +70,17 @@ KINDS = ("behavior", "belief", "goal", "preference", "emotion", "temporal", "cau
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 CHUNK = 50_000
 PATTERN_COLUMNS = (
-    "chat_id", "content", "kind", "confidence", "strength", "times_seen", "status",
-    "canonical_hash", "first_seen", "last_seen",
-)  # fmt: skip
+    "chat_id",
+    "content",
+    "kind",
+    "confidence",
+    "strength",
+    "times_seen",
+    "status",
+    "canonical_hash",
+    "first_seen",
+    "last_seen",
+)
 
 
 def now() -> float:
@@ -138,12 +146,20 @@ class World:
             rows = []
             for i in range(n):
                 last = NOW - timedelta(days=float(ages[i]))
-                rows.append((
-                    chat_id, "User " + self.text(rng, int(topics[i]), 5, 3),
-                    KINDS[int(rng.integers(len(KINDS)))], float(rng.uniform(0.3, 1.0)),
-                    float(rng.uniform(0, 10)), int(rng.integers(1, 11)), str(status[i]),
-                    f"{chat_id}-{start + i}", last - timedelta(days=30), last,
-                ))  # fmt: skip
+                rows.append(
+                    (
+                        chat_id,
+                        "User " + self.text(rng, int(topics[i]), 5, 3),
+                        KINDS[int(rng.integers(len(KINDS)))],
+                        float(rng.uniform(0.3, 1.0)),
+                        float(rng.uniform(0, 10)),
+                        int(rng.integers(1, 11)),
+                        str(status[i]),
+                        f"{chat_id}-{start + i}",
+                        last - timedelta(days=30),
+                        last,
+                    )
+                )
             yield rows, vectors
 
     def queries(self, rng: np.random.Generator, n: int) -> list[tuple[str, np.ndarray]]:
@@ -172,8 +188,9 @@ class QueryVectors:
 # --- building -----------------------------------------------------------------------------
 
 
-async def build(db: dbmod.Database, world: World, layout: Sequence[tuple[int, int]],
-                seed: int) -> dict[str, float]:  # fmt: skip
+async def build(
+    db: dbmod.Database, world: World, layout: Sequence[tuple[int, int]], seed: int
+) -> dict[str, float]:
     """COPY the patterns of ``layout`` [(chat_id, size)] and their vectors; index afterwards."""
     took: dict[str, float] = {}
     secondary = await drop_secondary_indexes(db, ("patterns", "pattern_embeddings"))
@@ -196,9 +213,14 @@ async def build(db: dbmod.Database, world: World, layout: Sequence[tuple[int, in
     took["copy"] = now() - start
     async with db.connection() as conn:
         took["btree/gin indexes"], took["HNSW index"] = await build_indexes(
-            conn, db.url, secondary, work_mem="2GB", vectors="pattern_embeddings", model=MODEL,
+            conn,
+            db.url,
+            secondary,
+            work_mem="2GB",
+            vectors="pattern_embeddings",
+            model=MODEL,
             dims=DIMS,
-        )  # fmt: skip
+        )
         start = now()  # what the maintenance job does for mid-size chats of a shared index
         own = await ensure_chat_indexes(conn, MODEL, DIMS, concurrently=False)
         if own:
@@ -239,10 +261,13 @@ async def measure(
         injected.append(len(memory.pattern_ids))
         tokens.append(len(memory.text_block) / 4)
     out: dict[str, Any] = {
-        "p50": statistics.median(samples), "p95": pct(samples, 0.95), "max": max(samples),
-        "plans": dict(planner.plans), "patterns": statistics.mean(injected),
+        "p50": statistics.median(samples),
+        "p95": pct(samples, 0.95),
+        "max": max(samples),
+        "plans": dict(planner.plans),
+        "patterns": statistics.mean(injected),
         "tokens": statistics.mean(tokens),
-    }  # fmt: skip
+    }
     if explain:
         out["explain"] = await explain_one(db, retriever, chats[0], queries[-1][0])
     return out
@@ -352,9 +377,10 @@ def main() -> None:
     parser.add_argument("--url", default="", help="PostgreSQL URL (default: embedded server)")
     parser.add_argument("--queries", type=int, default=300, help="measured queries per scenario")
     parser.add_argument(
-        "--million", action="store_true",
+        "--million",
+        action="store_true",
         help="also run the 1,000,000-pattern scenario (its build takes ~30 min on 2 cores)",
-    )  # fmt: skip
+    )
     parser.add_argument("--chats-1m", type=int, default=100, help="chats of the 1M scenario")
     parser.add_argument("--explain", action="store_true", help="EXPLAIN ANALYZE one query")
     parser.add_argument("--wordllama", action="store_true", help="time the local model too")

@@ -73,8 +73,12 @@ async def first_reply(fake: FakeBotApi, update_id: int, started: float, limit: f
 
 def help_wall_time() -> float:
     start = time.monotonic()
-    subprocess.run([sys.executable, "-m", "actors.cli", "--help"], cwd=REPO, check=True,
-                   stdout=subprocess.DEVNULL)  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "actors.cli", "--help"],
+        cwd=REPO,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return time.monotonic() - start
 
 
@@ -92,8 +96,9 @@ async def main(runs: int) -> None:
     try:
         async with run_fake_bot_api() as fake, run_echo_anthropic() as model:
             port = free_port()
-            env = serve_env(home, bot_api=fake.base_url, model=model.base_url, port=port,
-                            chats=[CHAT])  # fmt: skip
+            env = serve_env(
+                home, bot_api=fake.base_url, model=model.base_url, port=port, chats=[CHAT]
+            )
             engram = Engram(env, work / "engram.log", cwd=work)
             await engram.start()
             print(f"first run (initdb, migrations): ready in {await engram.wait_ready(120):.2f} s")
@@ -109,8 +114,10 @@ async def main(runs: int) -> None:
                 code = await engram.stop()
                 ready.append(ready_s)
                 replies.append(reply_s)
-                print(f"run {run}: ready {ready_s:.3f} s, first recovered reply {reply_s:.3f} s"
-                      f" (exit {code}; load {load_average()})")  # fmt: skip
+                print(
+                    f"run {run}: ready {ready_s:.3f} s, first recovered reply {reply_s:.3f} s"
+                    f" (exit {code}; load {load_average()})"
+                )
     finally:
         shutil.rmtree(home, ignore_errors=True)
     helps = [help_wall_time() for _ in range(runs)]

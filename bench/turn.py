@@ -559,9 +559,13 @@ class ScriptedLLM:
             self_id = f"toolu_bench_{self.calls:06d}"
             content = [
                 {"type": "text", "text": "Let me look that up in your journal."},
-                {"type": "tool_use", "id": self_id, "name": "search_entries",
-                 "input": {"query": " ".join(words)}},
-            ]  # fmt: skip
+                {
+                    "type": "tool_use",
+                    "id": self_id,
+                    "name": "search_entries",
+                    "input": {"query": " ".join(words)},
+                },
+            ]
             stop = "tool_use"
         return {
             "id": f"msg_bench_{self.calls}",
@@ -645,9 +649,14 @@ async def load_journal(
     await db.execute("SELECT setval(pg_get_serial_sequence('entries', 'id'), $1)", size)
     async with db.connection() as conn:
         took["entries indexes"], took["HNSW index"] = await build_indexes(
-            conn, db.url, indexes, work_mem="512MB", vectors="entry_embeddings",
-            model=embedder.model, dims=embedder.dims,
-        )  # fmt: skip
+            conn,
+            db.url,
+            indexes,
+            work_mem="512MB",
+            vectors="entry_embeddings",
+            model=embedder.model,
+            dims=embedder.dims,
+        )
     hnsw = await db.fetchval(
         "SELECT count(*) FROM pg_indexes WHERE tablename = 'entry_embeddings'"
         " AND indexdef LIKE '%hnsw%' AND indexdef LIKE $1",
@@ -684,21 +693,45 @@ async def load_patterns(
         rows = []
         for i, text in enumerate(texts):
             seen = at - timedelta(days=int(rng.integers(0, 400)))
-            rows.append((chat, text, PATTERN_KINDS[i % len(PATTERN_KINDS)], 0.7,
-                         float(rng.uniform(1, 8)), canonical_hash(text), seen, seen))  # fmt: skip
-        await db.copy_records("patterns", rows, [
-            "chat_id", "content", "kind", "confidence", "strength", "canonical_hash",
-            "first_seen", "last_seen",
-        ])  # fmt: skip
-        ids = [r["id"] for r in await db.fetch(
-            "SELECT id FROM patterns WHERE chat_id = $1 ORDER BY id", chat)]  # fmt: skip
+            rows.append(
+                (
+                    chat,
+                    text,
+                    PATTERN_KINDS[i % len(PATTERN_KINDS)],
+                    0.7,
+                    float(rng.uniform(1, 8)),
+                    canonical_hash(text),
+                    seen,
+                    seen,
+                )
+            )
+        await db.copy_records(
+            "patterns",
+            rows,
+            [
+                "chat_id",
+                "content",
+                "kind",
+                "confidence",
+                "strength",
+                "canonical_hash",
+                "first_seen",
+                "last_seen",
+            ],
+        )
+        ids = [
+            r["id"]
+            for r in await db.fetch("SELECT id FROM patterns WHERE chat_id = $1 ORDER BY id", chat)
+        ]
         vectors = await embedder.embed(texts, purpose="bench")
         await db.copy_records(
             "pattern_embeddings",
-            [(pid, embedder.model, chat, embedder.dims, v) for pid, v in zip(ids, vectors,
-                                                                              strict=True)],
+            [
+                (pid, embedder.model, chat, embedder.dims, v)
+                for pid, v in zip(ids, vectors, strict=True)
+            ],
             ["pattern_id", "model", "chat_id", "dims", "embedding"],
-        )  # fmt: skip
+        )
     await db.execute("VACUUM ANALYZE patterns")
     await db.execute("VACUUM ANALYZE pattern_embeddings")
 
@@ -721,9 +754,14 @@ async def drive(
     and the stub's calls by method."""
     warmup = max(args.warmup, len(chats))
     await outside.send(
-        webhook_port=port, chats=list(chats), warmup=warmup, turns=args.turns,
-        spacing=args.spacing, seed=args.seed, interval=SenderSettings().chat_interval,
-    )  # fmt: skip
+        webhook_port=port,
+        chats=list(chats),
+        warmup=warmup,
+        turns=args.turns,
+        spacing=args.spacing,
+        seed=args.seed,
+        interval=SenderSettings().chat_interval,
+    )
     measured: list[TurnRecord] = []
     try:
         while "end" not in (msg := await outside.receive()):
@@ -801,10 +839,13 @@ async def measure(
 
             def build(s: Any, d: dbmod.Database, sh: Shutdown) -> BotSystem:
                 return BotSystem(
-                    s, d, sh, turns=turns,
+                    s,
+                    d,
+                    sh,
+                    turns=turns,
                     bot_factory=lambda: TimedBotApi(TOKEN, base_url=base_url, rec=rec),
                     background=[EmbeddingBackfill(d, timed_embedder).run],
-                )  # fmt: skip
+                )
 
             shutdown = Shutdown(deadline=10, signals=())
             listening = trio.Event()
@@ -1047,10 +1088,16 @@ def report(
         f"round trips with another process {cpu[3]:.1f} ms"
     )
     splits = [breakdown(t) for t in turns]
-    table("timeline (adds up to the turn)",
-          {k: [b.timeline[k] for b in splits] for k in splits[0].timeline}, mean_total)  # fmt: skip
-    table("by kind (adds up to the turn)",
-          {k: [b.parts[k] for b in splits] for k in splits[0].parts}, mean_total)  # fmt: skip
+    table(
+        "timeline (adds up to the turn)",
+        {k: [b.timeline[k] for b in splits] for k in splits[0].timeline},
+        mean_total,
+    )
+    table(
+        "by kind (adds up to the turn)",
+        {k: [b.parts[k] for b in splits] for k in splits[0].parts},
+        mean_total,
+    )
     steps = [agent_steps(t) for t in turns]
     table("inside the agent", {k: [s[k] for s in steps] for k in steps[0]}, mean_total)
     per_site: dict[str, list[float]] = defaultdict(list)

@@ -71,26 +71,40 @@ _URL = r"(?:https?://|www\.)\S+"
 INSTRUCTION_RULES: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (name, re.compile(pattern, re.IGNORECASE))
     for name, pattern in (
-        ("ignore instructions", r"\b(ignore|disregard|forget|override|bypass)\b[^.]{0,40}"
-         r"\b(previous|prior|above|earlier|all|your|system|safety)\b[^.]{0,20}"
-         r"\b(instructions?|prompts?|rules?|messages?|guidelines?|directives?)\b"),
+        (
+            "ignore instructions",
+            r"\b(ignore|disregard|forget|override|bypass)\b[^.]{0,40}"
+            r"\b(previous|prior|above|earlier|all|your|system|safety)\b[^.]{0,20}"
+            r"\b(instructions?|prompts?|rules?|messages?|guidelines?|directives?)\b",
+        ),
         ("addresses the model", r"\byou (must|should|will|are to|have to|need to|shall)\b"),
         ("addresses the model", r"\byou are (now|no longer|an? (ai|assistant|bot|model))\b"),
-        ("system prompt",
-         r"\b(system|developer|hidden|initial)[ _-]?(prompt|message|instructions?)\b"),
+        (
+            "system prompt",
+            r"\b(system|developer|hidden|initial)[ _-]?(prompt|message|instructions?)\b",
+        ),
         ("new instructions", r"\b(new|updated|real|additional) instructions?\b"),
         ("role-play", r"\b(act as|pretend (to be|you)|role[ -]?play|roleplay|from now on,? you)\b"),
         ("jailbreak", r"\b(jailbreak|do anything now|developer mode|dan mode|unfiltered mode)\b"),
-        ("secrets", r"\b(api[ _-]?keys?|passwords?|secret (keys?|tokens?)|access tokens?|"
-         r"credentials?)\b"),
-        ("url with an action", r"\b(visit|open|click|go to|navigate to|download|fetch|send|post|"
-         r"call|curl|browse)\b[^.]{0,60}" + _URL),
-        ("url with an action", _URL + r"[^.]{0,60}\b(visit|open|click|download|fetch|send|post|"
-         r"call|curl|browse)\b"),
+        (
+            "secrets",
+            r"\b(api[ _-]?keys?|passwords?|secret (keys?|tokens?)|access tokens?|"
+            r"credentials?)\b",
+        ),
+        (
+            "url with an action",
+            r"\b(visit|open|click|go to|navigate to|download|fetch|send|post|"
+            r"call|curl|browse)\b[^.]{0,60}" + _URL,
+        ),
+        (
+            "url with an action",
+            _URL + r"[^.]{0,60}\b(visit|open|click|download|fetch|send|post|"
+            r"call|curl|browse)\b",
+        ),
         ("markup", r"</?\s*(untrusted|system|assistant|user|instructions?|tool_result)\b[^>]*>"),
         ("chat template", r"(^|\n)\s*(system|assistant|human)\s*:"),
     )
-)  # fmt: skip
+)
 
 _BOT = r"(assistant|bot|ai|model|claude|chatbot|you)"
 _DIRECTIVE = re.compile(
@@ -113,9 +127,15 @@ def instruction_reason(text: str) -> str | None:
 #: there must not steer memory even through an innocent-looking claim. Narrower than the claim
 #: rules: journal prose says "you should", "act as" and "password" innocently.
 EVIDENCE_RULES = frozenset(
-    {"ignore instructions", "system prompt", "new instructions", "jailbreak", "markup",
-     "chat template"}
-)  # fmt: skip
+    {
+        "ignore instructions",
+        "system prompt",
+        "new instructions",
+        "jailbreak",
+        "markup",
+        "chat template",
+    }
+)
 
 
 def injection_in(text: str) -> str | None:

@@ -126,9 +126,10 @@ def preset(pgdata: Path, shared_buffers: str) -> bool:
     if info is not None and info.is_running():
         return False
     lines = [
-        line for line in conf.read_text().splitlines()
+        line
+        for line in conf.read_text().splitlines()
         if not re.match(r"\s*shared_buffers\s*=", line)
-    ]  # fmt: skip
+    ]
     conf.write_text("\n".join([*lines, f"shared_buffers = '{shared_buffers}'"]) + "\n")
     return True
 
@@ -177,9 +178,12 @@ def _start(pgdata: Path, database: str, shared_buffers: str) -> tuple[Any, str]:
     try:
         server = pgserver.get_server(pgdata, cleanup_mode="stop")  # type: ignore[attr-defined]
     except (
-        subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError, RuntimeError,
+        subprocess.CalledProcessError,
+        subprocess.TimeoutExpired,
+        OSError,
+        RuntimeError,
         AssertionError,  # pgserver asserts the postmaster came up
-    ) as exc:  # fmt: skip
+    ) as exc:
         # pgserver keeps the failed handle per data directory: a later try must start afresh
         pgserver.PostgresServer._instances.pop(pgdata.resolve(), None)  # type: ignore[attr-defined]
         raise DatabaseUnavailable(
@@ -301,8 +305,11 @@ async def keep_running(server: Any, pgdata: Path, watch_interval: float = 1.0) -
                 await trio.sleep(delay)
                 delay = min(RESTART_BACKOFF[1], delay * 2)
                 continue
-            log.warning("db.embedded.restarted", attempts=attempts,
-                        pid=getattr(server._postmaster_info, "pid", None))  # fmt: skip
+            log.warning(
+                "db.embedded.restarted",
+                attempts=attempts,
+                pid=getattr(server._postmaster_info, "pid", None),
+            )
             break
 
 

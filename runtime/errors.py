@@ -91,9 +91,7 @@ class EscalationError(ActorError):
     """A supervised child crashed more often than its restart budget allows."""
 
     def __init__(self, name: str, restarts: int, window: float, last: BaseException | None) -> None:
-        super().__init__(
-            f"actor {name!r} crashed {restarts} times within {window:g}s; escalating"
-        )
+        super().__init__(f"actor {name!r} crashed {restarts} times within {window:g}s; escalating")
         self.actor_name = name
         self.restarts = restarts
         self.window = window

@@ -234,9 +234,13 @@ async def serve_http(
             async def serve_one(stream: trio.SocketStream) -> None:
                 state = ConnectionState(lifespan_state.copy())
                 connection = _Connection(
-                    wrapped, config, context, state, stream,  # type: ignore[arg-type]
+                    wrapped,
+                    config,
+                    context,
+                    state,
+                    stream,  # type: ignore[arg-type]
                     send_timeout=send_timeout,
-                )  # fmt: skip
+                )
                 slots.connections.add(connection)
                 try:
                     await connection.run()

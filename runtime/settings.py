@@ -40,8 +40,6 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 # --- the process section's own parsers (the shared ones are runtime.parsers) -----------------
 
 
-
-
 def _log_level(raw: str) -> str:
     value = raw.strip().upper()
     if value not in LOG_LEVELS:
@@ -119,7 +117,7 @@ class SettingsSection:
     """The base of every settings section.
 
     A section declares its variables twice over: as attrs attributes and as ``fields`` (in the
-    README table's order); ``tests/test_settings.py`` checks the two agree. Sections combine by
+    README table's order); ``tests/actors/test_settings.py`` checks the two agree. Sections combine by
     multiple inheritance (hence ``slots=False``); the combined class's ``fields`` is the
     concatenation of its bases' and :meth:`validate` runs every section's checks.
     """
@@ -173,51 +171,137 @@ class ProcessSettings(SettingsSection):
     """The process: database, data directory, HTTP server, logging, time zone, actor kernel."""
 
     fields: ClassVar[tuple[Field, ...]] = (
-        Field("DATABASE_URL", "database_url", "", database_url,
-              "PostgreSQL server (with pgvector). Empty: an embedded server in ENGRAM_HOME.",
-              show=redact_url, secrets_in=url_passwords),
-        Field("ENGRAM_HOME", "home", default_home, _home,
-              "Data directory (embedded database, state)."),
-        Field("EMBEDDED_PG_SHARED_BUFFERS", "embedded_pg_shared_buffers", "1GB", _pg_memory,
-              "shared_buffers of the embedded server (PostgreSQL's own default is 128MB)."),
+        Field(
+            "DATABASE_URL",
+            "database_url",
+            "",
+            database_url,
+            "PostgreSQL server (with pgvector). Empty: an embedded server in ENGRAM_HOME.",
+            show=redact_url,
+            secrets_in=url_passwords,
+        ),
+        Field(
+            "ENGRAM_HOME", "home", default_home, _home, "Data directory (embedded database, state)."
+        ),
+        Field(
+            "EMBEDDED_PG_SHARED_BUFFERS",
+            "embedded_pg_shared_buffers",
+            "1GB",
+            _pg_memory,
+            "shared_buffers of the embedded server (PostgreSQL's own default is 128MB).",
+        ),
         Field("ENGRAM_HOST", "host", "127.0.0.1", host, "Address the HTTP server binds to."),
         Field("ENGRAM_PORT", "port", "8080", int_range(0, 65535), "Port of the HTTP server."),
-        Field("HTTP_MAX_CONNECTIONS", "http_max_connections", "256", int_range(1, 100_000),
-              "Open HTTP connections at most; when all are taken and a client waits, the one "
-              "waiting longest on its client (idle, or a request not fully sent) is closed."),
-        Field("HTTP_IDLE_TIMEOUT", "http_idle_timeout", "15", float_range(0.1, 3600),
-              "Seconds an HTTP connection may stay idle (no request in progress) before it is "
-              "closed."),
+        Field(
+            "HTTP_MAX_CONNECTIONS",
+            "http_max_connections",
+            "256",
+            int_range(1, 100_000),
+            "Open HTTP connections at most; when all are taken and a client waits, the one "
+            "waiting longest on its client (idle, or a request not fully sent) is closed.",
+        ),
+        Field(
+            "HTTP_IDLE_TIMEOUT",
+            "http_idle_timeout",
+            "15",
+            float_range(0.1, 3600),
+            "Seconds an HTTP connection may stay idle (no request in progress) before it is "
+            "closed.",
+        ),
         Field("LOG_LEVEL", "log_level", "INFO", _log_level, "DEBUG, INFO, WARNING or ERROR."),
-        Field("LOG_FORMAT", "log_format", "auto", choice("auto", "json", "console"),
-              "auto: JSON lines when stderr is not a TTY, coloured console otherwise."),
-        Field("TIMEZONE", "timezone", "Europe/Madrid", _timezone,
-              "IANA zone for dates the bot shows and infers."),
-        Field("TIME_FORMAT", "time_format", "24h", choice("24h", "12h"),
-              "How times of day are shown to you and the model: 24h (09:15) or 12h (9:15 AM)."),
+        Field(
+            "LOG_FORMAT",
+            "log_format",
+            "auto",
+            choice("auto", "json", "console"),
+            "auto: JSON lines when stderr is not a TTY, coloured console otherwise.",
+        ),
+        Field(
+            "TIMEZONE",
+            "timezone",
+            "Europe/Madrid",
+            _timezone,
+            "IANA zone for dates the bot shows and infers.",
+        ),
+        Field(
+            "TIME_FORMAT",
+            "time_format",
+            "24h",
+            choice("24h", "12h"),
+            "How times of day are shown to you and the model: 24h (09:15) or 12h (9:15 AM).",
+        ),
         Field("DB_POOL_MIN", "db_pool_min", "1", int_range(0, 100), "Minimum pool connections."),
         Field("DB_POOL_MAX", "db_pool_max", "10", int_range(1, 200), "Maximum pool connections."),
-        Field("DB_CONNECT_TIMEOUT", "db_connect_timeout", "10", float_range(0.1, 300),
-              "Seconds to wait for the database at start-up before giving up."),
-        Field("DB_OUTAGE_LIMIT", "db_outage_limit", "300", float_range(1, 86400),
-              "Seconds the database may stay unreachable while serving before the process "
-              "exits 1."),
-        Field("SHUTDOWN_DEADLINE", "shutdown_deadline", "10", float_range(0, 600),
-              "Seconds actors get to drain on SIGINT/SIGTERM before being cancelled."),
-        Field("ACTOR_IDLE_TIMEOUT", "actor_idle_timeout", "600", float_range(0.01, 86400),
-              "Seconds without messages before a chat actor stops."),
-        Field("ACTOR_MAX_LIVE", "actor_max_live", "1000", int_range(1, 1_000_000),
-              "Live chat actors at most; when full the least recently used idle one is stopped."),
-        Field("MAILBOX_SIZE", "mailbox_size", "64", int_range(1, 100_000),
-              "Capacity of each actor mailbox."),
-        Field("RESTART_BACKOFF_BASE", "restart_backoff_base", "0.5", float_range(0, 60),
-              "First restart delay of a crashed actor, doubled per restart."),
-        Field("RESTART_BACKOFF_CAP", "restart_backoff_cap", "30", float_range(0, 3600),
-              "Largest restart delay."),
-        Field("RESTART_MAX", "restart_max", "5", int_range(1, 1000),
-              "Crashes within RESTART_WINDOW after which the failure escalates (exit 1)."),
-        Field("RESTART_WINDOW", "restart_window", "60", float_range(1, 86400),
-              "Window in seconds for RESTART_MAX."),
+        Field(
+            "DB_CONNECT_TIMEOUT",
+            "db_connect_timeout",
+            "10",
+            float_range(0.1, 300),
+            "Seconds to wait for the database at start-up before giving up.",
+        ),
+        Field(
+            "DB_OUTAGE_LIMIT",
+            "db_outage_limit",
+            "300",
+            float_range(1, 86400),
+            "Seconds the database may stay unreachable while serving before the process exits 1.",
+        ),
+        Field(
+            "SHUTDOWN_DEADLINE",
+            "shutdown_deadline",
+            "10",
+            float_range(0, 600),
+            "Seconds actors get to drain on SIGINT/SIGTERM before being cancelled.",
+        ),
+        Field(
+            "ACTOR_IDLE_TIMEOUT",
+            "actor_idle_timeout",
+            "600",
+            float_range(0.01, 86400),
+            "Seconds without messages before a chat actor stops.",
+        ),
+        Field(
+            "ACTOR_MAX_LIVE",
+            "actor_max_live",
+            "1000",
+            int_range(1, 1_000_000),
+            "Live chat actors at most; when full the least recently used idle one is stopped.",
+        ),
+        Field(
+            "MAILBOX_SIZE",
+            "mailbox_size",
+            "64",
+            int_range(1, 100_000),
+            "Capacity of each actor mailbox.",
+        ),
+        Field(
+            "RESTART_BACKOFF_BASE",
+            "restart_backoff_base",
+            "0.5",
+            float_range(0, 60),
+            "First restart delay of a crashed actor, doubled per restart.",
+        ),
+        Field(
+            "RESTART_BACKOFF_CAP",
+            "restart_backoff_cap",
+            "30",
+            float_range(0, 3600),
+            "Largest restart delay.",
+        ),
+        Field(
+            "RESTART_MAX",
+            "restart_max",
+            "5",
+            int_range(1, 1000),
+            "Crashes within RESTART_WINDOW after which the failure escalates (exit 1).",
+        ),
+        Field(
+            "RESTART_WINDOW",
+            "restart_window",
+            "60",
+            float_range(1, 86400),
+            "Window in seconds for RESTART_MAX.",
+        ),
     )
 
     database_url: str
@@ -265,7 +349,7 @@ def read_dotenv(path: Path) -> dict[str, str]:
         if not line or line.startswith("#"):
             continue
         if line.startswith("export "):
-            line = line[len("export "):]
+            line = line[len("export ") :]
         name, sep, value = line.partition("=")
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name.strip()):
             raise SettingsError(str(path), f"line {lineno} is not NAME=value")

@@ -84,10 +84,17 @@ class Bot:
             while not await closed():  # noqa: ASYNC110 - another process's state
                 await trio.sleep(0.05)
         query_id = update["callback_query"]["id"]
-        await wait_for(lambda: any(c.params.get("callback_query_id") == query_id
-                                   for c in self.fake.calls_to("answerCallbackQuery")))  # fmt: skip
-        [call] = [c for c in self.fake.calls_to("answerCallbackQuery")
-                  if c.params.get("callback_query_id") == query_id]  # fmt: skip
+        await wait_for(
+            lambda: any(
+                c.params.get("callback_query_id") == query_id
+                for c in self.fake.calls_to("answerCallbackQuery")
+            )
+        )
+        [call] = [
+            c
+            for c in self.fake.calls_to("answerCallbackQuery")
+            if c.params.get("callback_query_id") == query_id
+        ]
         await self.delivered()
         return str(call.params.get("text", ""))
 
@@ -100,8 +107,9 @@ class Bot:
                 await trio.sleep(0.05)
 
     def data_of(self, message_id: int, label: str, chat: int = CHAT) -> str:
-        [data] = [b["callback_data"] for b in self.fake.buttons(chat, message_id)
-                  if b["text"] == label]  # fmt: skip
+        [data] = [
+            b["callback_data"] for b in self.fake.buttons(chat, message_id) if b["text"] == label
+        ]
         return str(data)
 
 
@@ -144,15 +152,19 @@ async def running_bot(
             def short_poll(*args: Any, **kwargs: Any) -> Poller:
                 return Poller(*args, poll_timeout=1, **kwargs)
 
-            system = BotSystem(s, d, sh, polling=True, turns=agent, bot_factory=bot,
-                               poller_factory=short_poll)  # fmt: skip
+            system = BotSystem(
+                s, d, sh, polling=True, turns=agent, bot_factory=bot, poller_factory=short_poll
+            )
             system.commands = command_table(MemoryServices(d, local, TZ), system.callbacks)
             tables.append(system.commands)
             return system
 
         async def run() -> None:
-            codes.append(await serve(settings, db, build, on_listening=lambda _: listening.set(),
-                                     shutdown=shutdown))  # fmt: skip
+            codes.append(
+                await serve(
+                    settings, db, build, on_listening=lambda _: listening.set(), shutdown=shutdown
+                )
+            )
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(run)
@@ -185,18 +197,30 @@ async def add_pattern(
         "VALUES ($1, $2, $3, $4, $5, $6, $7, $8::timestamptz, $8, $9::date, $10::bool, "
         "CASE WHEN $10::bool THEN $8::timestamptz END) "
         "RETURNING id",
-        chat, content, kind, confidence, strength, status, canonical_hash(content), seen,
-        occurs_on, core,
-    )  # fmt: skip
+        chat,
+        content,
+        kind,
+        confidence,
+        strength,
+        status,
+        canonical_hash(content),
+        seen,
+        occurs_on,
+        core,
+    )
     await db.execute(
         "INSERT INTO pattern_observations (pattern_id, chat_id, evidence, evidence_roles, "
         "observed_at) VALUES ($1, $2, $3, '{user}', $4)",
-        pid, chat, evidence or f"I said: {content}", seen,
-    )  # fmt: skip
+        pid,
+        chat,
+        evidence or f"I said: {content}",
+        seen,
+    )
     if local is not None:
         [vector] = await local.embed([content], purpose="embedding")
-        await store_vectors(db, "pattern_embeddings", "pattern_id", [(pid, vector, chat)],
-                            local.model)  # fmt: skip
+        await store_vectors(
+            db, "pattern_embeddings", "pattern_id", [(pid, vector, chat)], local.model
+        )
     return pid
 
 
@@ -207,8 +231,11 @@ async def add_messages(db: Database, texts: Sequence[tuple[str, str]], *, chat: 
         await db.execute(
             "INSERT INTO chat_messages (chat_id, role, content, created_at) "
             "VALUES ($1, $2, $3, $4)",
-            chat, role, text, start + timedelta(minutes=n),
-        )  # fmt: skip
+            chat,
+            role,
+            text,
+            start + timedelta(minutes=n),
+        )
 
 
 async def model_silent(bot: Bot) -> None:

@@ -1,4 +1,6 @@
-"""Session fixtures: one embedded PostgreSQL for the whole run, a fresh database per test."""
+"""Shared fixtures: one embedded PostgreSQL for the whole run, a fresh database per test; the
+strict fake Bot API and our client against it; the strict fake Anthropic API and a model on it;
+the strict fake OpenAI API."""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ from typing import Any
 import pytest
 import structlog
 from fakes.anthropic_api import FakeAnthropic, run_fake_anthropic
+from fakes.bot_api import FakeBotApi, run_fake_bot_api
+from fakes.openai_api import FakeOpenAI, run_fake_openai
 
+from actors.telegram.client import BotApiClient
 from memory.embeddings.providers import LocalEmbedder
 from memory.llm.anthropic_provider import AnthropicLLM
 from runtime import db as dbmod
@@ -105,6 +110,13 @@ async def claude(fake_claude: FakeAnthropic, db: dbmod.Database) -> AsyncIterato
         yield llm
 
 
+@pytest.fixture
+async def fake_openai() -> AsyncIterator[FakeOpenAI]:
+    """The strict fake OpenAI API on a free port."""
+    async with run_fake_openai() as server:
+        yield server
+
+
 @pytest.fixture(scope="module")
 def local() -> LocalEmbedder:
     """The bundled local embedding model (no network)."""
@@ -129,3 +141,17 @@ def restore_logging() -> Iterator[None]:
             logging.getLogger(name).setLevel(lvl)
         structlog.configure(**config)
         logging.captureWarnings(False)  # else a later captureWarnings(True) does nothing
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeBotApi]:
+    """The strict fake Bot API on a free port (its default token)."""
+    async with run_fake_bot_api() as server:
+        yield server
+
+
+@pytest.fixture
+async def bot(fake: FakeBotApi) -> AsyncIterator[BotApiClient]:
+    """The real Bot API client, talking to :func:`fake` with its token."""
+    async with BotApiClient(fake.token, base_url=fake.base_url, timeout=5.0) as client:
+        yield client

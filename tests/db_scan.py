@@ -30,8 +30,9 @@ async def tables(db: Queries) -> dict[str, list[str]]:
 async def rows_containing(db: Queries, needles: Sequence[str]) -> dict[str, int]:
     """Per table, how many rows hold any of ``needles`` (case-insensitive) in any column;
     only the tables where some do."""
-    patterns = ["%" + n.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-                for n in needles]  # fmt: skip
+    patterns = [
+        "%" + n.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for n in needles
+    ]
     found: dict[str, int] = {}
     for table, cols in (await tables(db)).items():
         row_text = " || ' ' || ".join(f"coalesce({_ident(c)}::text, '')" for c in cols)

@@ -57,9 +57,12 @@ def webhook_args() -> list[str]:
     if _WEBHOOK_FLAG is None:
         out = subprocess.run(
             [sys.executable, "-m", "actors.cli", "serve", "--help"],
-            capture_output=True, text=True, cwd=REPO, check=False,
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            check=False,
             env={**os.environ, "PYTHONPATH": str(REPO)},
-        ).stdout  # fmt: skip
+        ).stdout
         _WEBHOOK_FLAG = ["--webhook"] if "--webhook" in out else []
     return _WEBHOOK_FLAG
 
@@ -100,7 +103,7 @@ def serve_env(
         EMBEDDING_PROVIDER="local",
         EMBEDDED_PG_SHARED_BUFFERS="128MB",
         # scripted conversations write faster than a person: no per-chat turn limit unless a
-        # test sets one (tests/test_chat_faults_outside.py runs with the default)
+        # test sets one (tests/e2e/test_chat_faults_outside.py runs with the default)
         CHAT_TURNS_PER_MINUTE="0",
         PYTHONPATH=str(REPO),  # this checkout's engram, whatever is installed
         XDG_RUNTIME_DIR=env.get("XDG_RUNTIME_DIR", "/tmp"),
@@ -215,9 +218,8 @@ async def post_update(client: httpx.AsyncClient, port: int, body: Mapping[str, A
         r = await client.post(
             f"http://127.0.0.1:{port}{WEBHOOK}",
             content=json.dumps(body).encode(),
-            headers={"X-Telegram-Bot-Api-Secret-Token": SECRET,
-                     "Content-Type": "application/json"},
-        )  # fmt: skip
+            headers={"X-Telegram-Bot-Api-Secret-Token": SECRET, "Content-Type": "application/json"},
+        )
     except httpx.TransportError:
         return 0
     return r.status_code
@@ -250,9 +252,11 @@ class EchoAnthropic(FakeAnthropic):
             if message.get("role") != "user":
                 continue
             content = message.get("content")
-            texts = [content] if isinstance(content, str) else [
-                b.get("text", "") for b in content or [] if isinstance(b, dict)
-            ]  # fmt: skip
+            texts = (
+                [content]
+                if isinstance(content, str)
+                else [b.get("text", "") for b in content or [] if isinstance(b, dict)]
+            )
             ids = [i for t in texts for i in _ID.findall(t or "")]
             if ids:
                 break

@@ -46,8 +46,17 @@ def postgres_without_pgvector() -> Iterator[str]:
         initdb = str(bin_dir / "initdb")
         _run([initdb, "-D", str(pgdata), "-U", "postgres", "--auth=trust"], user, libs)
         _run(
-            [str(bin_dir / "pg_ctl"), "-D", str(pgdata), "-w", "-l", str(sock / "server.log"),
-             "-o", f"-k {sock} -c listen_addresses=''", "start"],
+            [
+                str(bin_dir / "pg_ctl"),
+                "-D",
+                str(pgdata),
+                "-w",
+                "-l",
+                str(sock / "server.log"),
+                "-o",
+                f"-k {sock} -c listen_addresses=''",
+                "start",
+            ],
             user,
             libs,
         )

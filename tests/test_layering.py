@@ -162,7 +162,7 @@ def find_cycle(graph: Mapping[str, Iterable[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return [*stack[stack.index(nxt):], nxt]
+                return [*stack[stack.index(nxt) :], nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -248,15 +248,19 @@ def test_a_clean_tree_passes(tmp_path: Path) -> None:
     [
         # a module circle, held by a function-local import
         (
-            {"memory/a/one.py": "def f():\n    from memory.a import three\n",
-             "memory/a/three.py": "from memory.a.one import f\n"},
+            {
+                "memory/a/one.py": "def f():\n    from memory.a import three\n",
+                "memory/a/three.py": "from memory.a.one import f\n",
+            },
             "module circle: memory.a.one -> memory.a.three -> memory.a.one",
         ),
         # a circle held by TYPE_CHECKING
         (
-            {"memory/a/three.py": "from memory.a.four import Y\n",
-             "memory/a/four.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                 "    from memory.a.three import Z\nY = 1\n"},
+            {
+                "memory/a/three.py": "from memory.a.four import Y\n",
+                "memory/a/four.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                "    from memory.a.three import Z\nY = 1\n",
+            },
             "module circle: memory.a.four -> memory.a.three -> memory.a.four",
         ),
         # an arrow up: memory imports actors
@@ -276,13 +280,15 @@ def test_a_clean_tree_passes(tmp_path: Path) -> None:
         ),
         # a module at a package's top level and a sub-package that need each other
         (
-            {"memory/shared.py": "from memory.a.one import X\n",
-             "memory/a/one.py": "from memory.shared import Y\nX = 1\n"},
+            {
+                "memory/shared.py": "from memory.a.one import X\n",
+                "memory/a/one.py": "from memory.shared import Y\nX = 1\n",
+            },
             "sub-package circle: memory.a -> memory.shared -> memory.a",
         ),
         # a module re-exports a name it imported (``__all__`` names what is defined elsewhere)
         (
-            {"memory/b/two.py": "from memory.a.one import X\n__all__ = [\"X\", \"Y\"]\nY = 1\n"},
+            {"memory/b/two.py": 'from memory.a.one import X\n__all__ = ["X", "Y"]\nY = 1\n'},
             "memory.b.two exports X not defined there",
         ),
         # a module over the size limit
@@ -292,8 +298,7 @@ def test_a_clean_tree_passes(tmp_path: Path) -> None:
         ),
         # sub-packages that need each other
         (
-            {"memory/a/one.py": "from memory.b.three import Z\n",
-             "memory/b/three.py": "Z = 1\n"},
+            {"memory/a/one.py": "from memory.b.three import Z\n", "memory/b/three.py": "Z = 1\n"},
             "sub-package circle: memory.b -> memory.a -> memory.b",
         ),
     ],

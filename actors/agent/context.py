@@ -174,10 +174,12 @@ def estimate_tokens(text: str) -> int:
 def tools_text(tools: Sequence[ToolSpec]) -> str:
     """The tool definitions as the JSON the model receives (for the estimate)."""
     return json.dumps(
-        [{"name": t.name, "description": t.description, "input_schema": t.input_schema}
-         for t in tools],
+        [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in tools
+        ],
         ensure_ascii=False,
-    )  # fmt: skip
+    )
 
 
 def context_tokens(
@@ -238,9 +240,12 @@ class TurnContext:
     @property
     def estimated_tokens(self) -> int:
         return context_tokens(
-            system=self.base, patterns=self.patterns, window=self.window, tools=self.tools,
+            system=self.base,
+            patterns=self.patterns,
+            window=self.window,
+            tools=self.tools,
             episodes=self.episodes,
-        )  # fmt: skip
+        )
 
 
 def build_context(
@@ -264,8 +269,9 @@ def build_context(
     out)."""
     if cache is None:
         recent_rows = len(window)
-    older, recent = window_parts(window, timezone, now, recent_rows=recent_rows,
-                                 block_rows=block_rows)  # fmt: skip
+    older, recent = window_parts(
+        window, timezone, now, recent_rows=recent_rows, block_rows=block_rows
+    )
     return TurnContext(
         instructions=instructions_prompt(persona),
         profile=profile_section(profile or Profile()),

@@ -151,19 +151,39 @@ class Agent:
         )
         specs = tool_specs(self.tools)
         context = build_context(
-            now=now, timezone=self.timezone, memory=memory, window=window, tools=specs,
-            persona=self.persona, episodes=episodes, episode_budget=self.episode_budget,
-            profile=profile, cache=self.prompt_cache, recent_rows=self.recent_rows,
+            now=now,
+            timezone=self.timezone,
+            memory=memory,
+            window=window,
+            tools=specs,
+            persona=self.persona,
+            episodes=episodes,
+            episode_budget=self.episode_budget,
+            profile=profile,
+            cache=self.prompt_cache,
+            recent_rows=self.recent_rows,
             block_rows=self.block_rows,
-        )  # fmt: skip
+        )
         asks = None if self.confirmations is None else self.confirmations(chat_id)
         tool_ctx = ToolContext(
-            db=self.tool_db, embedder=self.embedder, chat_id=chat_id, timezone=self.timezone,
-            now=now, confirm=asks,
-        )  # fmt: skip
+            db=self.tool_db,
+            embedder=self.embedder,
+            chat_id=chat_id,
+            timezone=self.timezone,
+            now=now,
+            confirm=asks,
+        )
         loop_cache = TOOL_LOOP_CACHE if self.prompt_cache else None
-        loop = ToolLoop(self.llm, self.tools, specs, context.blocks, tool_ctx, self.guardrails,
-                        self.max_tokens, cache=loop_cache)  # fmt: skip
+        loop = ToolLoop(
+            self.llm,
+            self.tools,
+            specs,
+            context.blocks,
+            tool_ctx,
+            self.guardrails,
+            self.max_tokens,
+            cache=loop_cache,
+        )
         state = LoopState([Message.user(turn.text)])
         with trio.move_on_at(deadline) as scope:
             await loop.run(state, deadline)
@@ -241,21 +261,33 @@ class Agent:
 
     def _log(self, turn: TurnInput, state: LoopState, memory: RetrievedMemory) -> None:
         fields: dict[str, Any] = {
-            "chat_id": turn.chat_id, "inbox_ids": list(turn.inbox_ids),
-            "llm_calls": state.llm_calls, "tool_calls": state.tool_calls,
-            "input_tokens": state.input_tokens, "output_tokens": state.output_tokens,
-            "cost_usd": round(state.cost_usd, 6), "memory_degraded": memory.degraded,
-        }  # fmt: skip
+            "chat_id": turn.chat_id,
+            "inbox_ids": list(turn.inbox_ids),
+            "llm_calls": state.llm_calls,
+            "tool_calls": state.tool_calls,
+            "input_tokens": state.input_tokens,
+            "output_tokens": state.output_tokens,
+            "cost_usd": round(state.cost_usd, 6),
+            "memory_degraded": memory.degraded,
+        }
         if state.error is not None:
             exc = state.error
             log.warning(
-                "agent.turn_failed", cause=type(exc).__name__, status=exc.status,
-                error_type=exc.error_type, error=exc.message, retry_after=exc.retry_after,
+                "agent.turn_failed",
+                cause=type(exc).__name__,
+                status=exc.status,
+                error_type=exc.error_type,
+                error=exc.message,
+                retry_after=exc.retry_after,
                 **fields,
-            )  # fmt: skip
+            )
         elif state.tripped is not None:
-            log.warning("agent.guardrail", guardrail=state.tripped,
-                        partial_answer=bool(state.last_text), **fields)  # fmt: skip
+            log.warning(
+                "agent.guardrail",
+                guardrail=state.tripped,
+                partial_answer=bool(state.last_text),
+                **fields,
+            )
         else:
             log.info("agent.turn", **fields)
 
@@ -271,11 +303,15 @@ class Agent:
         added = format_window(new_rows, self.timezone, self.clock())
         window = f"{context.window}\n{added}"
         tokens = context_tokens(
-            system=context.base, patterns=context.patterns, window=window, tools=context.tools,
+            system=context.base,
+            patterns=context.patterns,
+            window=window,
+            tools=context.tools,
             episodes=context.episodes,
-        )  # fmt: skip
-        rule = CompactionRule(token_budget=self.context_token_budget, keep_recent=0,
-                              window_limit=self.window_limit)  # fmt: skip
+        )
+        rule = CompactionRule(
+            token_budget=self.context_token_budget, keep_recent=0, window_limit=self.window_limit
+        )
         # the turn's rows formatted on their own differ by a few characters from how the next
         # turn shows them (a day separator, the split into stamped and aged rows): a margin
         # keeps this estimate from landing a token under the budget the next context exceeds
@@ -284,8 +320,14 @@ class Agent:
         )
         if reason is None:
             return False
-        log.info("agent.over_budget", chat_id=chat_id, reason=reason, tokens=tokens,
-                 rows=shown + len(new_rows), budget=self.context_token_budget)  # fmt: skip
+        log.info(
+            "agent.over_budget",
+            chat_id=chat_id,
+            reason=reason,
+            tokens=tokens,
+            rows=shown + len(new_rows),
+            budget=self.context_token_budget,
+        )
         return True
 
     async def _request_compaction(self, chat_id: int) -> None:

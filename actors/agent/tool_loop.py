@@ -216,20 +216,37 @@ class ToolLoop:
             except LLMError as exc:
                 state.error = exc
                 if isinstance(exc, LLMRequestError):
-                    log.error("agent.model_rejected", chat_id=self.ctx.chat_id,
-                              provider=exc.provider, model=exc.model, status=exc.status,
-                              error=exc.message, fix=f"check {settings_to_fix(exc)}")  # fmt: skip
+                    log.error(
+                        "agent.model_rejected",
+                        chat_id=self.ctx.chat_id,
+                        provider=exc.provider,
+                        model=exc.model,
+                        status=exc.status,
+                        error=exc.message,
+                        fix=f"check {settings_to_fix(exc)}",
+                    )
                 if not is_outage(exc):
                     return None
-                delay = backoff_delay(failures, base=g.model_retry_base, cap=g.model_retry_cap,
-                                      jitter=0.2, draw=random.random())  # fmt: skip
+                delay = backoff_delay(
+                    failures,
+                    base=g.model_retry_base,
+                    cap=g.model_retry_cap,
+                    jitter=0.2,
+                    draw=random.random(),
+                )
                 if exc.retry_after is not None and exc.retry_after > 0:
                     delay = exc.retry_after
                 failures += 1
                 if deadline is not None and trio.current_time() + delay >= deadline:
                     return None
-                log.warning("agent.model_retrying", chat_id=self.ctx.chat_id, attempt=failures,
-                            cause=type(exc).__name__, status=exc.status, delay=delay)  # fmt: skip
+                log.warning(
+                    "agent.model_retrying",
+                    chat_id=self.ctx.chat_id,
+                    attempt=failures,
+                    cause=type(exc).__name__,
+                    status=exc.status,
+                    delay=delay,
+                )
                 await trio.sleep(delay)
                 continue
             state.error = None
@@ -252,17 +269,20 @@ def transcript_rows(messages: Sequence[Message], at: datetime) -> list[ChatMessa
     for message in repair_messages(messages)[1:]:
         if message.role == "assistant":
             calls = tuple(
-                ToolCall(b.id, b.name, b.input) for b in message.blocks
+                ToolCall(b.id, b.name, b.input)
+                for b in message.blocks
                 if isinstance(b, ToolUseBlock)
-            )  # fmt: skip
+            )
             names.update((c.id, c.name) for c in calls)
             if calls or message.text.strip():
                 rows.append(
                     ChatMessage(
-                        role="assistant", content=message.text.strip(), created_at=at,
+                        role="assistant",
+                        content=message.text.strip(),
+                        created_at=at,
                         tool_calls=calls,
                     )
-                )  # fmt: skip
+                )
             continue
         for block in message.blocks:
             if isinstance(block, ToolResultBlock):

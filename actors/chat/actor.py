@@ -144,8 +144,9 @@ class ChatActor(ChatTurns):
         """Forget what is in memory (it is all in the inbox) and take the chat's open rows
         again after the failure backoff, as a restarted actor would."""
         deps = self.deps
-        delay = backoff_delay(self.failures, base=deps.failure_retry_base,
-                              cap=deps.failure_retry_cap)  # fmt: skip
+        delay = backoff_delay(
+            self.failures, base=deps.failure_retry_base, cap=deps.failure_retry_cap
+        )
         self.failures += 1
         self.retry_at = trio.current_time() + delay
         self._forget()
@@ -180,8 +181,9 @@ class ChatActor(ChatTurns):
         self.received[row.id] = row.received_at
         failed = row.attempts >= self.deps.max_attempts
         if failed or row.crashes >= self.deps.max_crashes:
-            log.warning("chat.giving_up", inbox_id=row.id, attempts=row.attempts,
-                        crashes=row.crashes)  # fmt: skip
+            log.warning(
+                "chat.giving_up", inbox_id=row.id, attempts=row.attempts, crashes=row.crashes
+            )
             why = "too many failed attempts" if failed else f"in its turn at {row.crashes} crashes"
             await self._run_flushed(fragments.flush_all(self.state))
             await self._commit(TurnReply(GAVE_UP), [row.id], skipped=why)
@@ -243,9 +245,12 @@ class ChatActor(ChatTurns):
         await self._run_flushed(fragments.flush_all(self.state))
         deps = self.deps
         reply = await deps.commands.run(
-            self.chat_id, text, sender_id=msg.from_user_id, now=deps.wall_clock(),
+            self.chat_id,
+            text,
+            sender_id=msg.from_user_id,
+            now=deps.wall_clock(),
             consume_stopped=lambda: deps.running.consume_stopped(self.chat_id),
-        )  # fmt: skip
+        )
         await self._commit(reply, [inbox_id])
 
     async def _voice(self, inbox_id: int, ext: str, msg: Message, voice: Voice) -> None:

@@ -259,9 +259,16 @@ class CallbackContext:
     ) -> None:
         target = None if kind == "message" else self.message_id
         await outbox.enqueue_reply(
-            self.db, self.chat_id, text, mode, None, (self.inbox_id,),
-            reply_markup=None if kb is None else kb.to_json(), kind=kind, edit_message_id=target,
-        )  # fmt: skip
+            self.db,
+            self.chat_id,
+            text,
+            mode,
+            None,
+            (self.inbox_id,),
+            reply_markup=None if kb is None else kb.to_json(),
+            kind=kind,
+            edit_message_id=target,
+        )
         if target is not None:
             await expire_keyboard(self.db, self.chat_id, self.keyboard_id)
         self.queued += 1
@@ -346,10 +353,18 @@ class Callbacks:
                 log.info("callbacks.dead_tap", chat_id=chat_id, inbox_id=inbox_id, why=why)
                 await inbox.mark_skipped(conn, [inbox_id], f"button tap: {why}")
                 return False
-            ctx = CallbackContext(conn, chat_id, query.message_id, query.from_user_id,
-                                  outcome.action, inbox_id, outcome.keyboard)  # fmt: skip
+            ctx = CallbackContext(
+                conn,
+                chat_id,
+                query.message_id,
+                query.from_user_id,
+                outcome.action,
+                inbox_id,
+                outcome.keyboard,
+            )
             await handler(ctx)
             await inbox.mark_done(conn, [inbox_id])
-            log.info("callbacks.tap", chat_id=chat_id, inbox_id=inbox_id, action=name,
-                     queued=ctx.queued)  # fmt: skip
+            log.info(
+                "callbacks.tap", chat_id=chat_id, inbox_id=inbox_id, action=name, queued=ctx.queued
+            )
             return ctx.queued > 0

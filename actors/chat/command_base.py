@@ -105,6 +105,7 @@ class CommandTable:
         command = self.find(name)
         if command is None:
             return TurnReply(UNKNOWN.format(name=name or "?"))
-        call = CommandCall(chat_id, name, args, sender_id, now or datetime.now(UTC),
-                           consume_stopped)  # fmt: skip
+        call = CommandCall(
+            chat_id, name, args, sender_id, now or datetime.now(UTC), consume_stopped
+        )
         return await command.handler(call)

@@ -69,20 +69,26 @@ def command_table(
             return TurnReply(await mem.stats_text(s, call.chat_id, call.now))
 
         memory = [
-            Command("memory", "what I remember about you (your profile)", memory_command,
-                    usage=tuple(mem.USAGE[k] for k in mem.USAGE if k in subs)),
+            Command(
+                "memory",
+                "what I remember about you (your profile)",
+                memory_command,
+                usage=tuple(mem.USAGE[k] for k in mem.USAGE if k in subs),
+            ),
             Command("remember", "remember a fact about you, at once: /remember <fact>", remember),
             Command("forget", "forget what I know about a topic: /forget <topic>", forget_topic),
             Command("summary", "summaries of our earlier conversations", summary),
             Command("stats", "what I cost and how quickly I answer, in this chat", stats),
-        ]  # fmt: skip
+        ]
         if taps is not None:
             forget.register_taps(taps)
             model_asks.register_taps(taps)
-    table = CommandTable((
-        Command("start", "start talking to engram", start, menu=False),
-        *memory,
-        Command("help", "what engram does and its commands", start),
-        Command("stop", "cancel the reply I'm working on", stop),
-    ))  # fmt: skip
+    table = CommandTable(
+        (
+            Command("start", "start talking to engram", start, menu=False),
+            *memory,
+            Command("help", "what engram does and its commands", start),
+            Command("stop", "cancel the reply I'm working on", stop),
+        )
+    )
     return table

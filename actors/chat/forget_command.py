@@ -94,8 +94,13 @@ def _flow(
     gone: Sequence[int] = (),
 ) -> dict[str, Any]:
     m = mentions or Mentions(0, 0)
-    return {"ids": list(ids), "gone": list(gone), "flow": flow_id, "messages": m.messages,
-            "episodes": m.episodes}  # fmt: skip
+    return {
+        "ids": list(ids),
+        "gone": list(gone),
+        "flow": flow_id,
+        "messages": m.messages,
+        "episodes": m.episodes,
+    }
 
 
 def _gone(flow: Action) -> list[int]:
@@ -146,8 +151,9 @@ async def render(
             lines.append("Still remembered:" if not kept else "Kept:")
         elif kept:
             lines.append("Kept:")
-        lines += [f"{n}. {one_line(i.content, LINE_CHARS)} (#{i.id})"
-                  for n, i in enumerate(live, 1)]  # fmt: skip
+        lines += [
+            f"{n}. {one_line(i.content, LINE_CHARS)} (#{i.id})" for n, i in enumerate(live, 1)
+        ]
     if mentions.total and topic:
         lines.append(f"({mentions_text(mentions)} in our conversation still mention it.)")
     if note:
@@ -179,11 +185,18 @@ async def forget_topic(s: MemoryServices, call: CommandCall) -> TurnReply:
         return TurnReply(FORGET_USAGE)
     matches, mentions = await both(
         lambda: topic_matches(
-            s.db, s.embedder, call.chat_id, topic, now=call.now, timezone=s.timezone,
-            thresholds=s.thresholds, lexicons=s.lexicons, planner=s.planner,
+            s.db,
+            s.embedder,
+            call.chat_id,
+            topic,
+            now=call.now,
+            timezone=s.timezone,
+            thresholds=s.thresholds,
+            lexicons=s.lexicons,
+            planner=s.planner,
         ),
         lambda: count_messages_mentioning(s.db, call.chat_id, topic),
-    )  # fmt: skip
+    )
     if not matches and not mentions.total:
         return TurnReply(f"I have nothing about “{one_line(topic, TOPIC_CHARS)}” in memory.")
     flow = _flow([i.id for i in matches], await new_flow(s.db, call.chat_id, topic), mentions)
@@ -232,16 +245,25 @@ async def memory_merge(s: MemoryServices, call: CommandCall, rest: str) -> TurnR
     if problem:
         return TurnReply(f"Cannot merge: {problem}.")
     a, b = await items_by_id(s.db, call.chat_id, ids)
-    text = "\n".join([
-        "Merge these two memories into one?",
-        f"#{a.id} {one_line(a.content, 200)}", f"#{b.id} {one_line(b.content, 200)}",
-        "The stronger one stays, with the evidence, links and wording of both.",
-    ])  # fmt: skip
+    text = "\n".join(
+        [
+            "Merge these two memories into one?",
+            f"#{a.id} {one_line(a.content, 200)}",
+            f"#{b.id} {one_line(b.content, 200)}",
+            "The stronger one stays, with the evidence, links and wording of both.",
+        ]
+    )
     action = {"a": a.id, "b": b.id}
-    kb = await keyboard(s.db, call.chat_id, [[
-        ("Merge", {"name": "merge_confirm", **action}),
-        ("Keep both", {"name": "merge_keep", **action}),
-    ]])  # fmt: skip
+    kb = await keyboard(
+        s.db,
+        call.chat_id,
+        [
+            [
+                ("Merge", {"name": "merge_confirm", **action}),
+                ("Keep both", {"name": "merge_keep", **action}),
+            ]
+        ],
+    )
     return TurnReply(text, keyboard=kb)
 
 
@@ -271,16 +293,18 @@ async def tap_forget_one(ctx: CallbackContext) -> None:
     pick = int(ctx.action["pick"])
     done: list[int] = []
     if pick in ctx.action["ids"] and pick not in _gone(ctx.action):
-        f = await forget_pattern(ctx.db, ctx.chat_id, pick, reason=FORGOTTEN_BY_PERSON,
-                                 actor="person")  # fmt: skip
+        f = await forget_pattern(
+            ctx.db, ctx.chat_id, pick, reason=FORGOTTEN_BY_PERSON, actor="person"
+        )
         done = [pick] if f is not None and f.outcome != "merged" else []
     await _show(ctx, await _forgot(ctx, done))
 
 
 async def tap_forget_all(ctx: CallbackContext) -> None:
     todo = [int(i) for i in ctx.action["ids"] if int(i) not in _gone(ctx.action)]
-    done = await forget_patterns(ctx.db, ctx.chat_id, todo, reason=FORGOTTEN_BY_PERSON,
-                                 actor="person")  # fmt: skip
+    done = await forget_patterns(
+        ctx.db, ctx.chat_id, todo, reason=FORGOTTEN_BY_PERSON, actor="person"
+    )
     await _show(ctx, await _forgot(ctx, [f.pattern_id for f in done if f.outcome != "merged"]))
 
 
@@ -293,8 +317,11 @@ async def tap_forget_messages(ctx: CallbackContext) -> None:
     deleted = Mentions(0, 0)
     if topic:
         deleted = await delete_messages_mentioning(ctx.db, ctx.chat_id, topic)
-        await ctx.db.execute("DELETE FROM forget_flows WHERE chat_id = $1 AND id = $2",
-                             ctx.chat_id, int(ctx.action["flow"]))  # fmt: skip
+        await ctx.db.execute(
+            "DELETE FROM forget_flows WHERE chat_id = $1 AND id = $2",
+            ctx.chat_id,
+            int(ctx.action["flow"]),
+        )
     flow = await _forgot(ctx, [])
     note = f"✓ Deleted {mentions_text(deleted)} that mentioned it."
     await _show(ctx, {**flow, "flow": None, "messages": 0, "episodes": 0}, note=note)

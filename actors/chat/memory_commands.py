@@ -60,10 +60,20 @@ GROUP_HEADERS = {
     "event": "📅 Coming up:",
     "other": "🗂 Also remembered:",
 }
-STATUS_WORDS = {"active": "active", "disputed": "disputed", "superseded": "superseded",
-                "deprecated": "forgotten", "merged": "merged"}  # fmt: skip
-ACTOR_WORDS = {"person": "you", "model": "the model", "compaction": "compaction",
-               "merge_job": "the merge job", "maintenance": "maintenance"}  # fmt: skip
+STATUS_WORDS = {
+    "active": "active",
+    "disputed": "disputed",
+    "superseded": "superseded",
+    "deprecated": "forgotten",
+    "merged": "merged",
+}
+ACTOR_WORDS = {
+    "person": "you",
+    "model": "the model",
+    "compaction": "compaction",
+    "merge_job": "the merge job",
+    "maintenance": "maintenance",
+}
 
 
 @attrs.frozen
@@ -144,8 +154,16 @@ async def remember_command(s: MemoryServices, call: CommandCall) -> TurnReply:
         return TurnReply(REMEMBER_USAGE)
     if (refused := refusal(fact)) is not None:
         return TurnReply(refused)
-    done = await remember(s.db, s.embedder, keep_apart, chat_id=call.chat_id, content=fact,
-                          kind=guess_kind(fact), now=call.now, thresholds=s.thresholds)  # fmt: skip
+    done = await remember(
+        s.db,
+        s.embedder,
+        keep_apart,
+        chat_id=call.chat_id,
+        content=fact,
+        kind=guess_kind(fact),
+        now=call.now,
+        thresholds=s.thresholds,
+    )
     if done.reinforced:
         return TurnReply(f"✓ Already known — reinforced: {done.content}")
     return TurnReply(f"✓ Remembered: {fact}")
@@ -189,9 +207,16 @@ async def search_command(s: MemoryServices, call: CommandCall, rest: str) -> Tur
     if not query:
         return usage("search")
     items, degraded = await search_patterns(
-        s.db, s.embedder, call.chat_id, query, now=call.now, timezone=s.timezone,
-        thresholds=s.thresholds, lexicons=s.lexicons, planner=s.planner,
-    )  # fmt: skip
+        s.db,
+        s.embedder,
+        call.chat_id,
+        query,
+        now=call.now,
+        timezone=s.timezone,
+        thresholds=s.thresholds,
+        lexicons=s.lexicons,
+        planner=s.planner,
+    )
     if not items:
         return TurnReply(f"Nothing in memory matches “{query}”.")
     lines = [f"Top {len(items)} for “{query}” (score; similarity):"]
@@ -216,8 +241,14 @@ async def why_command(s: MemoryServices, call: CommandCall, rest: str) -> TurnRe
 
 def gone_text(pattern_id: int, rows: Sequence[AuditRow], tz: str) -> str:
     """A forgotten pattern's story: its text is gone, its audit rows stay."""
-    return "\n".join([f"#{pattern_id} was forgotten: its text and evidence are gone.",
-                      "", "History:", *_history_lines(rows, tz)])  # fmt: skip
+    return "\n".join(
+        [
+            f"#{pattern_id} was forgotten: its text and evidence are gone.",
+            "",
+            "History:",
+            *_history_lines(rows, tz),
+        ]
+    )
 
 
 def why_text(d: PatternDetail, tz: str) -> str:
@@ -239,8 +270,10 @@ def why_text(d: PatternDetail, tz: str) -> str:
     lines += ["", f"Evidence ({d.observation_count}, newest first):"]
     for o in d.observations:
         roles = "/".join(dict.fromkeys(o.roles)) or "—"
-        lines.append(f"  • {local_date(o.observed_at, tz)} {roles}, {o.signal}: "
-                     f"“{one_line(o.evidence, 240)}”")  # fmt: skip
+        lines.append(
+            f"  • {local_date(o.observed_at, tz)} {roles}, {o.signal}: "
+            f"“{one_line(o.evidence, 240)}”"
+        )
     if d.observation_count > len(d.observations):
         lines.append(f"  … and {d.observation_count - len(d.observations)} older")
     if d.entries:
@@ -266,9 +299,13 @@ def _history_lines(rows: Sequence[AuditRow], tz: str) -> list[str]:
     lines = []
     for a in rows:
         by = ACTOR_WORDS.get(a.actor, a.actor)
-        change = a.action if a.old_status == a.new_status else (
-            f"{a.action}: {STATUS_WORDS.get(a.old_status)} → {STATUS_WORDS.get(a.new_status)}"
-        )  # fmt: skip
+        change = (
+            a.action
+            if a.old_status == a.new_status
+            else (
+                f"{a.action}: {STATUS_WORDS.get(a.old_status)} → {STATUS_WORDS.get(a.new_status)}"
+            )
+        )
         lines.append(f"  • {local_datetime(a.at, tz)} {change} by {by} — {one_line(a.reason)}")
     return lines
 
@@ -327,8 +364,11 @@ async def summary_text(s: MemoryServices, chat_id: int) -> str:
         lines += ["", f"… and {count(view.total_episodes - len(view.episodes), 'older summary')}"]
     if not view.episodes:
         lines += ["", "Nothing summarised yet."]
-    since = "" if view.first_verbatim is None else (
-        f", since {local_datetime(view.first_verbatim, s.timezone)}")  # fmt: skip
+    since = (
+        ""
+        if view.first_verbatim is None
+        else (f", since {local_datetime(view.first_verbatim, s.timezone)}")
+    )
     lines += ["", f"💬 In view now: {count(view.verbatim, 'message')}{since}, not yet summarised."]
     return "\n".join(lines)
 
@@ -339,18 +379,28 @@ def money(usd: float) -> str:
 
 async def stats_text(s: MemoryServices, chat_id: int, now: datetime) -> str:
     st = await chat_stats(s.db, chat_id, now=now, timezone=s.timezone)
-    lines = ["📊 This chat", f"Cost: today {money(st.today.cost_usd)} · this month "
-             f"{money(st.month.cost_usd)} ({count(st.month.calls, 'model call')})"]  # fmt: skip
+    lines = [
+        "📊 This chat",
+        f"Cost: today {money(st.today.cost_usd)} · this month "
+        f"{money(st.month.cost_usd)} ({count(st.month.calls, 'model call')})",
+    ]
     if st.month_by_purpose:
         parts = [f"{p} {money(v.cost_usd)}" for p, v in st.month_by_purpose.items()]
         lines.append("This month by purpose: " + ", ".join(parts))
     rate = st.degraded_rate
-    degraded = "" if rate is None else (
-        f" · memory retrieval degraded in {st.degraded_month} ({rate:.1%})")  # fmt: skip
+    degraded = (
+        ""
+        if rate is None
+        else (f" · memory retrieval degraded in {st.degraded_month} ({rate:.1%})")
+    )
     lines.append(f"Turns: {st.turns_today} today · {st.turns_month} this month{degraded}")
     if st.latency_avg is not None and st.latency_p95 is not None:
-        lines.append(f"Reply time (last 30 days, {count(st.replies, 'reply')}): average "
-                     f"{st.latency_avg:.1f} s · p95 {st.latency_p95:.1f} s")  # fmt: skip
-    lines.append(f"Memories, last 7 days: {st.created_week} created · {st.reinforced_week} "
-                 f"reinforced · {st.merged_week} merged")  # fmt: skip
+        lines.append(
+            f"Reply time (last 30 days, {count(st.replies, 'reply')}): average "
+            f"{st.latency_avg:.1f} s · p95 {st.latency_p95:.1f} s"
+        )
+    lines.append(
+        f"Memories, last 7 days: {st.created_week} created · {st.reinforced_week} "
+        f"reinforced · {st.merged_week} merged"
+    )
     return "\n".join(lines)

@@ -85,17 +85,20 @@ async def _enqueue(
     if not rows:
         return  # nothing left to confirm (already forgotten meanwhile)
     kb = await keyboard(conn, chat_id, rows)
-    await outbox.enqueue_reply(conn, chat_id, text, None, None, inbox_ids,
-                               reply_markup=kb.to_json())  # fmt: skip
+    await outbox.enqueue_reply(
+        conn, chat_id, text, None, None, inbox_ids, reply_markup=kb.to_json()
+    )
 
 
 def supersede_text(old: Item, new: Item) -> str:
-    return "\n".join([
-        SUPERSEDE_HEAD,
-        f"Old: {one_line(old.content, 200)} (#{old.id})",
-        f"New: {one_line(new.content, 200)} (#{new.id})",
-        "Confirm: the old one is no longer used (/memory restore undoes it within a day).",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            SUPERSEDE_HEAD,
+            f"Old: {one_line(old.content, 200)} (#{old.id})",
+            f"New: {one_line(new.content, 200)} (#{new.id})",
+            "Confirm: the old one is no longer used (/memory restore undoes it within a day).",
+        ]
+    )
 
 
 # --- /memory restore -------------------------------------------------------------------------
@@ -124,8 +127,9 @@ def subcommands() -> dict[str, Sub]:
 async def tap_supersede(ctx: CallbackContext) -> None:
     old, new = int(ctx.action["old"]), int(ctx.action["new"])
     # the tap's transaction (a Connection): the supersede is a savepoint in it
-    problem = await link_patterns(cast(Connection, ctx.db), ctx.chat_id, new, old, "supersedes",
-                                  actor="person")  # fmt: skip
+    problem = await link_patterns(
+        cast(Connection, ctx.db), ctx.chat_id, new, old, "supersedes", actor="person"
+    )
     if problem:
         await ctx.edit(f"Nothing changed: {problem}.")
         return

@@ -99,19 +99,28 @@ class SqlChatStore:
                 pass
             else:
                 row = await outbox.commit_turn(
-                    self.db, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
-                    parse_mode=reply.parse_mode, before=collector.statements, claim=True,
+                    self.db,
+                    chat_id=chat_id,
+                    text=reply.text,
+                    inbox_ids=inbox_ids,
+                    parse_mode=reply.parse_mode,
+                    before=collector.statements,
+                    claim=True,
                     reply_markup=markup,
-                )  # fmt: skip
+                )
                 return row if row.status == "sending" else None
         async with self.db.transaction() as conn:
             if reply.persist is not None:
                 await reply.persist(conn)
             if skipped is None:
                 await outbox.commit_turn(
-                    conn, chat_id=chat_id, text=reply.text, inbox_ids=inbox_ids,
-                    parse_mode=reply.parse_mode, reply_markup=markup,
-                )  # fmt: skip
+                    conn,
+                    chat_id=chat_id,
+                    text=reply.text,
+                    inbox_ids=inbox_ids,
+                    parse_mode=reply.parse_mode,
+                    reply_markup=markup,
+                )
                 return None
             await outbox.enqueue_reply(
                 conn, chat_id, reply.text, reply.parse_mode, None, list(inbox_ids)

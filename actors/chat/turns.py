@@ -132,8 +132,10 @@ class ChatTurns:
         self.in_hand = turn.inbox_ids
         self.told_limit = False
         self.turns_run += 1
-        self.turn_starts = [*self.turn_starts[-max(1, self.deps.turns_per_minute) :],
-                            trio.current_time()]  # fmt: skip
+        self.turn_starts = [
+            *self.turn_starts[-max(1, self.deps.turns_per_minute) :],
+            trio.current_time(),
+        ]
         reply: TurnReply | None = None
         outage: ModelUnavailable | None = None
         with trio.CancelScope() as scope:
@@ -164,8 +166,7 @@ class ChatTurns:
             try:
                 await reply.after_commit()
             except Exception as exc:  # the reply is committed: nothing to undo, keep going
-                log.error("chat.after_commit_failed", inbox_ids=list(turn.inbox_ids),
-                          exc_info=exc)  # fmt: skip
+                log.error("chat.after_commit_failed", inbox_ids=list(turn.inbox_ids), exc_info=exc)
 
     async def _postpone(self, turn: TurnInput, outage: ModelUnavailable) -> bool:
         """The model is down: hand the turn's rows back uncharged, tell the person (once), and
@@ -183,13 +184,19 @@ class ChatTurns:
         if notice is not None:
             deps.outbox_ready(self.chat_id, notice if notice.status == "sending" else None)
         base, cap = deps.model_retry_base, deps.model_retry_cap
-        delay = backoff_delay(self.model_failures, base=base, cap=cap, jitter=0.2,
-                              draw=random.random())  # fmt: skip
+        delay = backoff_delay(
+            self.model_failures, base=base, cap=cap, jitter=0.2, draw=random.random()
+        )
         self.model_failures += 1
         self.retry_at = trio.current_time() + delay
         self._forget()
-        log.warning("chat.model_unavailable", inbox_ids=list(ids), cause=cause,
-                    retry_in=round(delay, 3), told=notice is not None)  # fmt: skip
+        log.warning(
+            "chat.model_unavailable",
+            inbox_ids=list(ids),
+            cause=cause,
+            retry_in=round(delay, 3),
+            told=notice is not None,
+        )
         return True
 
     async def _commit(

@@ -49,16 +49,20 @@ def check_serve_settings(settings: Settings, args: argparse.Namespace) -> None:
 
     problems = []
     if not settings.telegram_bot_token:
-        problems.append(SettingsError(
-            "TELEGRAM_BOT_TOKEN", "is required (talk to @BotFather in Telegram: /newbot)"
-        ))  # fmt: skip
+        problems.append(
+            SettingsError(
+                "TELEGRAM_BOT_TOKEN", "is required (talk to @BotFather in Telegram: /newbot)"
+            )
+        )
     problems += llm_settings_problems(settings)
     if serve_mode(settings, args) == "webhook" and not settings.telegram_secret_token:
-        problems.append(SettingsError(
-            "TELEGRAM_SECRET_TOKEN",
-            "is required in webhook mode: 1-256 characters of A-Za-z0-9_- (e.g. the output of "
-            "`openssl rand -hex 32`); or leave TELEGRAM_WEBHOOK_URL empty for long polling",
-        ))  # fmt: skip
+        problems.append(
+            SettingsError(
+                "TELEGRAM_SECRET_TOKEN",
+                "is required in webhook mode: 1-256 characters of A-Za-z0-9_- (e.g. the output of "
+                "`openssl rand -hex 32`); or leave TELEGRAM_WEBHOOK_URL empty for long polling",
+            )
+        )
     error = settings_error(problems)
     if error is not None:
         raise error

@@ -119,10 +119,11 @@ async def cmd_patterns_list(settings: Settings, args: argparse.Namespace) -> int
         return 0
     headers = ("id", "kind", "strength", "confidence", "status", "last_seen", "content")
     table = [
-        tuple(local_datetime(r[h], settings.timezone) if h == "last_seen" else r[h]
-              for h in headers)
+        tuple(
+            local_datetime(r[h], settings.timezone) if h == "last_seen" else r[h] for h in headers
+        )
         for r in rows
-    ]  # fmt: skip
+    ]
     print(render_table(headers, table, last_width=CONTENT_WIDTH))
     print(f"{len(rows)} pattern(s)")
     return 0
@@ -202,10 +203,13 @@ async def cmd_patterns_merge(settings: Settings, args: argparse.Namespace) -> in
         async with (
             open_llm(settings, db, role="memory") as llm,
             open_embedder(
-                _provider(settings, args), _key(settings), settings.openai_base_url or None,
-                usage_db=db, rates=configured_rates(settings.model_rates),
+                _provider(settings, args),
+                _key(settings),
+                settings.openai_base_url or None,
+                usage_db=db,
+                rates=configured_rates(settings.model_rates),
             ) as embedder,
-        ):  # fmt: skip
+        ):
             with Progress(label="adjudicating") as bar:
                 report = await merge_patterns(
                     db,
@@ -336,9 +340,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(handler=cmd_patterns_merge)
     p = sub.add_parser("purge", help="delete compacted messages older than MESSAGE_RETENTION_DAYS")
     p.add_argument(
-        "--days", type=_non_negative, default=None,
+        "--days",
+        type=_non_negative,
+        default=None,
         help="retention in days instead of MESSAGE_RETENTION_DAYS (0 keeps forever)",
-    )  # fmt: skip
+    )
     p.set_defaults(handler=cmd_patterns_purge)
 
     memory = subparsers.add_parser("memory", help="long-term memory maintenance")

@@ -181,9 +181,15 @@ class SenderActor:
         ledger.in_flight.clear()
         ledger.uncertain += len(rows)
         for row in rows:
-            log.warning("sender.uncertain", chat_id=row.chat_id, outbox_id=row.id,
-                        chunk=(row.chunk_in_flight or 0) + 1, error=row.last_error,
-                        resent=False, recovered=True)  # fmt: skip
+            log.warning(
+                "sender.uncertain",
+                chat_id=row.chat_id,
+                outbox_id=row.id,
+                chunk=(row.chunk_in_flight or 0) + 1,
+                error=row.last_error,
+                resent=False,
+                recovered=True,
+            )
 
     async def _sweep(self) -> None:
         for chat_id in await self._db("sweep", self.store.chats_with_pending):
@@ -350,8 +356,9 @@ class SenderActor:
 
     def _backoff(self, failures: int) -> float:
         s = self.settings
-        return backoff_delay(failures, base=s.retry_base, cap=s.retry_cap, jitter=s.jitter,
-                             draw=self.rng.random())  # fmt: skip
+        return backoff_delay(
+            failures, base=s.retry_base, cap=s.retry_cap, jitter=s.jitter, draw=self.rng.random()
+        )
 
     async def _wait(self, delay: float) -> bool:
         """Sleep ``delay`` seconds; False at once when the sender is closed meanwhile."""
@@ -393,8 +400,13 @@ class SenderActor:
                 error = f"timed out after {s.record_timeout:g} s"
             except DatabaseError as exc:
                 error = describe(exc)
-            delay = backoff_delay(failures, base=s.db_retry_base, cap=s.db_retry_cap,
-                                  jitter=s.jitter, draw=self.rng.random())  # fmt: skip
+            delay = backoff_delay(
+                failures,
+                base=s.db_retry_base,
+                cap=s.db_retry_cap,
+                jitter=s.jitter,
+                draw=self.rng.random(),
+            )
             failures += 1
             log.warning("sender.db_retrying", step=step, attempt=failures, delay=delay, error=error)
             await trio.sleep(delay)

@@ -29,9 +29,14 @@ from actors.telegram.errors import BadRequest, MalformedHtml
 from runtime.db import Queries
 
 __all__ = [
-    "DbOutbox", "MessageClient", "OutboxStore", "plain_fallback", "plan_chunks", "plan_row",
+    "DbOutbox",
+    "MessageClient",
+    "OutboxStore",
+    "plain_fallback",
+    "plan_chunks",
+    "plan_row",
     "send_chunk",
-]  # fmt: skip
+]
 
 
 class MessageClient(Protocol):

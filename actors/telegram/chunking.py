@@ -30,10 +30,24 @@ MAX_MESSAGE_UTF16 = 4096
 #: Telegram's HTML subset (``span`` needs class="tg-spoiler").
 HTML_TAGS = frozenset(
     {
-        "b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span", "tg-spoiler",
-        "a", "code", "pre", "blockquote", "tg-emoji",
+        "b",
+        "strong",
+        "i",
+        "em",
+        "u",
+        "ins",
+        "s",
+        "strike",
+        "del",
+        "span",
+        "tg-spoiler",
+        "a",
+        "code",
+        "pre",
+        "blockquote",
+        "tg-emoji",
     }
-)  # fmt: skip
+)
 _NAMED_ENTITIES = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
 
 _ATTR = r"""\s+[A-Za-z_:][-\w:.]*(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s"'=<>`]+))?"""

@@ -130,7 +130,6 @@ class BotApiClient(AsyncClosing):
     def __repr__(self) -> str:
         return f"BotApiClient(base_url={self._base!r}, token={REDACTED!r})"
 
-
     async def aclose(self) -> None:
         """Close the connection pool."""
         logging.getLogger("httpx").removeFilter(self._filter)

@@ -313,11 +313,15 @@ class ChatAccess:
             await self._pair(attempt.chat_id, attempt.user_id)
             return True
         tries_left = code.tries_left(attempt.chat_id)
-        log.warning("pairing.refused", chat_id=attempt.chat_id, outcome=outcome,
-                    tries_left=tries_left)  # fmt: skip
+        log.warning(
+            "pairing.refused", chat_id=attempt.chat_id, outcome=outcome, tries_left=tries_left
+        )
         if outcome == "wrong" and tries_left == 0:
-            log.warning("pairing.chat_locked", chat_id=attempt.chat_id,
-                        reason=f"{self.max_tries} wrong codes")  # fmt: skip
+            log.warning(
+                "pairing.chat_locked",
+                chat_id=attempt.chat_id,
+                reason=f"{self.max_tries} wrong codes",
+            )
         return False
 
     def _wait(self, attempt: Attempt) -> None:
@@ -328,8 +332,12 @@ class ChatAccess:
         queued = self.waiting_by_chat.get(chat_id, 0)
         full = len(self.waiting) >= self.max_waiting
         if full or queued >= self.code.tries_left(chat_id):
-            log.warning("pairing.refused", chat_id=chat_id, waiting=len(self.waiting),
-                        outcome="queue full" if full else "no tries left")  # fmt: skip
+            log.warning(
+                "pairing.refused",
+                chat_id=chat_id,
+                waiting=len(self.waiting),
+                outcome="queue full" if full else "no tries left",
+            )
             return
         self.waiting.append(attempt)
         self.waiting_by_chat[chat_id] = queued + 1
@@ -352,8 +360,9 @@ class ChatAccess:
                 try:
                     await self._judge(attempt)
                 except DatabaseError as exc:  # not stored: the code is open again
-                    log.warning("pairing.store_failed", chat_id=attempt.chat_id,
-                                error=str(exc)[:300])  # fmt: skip
+                    log.warning(
+                        "pairing.store_failed", chat_id=attempt.chat_id, error=str(exc)[:300]
+                    )
 
     async def _pair(self, chat_id: int, user_id: int | None) -> None:
         try:
@@ -382,8 +391,9 @@ class ChatAccess:
             notify = kept and await access.claim_notice(conn, chat_id, self.notice_interval)
             if notify:
                 await outbox.enqueue_reply(conn, chat_id, PRIVATE)
-        log.info("access.held", chat_id=chat_id, update_id=update.update_id, kept=kept,
-                 notified=notify)  # fmt: skip
+        log.info(
+            "access.held", chat_id=chat_id, update_id=update.update_id, kept=kept, notified=notify
+        )
         if notify:
             self.outbox_ready(chat_id, None)
         if chat_id in self.allowlist:  # allowed meanwhile: do not leave it behind

@@ -44,25 +44,62 @@ class TelegramSettings(SettingsSection):
     """How the bot reaches Telegram, whom it talks to, and how long replies wait out outages."""
 
     fields: ClassVar[tuple[Field, ...]] = (
-        Field("TELEGRAM_BOT_TOKEN", "telegram_bot_token", "", bot_token,
-              "Bot token from BotFather (required by serve).", secret=True),
-        Field("TELEGRAM_SECRET_TOKEN", "telegram_secret_token", "", secret_token,
-              "Webhook secret header value (required in webhook mode).", secret=True),
-        Field("TELEGRAM_WEBHOOK_URL", "telegram_webhook_url", "", webhook_url,
-              "Public https URL of /api/telegram: set, engram serve uses the webhook and "
-              "registers it at start; empty: long polling."),
-        Field("TELEGRAM_ALLOWED_CHAT_IDS", "telegram_allowed_chat_ids", "", chat_ids,
-              "Comma-separated chat ids allowed to talk to the bot, besides those stored by "
-              "pairing or `engram chats allow` (none at all: serve prints a pairing code).",
-              aliases=("TELEGRAM_ALLOWED_CHAT_ID",)),
-        Field("TELEGRAM_API_BASE_URL", "telegram_api_base_url", "https://api.telegram.org",
-              http_url, "Bot API server (a local Bot API server or a test server)."),
-        Field("SEND_RETRY_CAP", "send_retry_cap", "300", float_range(1, 86_400),
-              "Longest wait (seconds) between retries of a reply Telegram did not take (5xx, "
-              "unreachable), and between tries of a message while the model is down."),
-        Field("SEND_DEADLINE", "send_deadline", "86400", float_range(60, 30 * 86_400),
-              "Seconds after it was written that a reply (or after it arrived, that a message "
-              "waiting for the model) is retried through outages before it is given up."),
+        Field(
+            "TELEGRAM_BOT_TOKEN",
+            "telegram_bot_token",
+            "",
+            bot_token,
+            "Bot token from BotFather (required by serve).",
+            secret=True,
+        ),
+        Field(
+            "TELEGRAM_SECRET_TOKEN",
+            "telegram_secret_token",
+            "",
+            secret_token,
+            "Webhook secret header value (required in webhook mode).",
+            secret=True,
+        ),
+        Field(
+            "TELEGRAM_WEBHOOK_URL",
+            "telegram_webhook_url",
+            "",
+            webhook_url,
+            "Public https URL of /api/telegram: set, engram serve uses the webhook and "
+            "registers it at start; empty: long polling.",
+        ),
+        Field(
+            "TELEGRAM_ALLOWED_CHAT_IDS",
+            "telegram_allowed_chat_ids",
+            "",
+            chat_ids,
+            "Comma-separated chat ids allowed to talk to the bot, besides those stored by "
+            "pairing or `engram chats allow` (none at all: serve prints a pairing code).",
+            aliases=("TELEGRAM_ALLOWED_CHAT_ID",),
+        ),
+        Field(
+            "TELEGRAM_API_BASE_URL",
+            "telegram_api_base_url",
+            "https://api.telegram.org",
+            http_url,
+            "Bot API server (a local Bot API server or a test server).",
+        ),
+        Field(
+            "SEND_RETRY_CAP",
+            "send_retry_cap",
+            "300",
+            float_range(1, 86_400),
+            "Longest wait (seconds) between retries of a reply Telegram did not take (5xx, "
+            "unreachable), and between tries of a message while the model is down.",
+        ),
+        Field(
+            "SEND_DEADLINE",
+            "send_deadline",
+            "86400",
+            float_range(60, 30 * 86_400),
+            "Seconds after it was written that a reply (or after it arrived, that a message "
+            "waiting for the model) is retried through outages before it is given up.",
+        ),
     )
 
     telegram_bot_token: Secret

@@ -57,10 +57,17 @@ AUDIO_EXTENSIONS = frozenset(
     {"flac", "m4a", "mp3", "mp4", "mpeg", "mpga", "oga", "ogg", "wav", "webm"}
 )
 _MIME_EXTENSIONS = {
-    "audio/ogg": "ogg", "audio/opus": "ogg", "audio/x-opus+ogg": "ogg", "audio/mpeg": "mp3",
-    "audio/mp4": "m4a", "audio/x-m4a": "m4a", "audio/wav": "wav", "audio/x-wav": "wav",
-    "audio/webm": "webm", "audio/flac": "flac",
-}  # fmt: skip
+    "audio/ogg": "ogg",
+    "audio/opus": "ogg",
+    "audio/x-opus+ogg": "ogg",
+    "audio/mpeg": "mp3",
+    "audio/mp4": "m4a",
+    "audio/x-m4a": "m4a",
+    "audio/wav": "wav",
+    "audio/x-wav": "wav",
+    "audio/webm": "webm",
+    "audio/flac": "flac",
+}
 
 DOWNLOAD_FAILED = (
     "I couldn't download that voice message from Telegram. Please try sending it again."
@@ -246,9 +253,15 @@ async def transcribe_audio(
     client = openai.with_options(max_retries=0)  # our own retry policy, below
     secrets = (openai.api_key,) if isinstance(openai.api_key, str) else ()
     record = partial(
-        log_api_usage, db, provider="openai", model=model, purpose=PURPOSE, chat_id=chat_id,
-        rates=rates, secrets=secrets,
-    )  # fmt: skip
+        log_api_usage,
+        db,
+        provider="openai",
+        model=model,
+        purpose=PURPOSE,
+        chat_id=chat_id,
+        rates=rates,
+        secrets=secrets,
+    )
     for attempt in (1, 2):
         started = trio.current_time()
         failure: TranscriptionFailed | None = None

@@ -145,8 +145,13 @@ class CompactionSweep(PeriodicJob):
                 if outcome.status != "ok":
                     break
             done.append((chat.chat_id, reason, tuple(statuses)))
-            log.info("compaction_sweep.chat", chat_id=chat.chat_id, reason=reason,
-                     rows=chat.rows, chunks=statuses)  # fmt: skip
+            log.info(
+                "compaction_sweep.chat",
+                chat_id=chat.chat_id,
+                reason=reason,
+                rows=chat.rows,
+                chunks=statuses,
+            )
         if deferred:
             log.info("compaction_sweep.deferred", chats=deferred, max_chunks=self.max_chunks)
         return SweepResult(tuple(done), deferred)

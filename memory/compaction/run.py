@@ -206,8 +206,9 @@ async def _fail_run(conn: Connection, run_id: int, error: str) -> None:
         await conn.execute(
             "UPDATE compaction_runs SET status = 'failed', finished_at = now(), error = $2 "
             "WHERE id = $1",
-            run_id, error[:2000],
-        )  # fmt: skip
+            run_id,
+            error[:2000],
+        )
 
 
 async def compact_chat(
@@ -251,8 +252,13 @@ async def _locked(
         state = await estimate(chat_id)
         reason = opts.rule.reason(state)
         if reason is None:
-            log.info("compaction.not_needed", chat_id=chat_id, rows=state.rows,
-                     tokens=state.tokens, budget=opts.rule.token_budget)  # fmt: skip
+            log.info(
+                "compaction.not_needed",
+                chat_id=chat_id,
+                rows=state.rows,
+                tokens=state.tokens,
+                budget=opts.rule.token_budget,
+            )
             return CompactionOutcome("not_needed", chat_id)
     chunk = await oldest_uncompacted(conn, chat_id, opts.keep_recent, opts.max_messages)
     if not chunk:
@@ -262,8 +268,15 @@ async def _locked(
     started = trio.current_time()
     try:
         known = [
-            KnownPattern(r["id"], r["content"], r["kind"], r["strength"], r["confidence"],
-                         r["occurs_on"], r["occurs_at"])
+            KnownPattern(
+                r["id"],
+                r["content"],
+                r["kind"],
+                r["strength"],
+                r["confidence"],
+                r["occurs_on"],
+                r["occurs_at"],
+            )
             for r in await conn.fetch(_KNOWN, chat_id, opts.known_patterns)
         ]
         uuids = await conn.fetch(
@@ -271,17 +284,29 @@ async def _locked(
             [p.id for p in known],
         )
         messages = [chunk_message(r) for r in chunk]
-        result = await extract(llm, messages, known, {r["entry_uuid"] for r in uuids},
-                               chat_id=chat_id, timezone=opts.timezone)  # fmt: skip
+        result = await extract(
+            llm,
+            messages,
+            known,
+            {r["entry_uuid"] for r in uuids},
+            chat_id=chat_id,
+            timezone=opts.timezone,
+        )
         if result is None:
             await _fail_run(conn, run_id, "extraction: invalid JSON twice")
             return CompactionOutcome("failed", chat_id, run_id, error="invalid JSON twice")
         extraction, rejections = result
         thresholds = opts.thresholds or thresholds_for(embedder.model)
         plan = await plan_patterns(
-            conn, embedder, extraction, messages, chat_id=chat_id, thresholds=thresholds,
-            adjudicator=adjudicator or LLMAdjudicator(llm), known=known,
-        )  # fmt: skip
+            conn,
+            embedder,
+            extraction,
+            messages,
+            chat_id=chat_id,
+            thresholds=thresholds,
+            adjudicator=adjudicator or LLMAdjudicator(llm),
+            known=known,
+        )
         await ensure_indexes(conn, plan.vectors)
         async with conn.transaction():
             counts = await apply_extraction(conn, plan, chunk, chat_id=chat_id, run_id=run_id)
@@ -293,17 +318,31 @@ async def _locked(
     except BaseException:
         await _fail_run(conn, run_id, "cancelled")
         raise
-    log.info("compaction.ok", chat_id=chat_id, run_id=run_id, messages=len(chunk), reason=reason,
-             seconds=round(trio.current_time() - started, 3), rejected=len(rejections),
-             **attrs.asdict(counts))  # fmt: skip
+    log.info(
+        "compaction.ok",
+        chat_id=chat_id,
+        run_id=run_id,
+        messages=len(chunk),
+        reason=reason,
+        seconds=round(trio.current_time() - started, 3),
+        rejected=len(rejections),
+        **attrs.asdict(counts),
+    )
     return CompactionOutcome(
-        "ok", chat_id, run_id, messages_compacted=len(chunk),
-        patterns_created=counts.created, patterns_reinforced=counts.reinforced,
-        patterns_contradicted=counts.contradicted, patterns_superseded=counts.superseded,
-        meta_patterns=counts.meta, episode_id=counts.episode_id,
+        "ok",
+        chat_id,
+        run_id,
+        messages_compacted=len(chunk),
+        patterns_created=counts.created,
+        patterns_reinforced=counts.reinforced,
+        patterns_contradicted=counts.contradicted,
+        patterns_superseded=counts.superseded,
+        meta_patterns=counts.meta,
+        episode_id=counts.episode_id,
         compacted_ids=tuple(r.id for r in chunk if r.id is not None),
-        rejections=tuple(rejections), reason=reason,
-    )  # fmt: skip
+        rejections=tuple(rejections),
+        reason=reason,
+    )
 
 
 __all__ = [

@@ -134,9 +134,16 @@ async def plan_patterns(
     ) -> Planned:
         day = dated.occurs_on if dated is not None else None
         decision = await find_duplicate(
-            conn, chat_id=chat_id, content=content, kind=kind, vector=vectors.get(content),
-            model=vectors.model, thresholds=thresholds, adjudicator=adjudicator, occurs_on=day,
-        )  # fmt: skip
+            conn,
+            chat_id=chat_id,
+            content=content,
+            kind=kind,
+            vector=vectors.get(content),
+            model=vectors.model,
+            thresholds=thresholds,
+            adjudicator=adjudicator,
+            occurs_on=day,
+        )
         if decision.pattern_id is not None and decision.pattern_id == never:
             reason = "a replacement is never the pattern it supersedes"
             decision = DedupDecision("insert", None, decision.similarity, reason)
@@ -144,17 +151,29 @@ async def plan_patterns(
         return Planned(content, kind, conf, ev, decision, uuids, temporal, day, at, core)
 
     new = [
-        await plan(p.content, p.kind, p.confidence,
-                   evidence(p.evidence_message_ids, messages, p.signal, p.confidence),
-                   p.entry_uuids, p.temporal, dated=p)
+        await plan(
+            p.content,
+            p.kind,
+            p.confidence,
+            evidence(p.evidence_message_ids, messages, p.signal, p.confidence),
+            p.entry_uuids,
+            p.temporal,
+            dated=p,
+        )
         for p in ex.new_patterns
-    ]  # fmt: skip
+    ]
     supersedes = [
-        await plan(s.new_pattern_content, s.kind, s.confidence,
-                   evidence(s.evidence_message_ids, messages, s.signal, s.confidence),
-                   s.entry_uuids, never=s.old_pattern_id, dated=s)
+        await plan(
+            s.new_pattern_content,
+            s.kind,
+            s.confidence,
+            evidence(s.evidence_message_ids, messages, s.signal, s.confidence),
+            s.entry_uuids,
+            never=s.old_pattern_id,
+            dated=s,
+        )
         for s in ex.supersedes
-    ]  # fmt: skip
+    ]
     metas = []
     for m in ex.meta_patterns:
         text = "\n".join(f"[pattern #{c}] {by_id[c].content}" for c in m.child_pattern_ids)
@@ -210,10 +229,20 @@ async def apply_extraction(
                     await set_core_tenet(conn, chat_id, target)
                 return target
         pattern_id = await insert_pattern(
-            conn, chat_id=chat_id, content=p.content, kind=p.kind, confidence=p.confidence,
-            evidence=p.evidence, vectors=plan.vectors, source=source, temporal=p.temporal,
-            strength=strength, occurs_on=p.occurs_on, occurs_at=p.occurs_at, core=p.core,
-        )  # fmt: skip
+            conn,
+            chat_id=chat_id,
+            content=p.content,
+            kind=p.kind,
+            confidence=p.confidence,
+            evidence=p.evidence,
+            vectors=plan.vectors,
+            source=source,
+            temporal=p.temporal,
+            strength=strength,
+            occurs_on=p.occurs_on,
+            occurs_at=p.occurs_at,
+            core=p.core,
+        )
         counts.created += 1
         await link_entries(conn, pattern_id, chat_id, p.entry_uuids, at=p.evidence.observed_at)
         return pattern_id
@@ -227,15 +256,19 @@ async def apply_extraction(
     new_ids = [(p, await put(p)) for p in plan.new]
     for s, p in zip(ex.supersedes, plan.supersedes, strict=True):
         new_id = await put(p)
-        counts.superseded += await supersede_pattern(conn, s.old_pattern_id, new_id, chat_id,
-                                                     s.reason)  # fmt: skip
+        counts.superseded += await supersede_pattern(
+            conn, s.old_pattern_id, new_id, chat_id, s.reason
+        )
         new_ids.append((p, new_id))
     for c in ex.contradictions:
         cited = set(c.evidence_message_ids)
-        rival = next((i for p, i in new_ids if cited & set(p.evidence.message_ids)
-                      and i != c.pattern_id), None)  # fmt: skip
-        done = await contradict_pattern(conn, c.pattern_id, chat_id, signal=c.signal,
-                                        reason=c.reason, rival_id=rival)  # fmt: skip
+        rival = next(
+            (i for p, i in new_ids if cited & set(p.evidence.message_ids) and i != c.pattern_id),
+            None,
+        )
+        done = await contradict_pattern(
+            conn, c.pattern_id, chat_id, signal=c.signal, reason=c.reason, rival_id=rival
+        )
         counts.contradicted += done is not None
     for m, p in zip(ex.meta_patterns, plan.metas, strict=True):
         strength = await children_strength(conn, chat_id, m.child_pattern_ids)
@@ -249,16 +282,21 @@ async def apply_extraction(
     status = await conn.execute(
         "UPDATE chat_messages SET compacted_at = now() "
         "WHERE chat_id = $1 AND id = ANY($2::bigint[]) AND compacted_at IS NULL",
-        chat_id, ids,
-    )  # fmt: skip
+        chat_id,
+        ids,
+    )
     if int(status.split()[-1]) != len(ids):
         log.warning("compaction.rows_changed", chat_id=chat_id, expected=len(ids), status=status)
     await conn.execute(
         "UPDATE compaction_runs SET status = 'ok', finished_at = now(), messages_compacted = $2, "
         "patterns_created = $3, patterns_reinforced = $4, patterns_contradicted = $5 "
         "WHERE id = $1",
-        run_id, len(ids), counts.created, counts.reinforced, counts.contradicted,
-    )  # fmt: skip
+        run_id,
+        len(ids),
+        counts.created,
+        counts.reinforced,
+        counts.contradicted,
+    )
     return counts
 
 
@@ -284,6 +322,11 @@ async def _episode(
     )
     vector = plan.vectors.get(summary)
     if vector is not None:
-        await store_vectors(conn, "episode_embeddings", "episode_id",
-                            [(episode_id, vector, chat_id)], plan.vectors.model)  # fmt: skip
+        await store_vectors(
+            conn,
+            "episode_embeddings",
+            "episode_id",
+            [(episode_id, vector, chat_id)],
+            plan.vectors.model,
+        )
     return episode_id

@@ -65,7 +65,6 @@ class ChatMessage:
     id: int | None = None
 
 
-
 class ConversationStore(Protocol):
     """What the agent needs of ``chat_messages`` (SQL in production, memory in timer tests)."""
 
@@ -268,8 +267,12 @@ class SqlConversationStore:
         commit = "NULL" if isinstance(self.db, Connection) else ASYNC_COMMIT
         recs = await self.db.fetch(
             _USER_AND_WINDOW.format(commit=commit),
-            chat_id, external_id, text, created_at, max(0, limit - 1),
-        )  # fmt: skip
+            chat_id,
+            external_id,
+            text,
+            created_at,
+            max(0, limit - 1),
+        )
         window = repair_rows(from_record(r) for r in recs if r["id"] is not None)
         return int(recs[0]["user_id"]), window
 

@@ -101,8 +101,12 @@ class PurgeJob(PeriodicJob):
         scrubbed = await scrub_queues(self.db, self.retention_days)
         self.deleted += count
         if count or scrubbed:
-            log.info("purge.deleted", messages=count, queue_rows_scrubbed=scrubbed,
-                     retention_days=self.retention_days)  # fmt: skip
+            log.info(
+                "purge.deleted",
+                messages=count,
+                queue_rows_scrubbed=scrubbed,
+                retention_days=self.retention_days,
+            )
         return count
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

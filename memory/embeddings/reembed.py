@@ -161,9 +161,11 @@ async def reembed(
                         if row_exc.retryable:
                             raise
                         log.warning(
-                            "reembed.row_failed", table=spec.name, owner_id=row[0],
+                            "reembed.row_failed",
+                            table=spec.name,
+                            owner_id=row[0],
                             error=str(row_exc),
-                        )  # fmt: skip
+                        )
                         failed.append(f"{spec.name}:{row[0]}")
             done += stored
             if progress is not None:
@@ -175,7 +177,10 @@ async def reembed(
             created.append(spec.name)
     report = ReembedReport(model, embedder.dims, embedded, tuple(failed), tuple(created))
     log.info(
-        "reembed.done", model=model, embedded=report.total, failed=len(failed),
+        "reembed.done",
+        model=model,
+        embedded=report.total,
+        failed=len(failed),
         indexes_created=list(created),
-    )  # fmt: skip
+    )
     return report

@@ -36,7 +36,6 @@ MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/\-]{0,99}")
 HNSW_MAX_DIMS = 2000  # pgvector's limit for an HNSW index on ``vector``
 
 
-
 def check_model(model: str) -> str:
     if not MODEL_NAME.fullmatch(model):
         raise ValueError(f"invalid embedding model name: {model!r}")
@@ -130,8 +129,11 @@ async def store_vectors(
         if dims and vector.shape[0] != dims:
             raise ValueError(f"mixed vector dims in one call: {dims} and {vector.shape[0]}")
         dims = vector.shape[0]
-        args.append((owner_id, model, dims, vector, chat_id) if spec.chat_scoped else
-                    (owner_id, model, dims, vector))  # fmt: skip
+        args.append(
+            (owner_id, model, dims, vector, chat_id)
+            if spec.chat_scoped
+            else (owner_id, model, dims, vector)
+        )
     if not args:
         return 0
     if ensure_index:

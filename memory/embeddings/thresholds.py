@@ -8,7 +8,8 @@ models get their own calibrated values here; any value can be overridden by a se
 The local model (wordllama ``l2_supercat``, 256-d) is calibrated by ``bench/calibrate.py`` on
 ``bench/data/paraphrases.jsonl`` (368 pairs of pattern-style claims written for engram: 92
 paraphrases, 92 related-but-different claims, 46 unrelated, 92 query -> relevant claim and 46
-query -> unrelated claim); ``tests/test_calibration.py`` re-checks the figures below. It is a
+query -> unrelated claim); ``tests/memory/embeddings/test_calibration.py`` re-checks the figures
+below. It is a
 mean-pooled static embedding, so its cosines run lower for queries and paraphrases and cannot
 see word order ("prefers tea over coffee" == "prefers coffee over tea", cosine 1.0: 2 of the 92
 related pairs), which is why auto-dedup sits high and most near-duplicates are adjudicated.

@@ -26,8 +26,16 @@ from memory.errors import ExtractionInvalid
 from memory.llm.json_reply import load_json_object
 
 KINDS = (
-    "behavior", "emotion", "belief", "goal", "preference", "temporal", "causal", "fact", "event",
-)  # fmt: skip
+    "behavior",
+    "emotion",
+    "belief",
+    "goal",
+    "preference",
+    "temporal",
+    "causal",
+    "fact",
+    "event",
+)
 EVENT = "event"  # the one kind with a day
 CORE_KINDS = ("belief", "fact")  # what the extractor may make a core tenet ...
 CORE_MIN_CONFIDENCE = 0.9  # ... and from which confidence
@@ -155,6 +163,7 @@ class Extraction:
 
 
 # --- parsing -----------------------------------------------------------------------------------
+
 
 def _get(obj: dict[str, Any], key: str, where: str) -> Any:
     if key not in obj or obj[key] is None:
@@ -293,19 +302,46 @@ _DATED: tuple[tuple[str, Reader], ...] = (
 )
 #: each list of the answer: its item class and the readers of the item's fields, in order
 SCHEMA: dict[str, tuple[type, tuple[tuple[str, Reader], ...]]] = {
-    "new_patterns": (NewPattern, (("content", _text), ("kind", _kind), ("confidence", _number),
-                                  *_EVIDENCE, ("entry_uuids", _str_list), ("temporal", _temporal),
-                                  *_DATED)),
-    "reinforcements": (Reinforcement, (("pattern_id", _int), ("confidence", _number), *_EVIDENCE,
-                                       ("entry_uuids", _str_list))),
+    "new_patterns": (
+        NewPattern,
+        (
+            ("content", _text),
+            ("kind", _kind),
+            ("confidence", _number),
+            *_EVIDENCE,
+            ("entry_uuids", _str_list),
+            ("temporal", _temporal),
+            *_DATED,
+        ),
+    ),
+    "reinforcements": (
+        Reinforcement,
+        (("pattern_id", _int), ("confidence", _number), *_EVIDENCE, ("entry_uuids", _str_list)),
+    ),
     "contradictions": (Contradiction, (("pattern_id", _int), ("reason", _text), *_EVIDENCE)),
-    "supersedes": (Supersede, (("old_pattern_id", _int), ("reason", _text),
-                               ("new_pattern_content", _text), ("kind", _kind),
-                               ("confidence", _number), *_EVIDENCE, ("entry_uuids", _str_list),
-                               *_DATED)),
-    "meta_patterns": (MetaPattern, (("content", _text), ("kind", _kind), ("confidence", _number),
-                                    ("child_pattern_ids", _id_list))),
-}  # fmt: skip
+    "supersedes": (
+        Supersede,
+        (
+            ("old_pattern_id", _int),
+            ("reason", _text),
+            ("new_pattern_content", _text),
+            ("kind", _kind),
+            ("confidence", _number),
+            *_EVIDENCE,
+            ("entry_uuids", _str_list),
+            *_DATED,
+        ),
+    ),
+    "meta_patterns": (
+        MetaPattern,
+        (
+            ("content", _text),
+            ("kind", _kind),
+            ("confidence", _number),
+            ("child_pattern_ids", _id_list),
+        ),
+    ),
+}
 
 
 def _items(data: dict[str, Any], key: str) -> list[tuple[str, dict[str, Any]]]:

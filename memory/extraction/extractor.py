@@ -66,28 +66,48 @@ async def extract(
     messages = [Message.user(prompt)]
     for attempt in (1, 2):
         completion = await llm.complete(
-            system=EXTRACTION_SYSTEM, messages=messages, tools=[],
-            max_tokens=EXTRACTION_MAX_TOKENS, purpose=PURPOSE, chat_id=chat_id,
-        )  # fmt: skip
+            system=EXTRACTION_SYSTEM,
+            messages=messages,
+            tools=[],
+            max_tokens=EXTRACTION_MAX_TOKENS,
+            purpose=PURPOSE,
+            chat_id=chat_id,
+        )
         try:
             extraction = parse_extraction(completion.text)
         except ExtractionInvalid as exc:
-            log.warning("extraction.invalid", chat_id=chat_id, attempt=attempt, reason=exc.reason,
-                        stop_reason=completion.stop_reason)  # fmt: skip
+            log.warning(
+                "extraction.invalid",
+                chat_id=chat_id,
+                attempt=attempt,
+                reason=exc.reason,
+                stop_reason=completion.stop_reason,
+            )
             reply = completion.text.strip() or "(empty reply)"
             messages += [Message.assistant(reply), Message.user(repair_prompt(exc.reason))]
             continue
         checked, rejections = check_extraction(extraction, chunk, known, known_entry_uuids)
         log.info(
-            "extraction.ok", chat_id=chat_id, attempt=attempt, messages=len(chunk),
-            new=len(checked.new_patterns), reinforced=len(checked.reinforcements),
-            contradicted=len(checked.contradictions), superseded=len(checked.supersedes),
-            meta=len(checked.meta_patterns), rejected=len(rejections),
-        )  # fmt: skip
+            "extraction.ok",
+            chat_id=chat_id,
+            attempt=attempt,
+            messages=len(chunk),
+            new=len(checked.new_patterns),
+            reinforced=len(checked.reinforcements),
+            contradicted=len(checked.contradictions),
+            superseded=len(checked.supersedes),
+            meta=len(checked.meta_patterns),
+            rejected=len(rejections),
+        )
         for rejection in rejections:
-            log.info("extraction.rejected", chat_id=chat_id, what=rejection.what,
-                     reason=rejection.reason)  # fmt: skip
+            log.info(
+                "extraction.rejected", chat_id=chat_id, what=rejection.what, reason=rejection.reason
+            )
         return checked, rejections
-    log.error("extraction.failed", chat_id=chat_id, messages=len(chunk),
-              error="invalid JSON twice; messages stay uncompacted")  # fmt: skip
+    log.error(
+        "extraction.failed",
+        chat_id=chat_id,
+        messages=len(chunk),
+        error="invalid JSON twice; messages stay uncompacted",
+    )
     return None

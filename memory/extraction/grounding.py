@@ -61,8 +61,25 @@ STOP_WORDS = frozenset(
 META_WORDS = frozenset(["user", "users", "user's", "bot", "assistant", "person", "someone"])
 
 _TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)?", re.UNICODE)
-_SUFFIXES = ("ational", "fulness", "iveness", "ations", "nesses", "ation", "ments", "ness",
-             "ment", "ings", "ies", "ied", "ing", "ed", "ly", "es", "s")  # fmt: skip
+_SUFFIXES = (
+    "ational",
+    "fulness",
+    "iveness",
+    "ations",
+    "nesses",
+    "ation",
+    "ments",
+    "ness",
+    "ment",
+    "ings",
+    "ies",
+    "ied",
+    "ing",
+    "ed",
+    "ly",
+    "es",
+    "s",
+)
 
 
 def _fold(text: str) -> str:

@@ -102,12 +102,15 @@ class _Guard:
                     f"{row.role} row (only user and tool_result rows are evidence)",
                 )
             elif row.role == "user" and not row.content:
-                self.reject(f"{what} evidence #{message_id}",
-                            "a forwarded message (not the person's own words)")  # fmt: skip
+                self.reject(
+                    f"{what} evidence #{message_id}",
+                    "a forwarded message (not the person's own words)",
+                )
             elif message_id in self.tainted:
-                self.reject(f"{what} evidence #{message_id}",
-                            f"tool result holds instruction-like text "
-                            f"({self.tainted[message_id]})")  # fmt: skip
+                self.reject(
+                    f"{what} evidence #{message_id}",
+                    f"tool result holds instruction-like text ({self.tainted[message_id]})",
+                )
             else:
                 kept.append(message_id)
         if not kept:
@@ -285,8 +288,12 @@ def check_extraction(
         g.reject("episode_summary", f"instruction-like text ({rule})")
         summary = ""
     checked = attrs.evolve(
-        ex, new_patterns=tuple(new), reinforcements=tuple(reinforcements),
-        contradictions=tuple(contradictions), supersedes=tuple(supersedes),
-        meta_patterns=tuple(metas), episode_summary=summary,
-    )  # fmt: skip
+        ex,
+        new_patterns=tuple(new),
+        reinforcements=tuple(reinforcements),
+        contradictions=tuple(contradictions),
+        supersedes=tuple(supersedes),
+        meta_patterns=tuple(metas),
+        episode_summary=summary,
+    )
     return checked, g.rejections

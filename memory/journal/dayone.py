@@ -287,10 +287,24 @@ def _jsonb(value: dict[str, Any] | None) -> str | None:
 
 def _args(e: JournalEntry) -> tuple[Any, ...]:
     return (
-        e.uuid, e.created_at, e.modified_at, e.timezone, e.text, list(e.tags), e.city,
-        e.country, e.place_name, e.latitude, e.longitude, _jsonb(e.location),
-        _jsonb(e.weather), e.photo_count, e.video_count, e.audio_count, e.word_count,
-    )  # fmt: skip
+        e.uuid,
+        e.created_at,
+        e.modified_at,
+        e.timezone,
+        e.text,
+        list(e.tags),
+        e.city,
+        e.country,
+        e.place_name,
+        e.latitude,
+        e.longitude,
+        _jsonb(e.location),
+        _jsonb(e.weather),
+        e.photo_count,
+        e.video_count,
+        e.audio_count,
+        e.word_count,
+    )
 
 
 async def _upsert_batch(

@@ -136,8 +136,10 @@ def tool_params(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for t in tools:
         tool: dict[str, Any] = {
-            "name": t.name, "description": t.description, "input_schema": dict(t.input_schema)
-        }  # fmt: skip
+            "name": t.name,
+            "description": t.description,
+            "input_schema": dict(t.input_schema),
+        }
         if t.cache is not None:
             tool["cache_control"] = cache_control(t.cache)
         out.append(tool)
@@ -280,4 +282,3 @@ class AnthropicLLM(AsyncClosing):
     async def aclose(self) -> None:
         """Close the SDK client and its connections."""
         await self._client.close()
-

@@ -35,19 +35,23 @@ def llm_settings_problems(settings: LLMSettings) -> list[SettingsError]:
     """Every variable the configured provider lacks or cannot read, each named (may be empty)."""
     problems: list[SettingsError] = []
     if settings.llm_provider == "anthropic" and not settings.anthropic_api_key:
-        problems.append(SettingsError(
-            "ANTHROPIC_API_KEY",
-            "is required for LLM_PROVIDER=anthropic (or set LLM_PROVIDER=openai and "
-            "OPENAI_BASE_URL for an OpenAI-compatible server)",
-        ))  # fmt: skip
+        problems.append(
+            SettingsError(
+                "ANTHROPIC_API_KEY",
+                "is required for LLM_PROVIDER=anthropic (or set LLM_PROVIDER=openai and "
+                "OPENAI_BASE_URL for an OpenAI-compatible server)",
+            )
+        )
     if settings.llm_provider == "openai" and not (
         settings.openai_api_key or settings.openai_base_url
     ):
-        problems.append(SettingsError(
-            "OPENAI_BASE_URL",
-            "is required for LLM_PROVIDER=openai (an OpenAI-compatible server; or set "
-            "OPENAI_API_KEY for OpenAI itself)",
-        ))  # fmt: skip
+        problems.append(
+            SettingsError(
+                "OPENAI_BASE_URL",
+                "is required for LLM_PROVIDER=openai (an OpenAI-compatible server; or set "
+                "OPENAI_API_KEY for OpenAI itself)",
+            )
+        )
     try:
         configured_rates(settings.model_rates)  # a bad MODEL_RATES entry is named
     except SettingsError as exc:
@@ -145,9 +149,13 @@ class DeferredLLM:
     ) -> Completion:
         llm = await self.provider()
         return await llm.complete(
-            system=system, messages=messages, tools=tools, max_tokens=max_tokens,
-            purpose=purpose, chat_id=chat_id,
-        )  # fmt: skip
+            system=system,
+            messages=messages,
+            tools=tools,
+            max_tokens=max_tokens,
+            purpose=purpose,
+            chat_id=chat_id,
+        )
 
     async def aclose(self) -> None:
         if self._llm is not None:

@@ -237,4 +237,3 @@ class OpenAICompatibleLLM(AsyncClosing):
     async def aclose(self) -> None:
         """Close the SDK client and its connections."""
         await self._client.close()
-

@@ -157,9 +157,15 @@ async def call_and_record(
 
     async def record(**fields: Any) -> float:
         return await log_api_usage(
-            db, provider=ctx.provider, model=ctx.model, purpose=purpose, chat_id=chat_id,
-            rates=rates, secrets=ctx.secrets, **fields,
-        )  # fmt: skip
+            db,
+            provider=ctx.provider,
+            model=ctx.model,
+            purpose=purpose,
+            chat_id=chat_id,
+            rates=rates,
+            secrets=ctx.secrets,
+            **fields,
+        )
 
     started = trio.current_time()
     failure: LLMError | None = None
@@ -179,10 +185,16 @@ async def call_and_record(
     if failure is not None:
         await record(latency_ms=latency_ms, ok=False, error=failure.message)
         log.warning(
-            "llm.call_failed", provider=ctx.provider, model=ctx.model, purpose=purpose,
-            chat_id=chat_id, status=failure.status, error=failure.message,
-            retry_after=failure.retry_after, latency_ms=round(latency_ms),
-        )  # fmt: skip
+            "llm.call_failed",
+            provider=ctx.provider,
+            model=ctx.model,
+            purpose=purpose,
+            chat_id=chat_id,
+            status=failure.status,
+            error=failure.message,
+            retry_after=failure.retry_after,
+            latency_ms=round(latency_ms),
+        )
         raise failure
     counted = usage(raw)
     tokens = counted if isinstance(counted, TokenUsage) else TokenUsage(*counted)
@@ -203,17 +215,29 @@ async def call_and_record(
     )
     if invalid is not None:
         log.warning(
-            "llm.invalid_response", provider=ctx.provider, model=ctx.model, purpose=purpose,
-            chat_id=chat_id, error=invalid.message,
-        )  # fmt: skip
+            "llm.invalid_response",
+            provider=ctx.provider,
+            model=ctx.model,
+            purpose=purpose,
+            chat_id=chat_id,
+            error=invalid.message,
+        )
         raise invalid
     log.info(
-        "llm.call", provider=ctx.provider, model=ctx.model, purpose=purpose, chat_id=chat_id,
-        input_tokens=input_tokens, output_tokens=output_tokens,
-        cache_read_tokens=tokens.cache_read_tokens, cache_write_tokens=tokens.cache_write_tokens,
-        cost_usd=cost, latency_ms=round(latency_ms), stop_reason=completion.stop_reason,
+        "llm.call",
+        provider=ctx.provider,
+        model=ctx.model,
+        purpose=purpose,
+        chat_id=chat_id,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cache_read_tokens=tokens.cache_read_tokens,
+        cache_write_tokens=tokens.cache_write_tokens,
+        cost_usd=cost,
+        latency_ms=round(latency_ms),
+        stop_reason=completion.stop_reason,
         tool_uses=len(completion.tool_uses),
-    )  # fmt: skip
+    )
     return attrs.evolve(
         completion,
         cost_usd=cost,

@@ -39,32 +39,88 @@ class LLMSettings(SettingsSection):
     prompt cache's TTL, prices and speech-to-text."""
 
     fields: ClassVar[tuple[Field, ...]] = (
-        Field("OPENAI_API_KEY", "openai_api_key", "", secret_word,
-              "OpenAI key (voice transcription; empty: voice notes are answered with a notice).",
-              secret=True),
-        Field("OPENAI_BASE_URL", "openai_base_url", "", http_url,
-              "OpenAI-compatible base URL (empty: the SDK default)."),
-        Field("LLM_PROVIDER", "llm_provider", "anthropic", choice(*PROVIDERS),
-              "anthropic, or openai for any OpenAI-compatible chat endpoint (OPENAI_BASE_URL)."),
-        Field("ANTHROPIC_API_KEY", "anthropic_api_key", "", secret_word, "Anthropic API key.",
-              secret=True),
-        Field("ANTHROPIC_MODEL", "anthropic_model", "claude-sonnet-4-6", model_name,
-              "Claude model for turns."),
-        Field("ANTHROPIC_BASE_URL", "anthropic_base_url", "", http_url,
-              "Anthropic API base URL (empty: the SDK default)."),
-        Field("OPENAI_MODEL", "openai_model", "gpt-4o-mini", model_name,
-              "Chat model when LLM_PROVIDER=openai."),
-        Field("MEMORY_MODEL", "memory_model", "", model_name,
-              "Model for memory work (compaction, adjudication, episode summaries), from "
-              "LLM_PROVIDER; empty: claude-haiku-4-5, or OPENAI_MODEL with openai."),
-        Field("PROMPT_CACHE_TTL", "prompt_cache_ttl", "5m", choice(*CACHE_TTLS),
-              "Lifetime of the turn context's cached prefix (Anthropic cache_control): 5m, 1h, "
-              "or off (no breakpoints)."),
-        Field("MODEL_RATES", "model_rates", "", model_rates,
-              "Prices on top of the built-in table: model=in/out (USD per 1M tokens) or "
-              "model=usd/min, comma-separated."),
-        Field("TRANSCRIPTION_MODEL", "transcription_model", "whisper-1", model_name,
-              "Speech-to-text model for voice notes."),
+        Field(
+            "OPENAI_API_KEY",
+            "openai_api_key",
+            "",
+            secret_word,
+            "OpenAI key (voice transcription; empty: voice notes are answered with a notice).",
+            secret=True,
+        ),
+        Field(
+            "OPENAI_BASE_URL",
+            "openai_base_url",
+            "",
+            http_url,
+            "OpenAI-compatible base URL (empty: the SDK default).",
+        ),
+        Field(
+            "LLM_PROVIDER",
+            "llm_provider",
+            "anthropic",
+            choice(*PROVIDERS),
+            "anthropic, or openai for any OpenAI-compatible chat endpoint (OPENAI_BASE_URL).",
+        ),
+        Field(
+            "ANTHROPIC_API_KEY",
+            "anthropic_api_key",
+            "",
+            secret_word,
+            "Anthropic API key.",
+            secret=True,
+        ),
+        Field(
+            "ANTHROPIC_MODEL",
+            "anthropic_model",
+            "claude-sonnet-4-6",
+            model_name,
+            "Claude model for turns.",
+        ),
+        Field(
+            "ANTHROPIC_BASE_URL",
+            "anthropic_base_url",
+            "",
+            http_url,
+            "Anthropic API base URL (empty: the SDK default).",
+        ),
+        Field(
+            "OPENAI_MODEL",
+            "openai_model",
+            "gpt-4o-mini",
+            model_name,
+            "Chat model when LLM_PROVIDER=openai.",
+        ),
+        Field(
+            "MEMORY_MODEL",
+            "memory_model",
+            "",
+            model_name,
+            "Model for memory work (compaction, adjudication, episode summaries), from "
+            "LLM_PROVIDER; empty: claude-haiku-4-5, or OPENAI_MODEL with openai.",
+        ),
+        Field(
+            "PROMPT_CACHE_TTL",
+            "prompt_cache_ttl",
+            "5m",
+            choice(*CACHE_TTLS),
+            "Lifetime of the turn context's cached prefix (Anthropic cache_control): 5m, 1h, "
+            "or off (no breakpoints).",
+        ),
+        Field(
+            "MODEL_RATES",
+            "model_rates",
+            "",
+            model_rates,
+            "Prices on top of the built-in table: model=in/out (USD per 1M tokens) or "
+            "model=usd/min, comma-separated.",
+        ),
+        Field(
+            "TRANSCRIPTION_MODEL",
+            "transcription_model",
+            "whisper-1",
+            model_name,
+            "Speech-to-text model for voice notes.",
+        ),
     )
 
     openai_api_key: Secret

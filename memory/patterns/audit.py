@@ -102,9 +102,16 @@ async def change_status(
     ``status_reason``) with its audit row, if its status is one of ``allowed_from``; None when
     it is not one of the chat's patterns."""
     row = await conn.fetchrow(
-        _CHANGE, pattern_id, chat_id, new_status, clean_reason(reason), list(allowed_from),
-        action, actor, other_id,
-    )  # fmt: skip
+        _CHANGE,
+        pattern_id,
+        chat_id,
+        new_status,
+        clean_reason(reason),
+        list(allowed_from),
+        action,
+        actor,
+        other_id,
+    )
     if row is None:
         return None
     return StatusChange(pattern_id, str(row["status"]), str(row["content"]), bool(row["changed"]))
@@ -154,7 +161,13 @@ async def history(db: Queries, chat_id: int, pattern_id: int) -> list[AuditRow]:
 def _audit_row(r: Any) -> AuditRow:
     other = r["other_pattern_id"]
     return AuditRow(
-        id=int(r["id"]), pattern_id=int(r["pattern_id"]), action=str(r["action"]),
-        old_status=str(r["old_status"]), new_status=str(r["new_status"]), reason=str(r["reason"]),
-        actor=str(r["actor"]), other_pattern_id=None if other is None else int(other), at=r["at"],
-    )  # fmt: skip
+        id=int(r["id"]),
+        pattern_id=int(r["pattern_id"]),
+        action=str(r["action"]),
+        old_status=str(r["old_status"]),
+        new_status=str(r["new_status"]),
+        reason=str(r["reason"]),
+        actor=str(r["actor"]),
+        other_pattern_id=None if other is None else int(other),
+        at=r["at"],
+    )

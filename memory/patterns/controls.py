@@ -73,16 +73,27 @@ async def forget_pattern(
 async def _forget_one(
     db: Queries, chat_id: int, pattern_id: int, *, reason: str, actor: Actor
 ) -> Forgotten | None:
-    change = await change_status(db, chat_id, pattern_id, "deprecated", action="forget",
-                                 actor=actor, reason=reason, allowed_from=FORGETTABLE)  # fmt: skip
+    change = await change_status(
+        db,
+        chat_id,
+        pattern_id,
+        "deprecated",
+        action="forget",
+        actor=actor,
+        reason=reason,
+        allowed_from=FORGETTABLE,
+    )
     if change is None:
         return None
     note = ""
     if change.old_status == "merged":
-        note = str(await db.fetchval(
-            "SELECT coalesce(status_reason, '') FROM patterns WHERE id = $1 AND chat_id = $2",
-            pattern_id, chat_id,
-        ))  # fmt: skip
+        note = str(
+            await db.fetchval(
+                "SELECT coalesce(status_reason, '') FROM patterns WHERE id = $1 AND chat_id = $2",
+                pattern_id,
+                chat_id,
+            )
+        )
     if change.changed or change.old_status == "deprecated":
         await erase_patterns(db, chat_id, [pattern_id])
     return _outcome(change, note)
@@ -95,9 +106,16 @@ async def forget_patterns(
     transaction's connection for all or nothing); the ones found, in the order given."""
     out: list[Forgotten] = []
     for pattern_id in dict.fromkeys(pattern_ids):
-        change = await change_status(conn, chat_id, pattern_id, "deprecated", action="forget",
-                                     actor=actor, reason=reason,
-                                     allowed_from=FORGETTABLE)  # fmt: skip
+        change = await change_status(
+            conn,
+            chat_id,
+            pattern_id,
+            "deprecated",
+            action="forget",
+            actor=actor,
+            reason=reason,
+            allowed_from=FORGETTABLE,
+        )
         if change is not None:
             out.append(_outcome(change))
     await erase_patterns(conn, chat_id, [f.pattern_id for f in out if f.outcome != "merged"])
@@ -122,14 +140,16 @@ async def pin_pattern(
     async with db.transaction() as conn:
         row = await conn.fetchrow(
             "SELECT content, status FROM patterns WHERE id = $1 AND chat_id = $2 FOR UPDATE",
-            pattern_id, chat_id,
-        )  # fmt: skip
+            pattern_id,
+            chat_id,
+        )
         if row is None:
             return None
         changed = False
         if not pinned or row["status"] in ("active", "disputed"):
-            changed = bool(await set_pin(conn, chat_id, pattern_id, pinned, actor=actor,
-                                         reason=reason))  # fmt: skip
+            changed = bool(
+                await set_pin(conn, chat_id, pattern_id, pinned, actor=actor, reason=reason)
+            )
     return Pinned(pattern_id, str(row["content"]), changed, str(row["status"]))
 
 
@@ -172,8 +192,14 @@ async def merge_two(
     problem = await check_mergeable(db, chat_id, a_id, b_id)
     if problem:
         return Merged(problem=problem)
-    done = await merge_pair(db, a_id, b_id, chat_id=chat_id, actor=actor,
-                            differences=f"merged by the {actor.replace('_', ' ')}")  # fmt: skip
+    done = await merge_pair(
+        db,
+        a_id,
+        b_id,
+        chat_id=chat_id,
+        actor=actor,
+        differences=f"merged by the {actor.replace('_', ' ')}",
+    )
     if done is None:
         return Merged(problem="one of them changed meanwhile; nothing was merged")
     return Merged(done[0], done[1])
@@ -212,8 +238,9 @@ async def link_patterns(
         return problem
     async with db.transaction() as conn:
         if relation == "supersedes":
-            await supersede_pattern(conn, to_id, from_id, chat_id, f"superseded by #{from_id}",
-                                    actor=actor)  # fmt: skip
+            await supersede_pattern(
+                conn, to_id, from_id, chat_id, f"superseded by #{from_id}", actor=actor
+            )
         else:
             await add_relation(conn, chat_id, from_id, to_id, relation)
     return ""

@@ -135,9 +135,13 @@ async def adjudicate(
     or an unusable answer, which callers treat as "not the same"."""
     try:
         completion = await llm.complete(
-            system=ADJUDICATION_SYSTEM, messages=[Message.user(adjudication_prompt(a, b))],
-            tools=[], max_tokens=ADJUDICATION_MAX_TOKENS, purpose=purpose, chat_id=chat_id,
-        )  # fmt: skip
+            system=ADJUDICATION_SYSTEM,
+            messages=[Message.user(adjudication_prompt(a, b))],
+            tools=[],
+            max_tokens=ADJUDICATION_MAX_TOKENS,
+            purpose=purpose,
+            chat_id=chat_id,
+        )
     except LLMError as exc:
         log.warning("dedup.adjudication_failed", chat_id=chat_id, error=exc.message)
         return None
@@ -146,8 +150,12 @@ async def adjudicate(
     except ExtractionInvalid as exc:
         log.warning("dedup.adjudication_invalid", chat_id=chat_id, reason=exc.reason)
         return None
-    log.info("dedup.adjudicated", chat_id=chat_id, core_intent_match=verdict.core_intent_match,
-             merge_decision=verdict.merge_decision)  # fmt: skip
+    log.info(
+        "dedup.adjudicated",
+        chat_id=chat_id,
+        core_intent_match=verdict.core_intent_match,
+        merge_decision=verdict.merge_decision,
+    )
     return verdict
 
 
@@ -163,7 +171,6 @@ class LLMAdjudicator:
 
 
 # --- lookup ------------------------------------------------------------------------------------
-
 
 
 @attrs.frozen
@@ -231,8 +238,7 @@ async def nearest_patterns(
     """The chat's active patterns of the day ``occurs_on`` (None: those without a day) nearest
     ``vector`` (own or alias vectors of ``model``)."""
     vec = np.asarray(vector, dtype=np.float32).reshape(-1)
-    rows = await conn.fetch(NEAREST_SQL, vec, model, chat_id, int(vec.shape[0]), limit,
-                            occurs_on)  # fmt: skip
+    rows = await conn.fetch(NEAREST_SQL, vec, model, chat_id, int(vec.shape[0]), limit, occurs_on)
     found = [
         Candidate(int(r["pattern_id"]), r["content"], r["kind"], float(r["similarity"]), r["via"])
         for r in rows
@@ -263,12 +269,24 @@ async def find_duplicate(
         decision = DedupDecision("insert", None, None, "no vector: canonical hash only")
     else:
         decision = await _by_similarity(
-            conn, chat_id=chat_id, content=content, kind=kind, vector=vector, model=model,
-            thresholds=thresholds, adjudicator=adjudicator, occurs_on=occurs_on,
-        )  # fmt: skip
-    log.info("dedup.decision", chat_id=chat_id, action=decision.action,
-             pattern_id=decision.pattern_id, similarity=decision.similarity,
-             reason=decision.reason)  # fmt: skip
+            conn,
+            chat_id=chat_id,
+            content=content,
+            kind=kind,
+            vector=vector,
+            model=model,
+            thresholds=thresholds,
+            adjudicator=adjudicator,
+            occurs_on=occurs_on,
+        )
+    log.info(
+        "dedup.decision",
+        chat_id=chat_id,
+        action=decision.action,
+        pattern_id=decision.pattern_id,
+        similarity=decision.similarity,
+        reason=decision.reason,
+    )
     return decision
 
 
@@ -284,8 +302,9 @@ async def _by_similarity(
     adjudicator: Adjudicator,
     occurs_on: date | None,
 ) -> DedupDecision:
-    candidates = await nearest_patterns(conn, chat_id=chat_id, vector=vector, model=model,
-                                        occurs_on=occurs_on)  # fmt: skip
+    candidates = await nearest_patterns(
+        conn, chat_id=chat_id, vector=vector, model=model, occurs_on=occurs_on
+    )
     if not candidates:
         return DedupDecision("insert", None, None, "no pattern of the chat to compare with")
     asked = 0
@@ -294,18 +313,22 @@ async def _by_similarity(
             break
         if c.similarity >= thresholds.dedup and kinds_compatible(kind, c.kind):
             return DedupDecision(
-                "reinforce", c.id, c.similarity,
+                "reinforce",
+                c.id,
+                c.similarity,
                 f"similarity {c.similarity:.3f} >= {thresholds.dedup} ({c.via}, {c.kind})",
-            )  # fmt: skip
+            )
         if asked >= MAX_ADJUDICATIONS:
             break
         asked += 1
         verdict = await adjudicator(content, c.content, chat_id)
         if verdict is not None and verdict.merge:
             return DedupDecision(
-                "reinforce", c.id, c.similarity,
+                "reinforce",
+                c.id,
+                c.similarity,
                 f"adjudicated the same at similarity {c.similarity:.3f} ({c.via})",
-            )  # fmt: skip
+            )
     best = candidates[0].similarity
     why = "kept apart by adjudication" if asked else f"similarity < {thresholds.adjudicate}"
     return DedupDecision("insert", None, best, f"{why} (best {best:.3f})")

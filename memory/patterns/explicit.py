@@ -109,16 +109,25 @@ async def remember(
     """Store ``content`` (:func:`store_explicit_pattern`) and say what happened."""
     fact = clean_fact(content)
     decision = await store_explicit_pattern(
-        db, embedder, adjudicator, chat_id=chat_id, content=fact, kind=kind, now=now,
-        thresholds=thresholds, occurs_on=occurs_on, occurs_at=occurs_at,
-    )  # fmt: skip
+        db,
+        embedder,
+        adjudicator,
+        chat_id=chat_id,
+        content=fact,
+        kind=kind,
+        now=now,
+        thresholds=thresholds,
+        occurs_on=occurs_on,
+        occurs_at=occurs_at,
+    )
     assert decision.pattern_id is not None
     if decision.action != "reinforce":
         return Remembered(decision.pattern_id, False, fact)
     row = await db.fetchrow(
         "SELECT content, times_seen FROM patterns WHERE id = $1 AND chat_id = $2",
-        decision.pattern_id, chat_id,
-    )  # fmt: skip
+        decision.pattern_id,
+        chat_id,
+    )
     existing, seen = (fact, 1) if row is None else (str(row["content"]), int(row["times_seen"]))
     return Remembered(decision.pattern_id, True, existing, seen, decision.similarity)
 
@@ -148,23 +157,41 @@ async def store_explicit_pattern(
     model = embedder.model if embedder is not None else ""
     vectors = await embed_texts(embedder, [content], chat_id) if embedder else Vectors(model)
     decision = await find_duplicate(
-        db, chat_id=chat_id, content=content, kind=kind, vector=vectors.get(content),
-        model=model or "none", thresholds=thresholds or thresholds_for(model),
-        adjudicator=adjudicator, occurs_on=occurs_on,
-    )  # fmt: skip
-    evidence = Evidence(text=f"[remember] {content}", signal="explicit",
-                        confidence=EXPLICIT_CONFIDENCE, observed_at=now)  # fmt: skip
+        db,
+        chat_id=chat_id,
+        content=content,
+        kind=kind,
+        vector=vectors.get(content),
+        model=model or "none",
+        thresholds=thresholds or thresholds_for(model),
+        adjudicator=adjudicator,
+        occurs_on=occurs_on,
+    )
+    evidence = Evidence(
+        text=f"[remember] {content}",
+        signal="explicit",
+        confidence=EXPLICIT_CONFIDENCE,
+        observed_at=now,
+    )
     await ensure_indexes(db, vectors)
     async with db.transaction() as conn:
         if decision.action == "reinforce" and decision.pattern_id is not None:
-            done = await reinforce_pattern(conn, decision.pattern_id, chat_id, evidence,
-                                           alias=content, vectors=vectors)  # fmt: skip
+            done = await reinforce_pattern(
+                conn, decision.pattern_id, chat_id, evidence, alias=content, vectors=vectors
+            )
             if done is not None:
                 return decision
         pattern_id = await insert_pattern(
-            conn, chat_id=chat_id, content=content, kind=kind, confidence=EXPLICIT_CONFIDENCE,
-            evidence=evidence, vectors=vectors, source="explicit", occurs_on=occurs_on,
+            conn,
+            chat_id=chat_id,
+            content=content,
+            kind=kind,
+            confidence=EXPLICIT_CONFIDENCE,
+            evidence=evidence,
+            vectors=vectors,
+            source="explicit",
+            occurs_on=occurs_on,
             occurs_at=occurs_at,
-        )  # fmt: skip
+        )
     log.info("patterns.remembered", chat_id=chat_id, pattern_id=pattern_id)
     return attrs.evolve(decision, action="insert", pattern_id=pattern_id)

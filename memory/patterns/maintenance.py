@@ -72,9 +72,16 @@ async def expire_stale_patterns(db: Queries, now: datetime | None = None) -> int
     while True:
         rows = await db.fetch(_STALE, cutoff, TTL_MAX_CONFIDENCE, TTL_BATCH)
         for r in rows:
-            done = await change_status(db, int(r["chat_id"]), int(r["id"]), "deprecated",
-                                       action="expire", actor="maintenance", reason=TTL_REASON,
-                                       allowed_from=("active",))  # fmt: skip
+            done = await change_status(
+                db,
+                int(r["chat_id"]),
+                int(r["id"]),
+                "deprecated",
+                action="expire",
+                actor="maintenance",
+                reason=TTL_REASON,
+                allowed_from=("active",),
+            )
             total += done is not None and done.changed
         if len(rows) < TTL_BATCH:
             return total
@@ -107,12 +114,20 @@ async def cap_patterns(
         chat_id = int(chat["chat_id"])
         weakest = await db.fetch(_WEAKEST, chat_id, now, *params, int(chat["over"]))
         for r in weakest:
-            done = await change_status(db, chat_id, int(r["id"]), "deprecated", action="expire",
-                                       actor="maintenance", reason=reason,
-                                       allowed_from=("active",))  # fmt: skip
+            done = await change_status(
+                db,
+                chat_id,
+                int(r["id"]),
+                "deprecated",
+                action="expire",
+                actor="maintenance",
+                reason=reason,
+                allowed_from=("active",),
+            )
             total += done is not None and done.changed
-        log.info("maintenance.patterns_capped", chat_id=chat_id, patterns=len(weakest),
-                 cap=max_per_chat)  # fmt: skip
+        log.info(
+            "maintenance.patterns_capped", chat_id=chat_id, patterns=len(weakest), cap=max_per_chat
+        )
     return total
 
 

@@ -193,8 +193,16 @@ async def candidate_pairs(
                 a, b = group[i], group[j]
                 if a["occurs_on"] != b["occurs_on"]:  # another day is another event
                     continue
-                found.append(Candidate(int(chat["chat_id"]), int(a["id"]), int(b["id"]),
-                                       a["content"], b["content"], sim))  # fmt: skip
+                found.append(
+                    Candidate(
+                        int(chat["chat_id"]),
+                        int(a["id"]),
+                        int(b["id"]),
+                        a["content"],
+                        b["content"],
+                        sim,
+                    )
+                )
         found.sort(key=lambda c: (-c.similarity, c.a_id, c.b_id))
         out.extend(found)
     return out
@@ -287,11 +295,20 @@ async def merge_pair(
         survivor, loser = choose_survivor(_stats(rows[0]), _stats(rows[1]))
         chat_id, loser_content = rows[0]["chat_id"], by_id[loser.id]["content"]
         s, lo = survivor.id, loser.id
-        await change_status(conn, chat_id, lo, "merged", action="merge", actor=actor,
-                            reason=merge_reason(s, differences), allowed_from=("active",),
-                            other_id=s)  # fmt: skip
-        await conn.execute("UPDATE pattern_observations SET pattern_id = $1 WHERE pattern_id = $2",
-                           s, lo)  # fmt: skip
+        await change_status(
+            conn,
+            chat_id,
+            lo,
+            "merged",
+            action="merge",
+            actor=actor,
+            reason=merge_reason(s, differences),
+            allowed_from=("active",),
+            other_id=s,
+        )
+        await conn.execute(
+            "UPDATE pattern_observations SET pattern_id = $1 WHERE pattern_id = $2", s, lo
+        )
         await conn.execute(_MOVE_ENTRIES, s, lo)
         await conn.execute(_MOVE_ALIASES, s, lo)
         await conn.execute(_ADD_ALIAS, s, lo, chat_id, loser_content)
@@ -301,11 +318,20 @@ async def merge_pair(
         ):
             await conn.execute(_MOVE_RELATIONS.format(col=col, other=other), s, lo)
         c = combine(survivor, loser)
-        await conn.execute(_SURVIVOR, s, c.strength, c.times_seen, c.confidence, c.first_seen,
-                           c.last_seen, c.contradiction_count)  # fmt: skip
+        await conn.execute(
+            _SURVIVOR,
+            s,
+            c.strength,
+            c.times_seen,
+            c.confidence,
+            c.first_seen,
+            c.last_seen,
+            c.contradiction_count,
+        )
         if by_id[lo]["is_core_tenet"] and not by_id[s]["is_core_tenet"]:
-            await set_core_tenet(conn, chat_id, s, actor=actor,
-                                 reason=f"absorbed core tenet #{lo} in a merge")  # fmt: skip
+            await set_core_tenet(
+                conn, chat_id, s, actor=actor, reason=f"absorbed core tenet #{lo} in a merge"
+            )
     return s, lo
 
 
@@ -341,8 +367,7 @@ async def merge_patterns(
     report = MergeReport(dry_run, model, thresholds.merge, tuple(pairs))
     if report.merged and not dry_run:
         await ensure_vector_index(db, "alias_embeddings", model, int(embedder.dims))
-    log.info("patterns.merge", model=model, dry_run=dry_run, pairs=len(pairs),
-             merged=report.merged)  # fmt: skip
+    log.info("patterns.merge", model=model, dry_run=dry_run, pairs=len(pairs), merged=report.merged)
     return report
 
 
@@ -358,12 +383,23 @@ async def _decide(
     if dry_run:
         rows = await db.fetch(_LOCK.replace(" FOR UPDATE", ""), [pair.a_id, pair.b_id], None)
         survivor, loser = choose_survivor(*(_stats(r) for r in rows))
-        return attrs.evolve(pair, decision="merge", survivor_id=survivor.id, loser_id=loser.id,
-                            differences=differences)  # fmt: skip
+        return attrs.evolve(
+            pair,
+            decision="merge",
+            survivor_id=survivor.id,
+            loser_id=loser.id,
+            differences=differences,
+        )
     merged = await merge_pair(db, pair.a_id, pair.b_id, differences=differences)
     if merged is None:  # changed meanwhile (forgotten, merged by another run)
         return attrs.evolve(pair, decision="skipped", differences=differences)
-    log.info("patterns.merged", chat_id=pair.chat_id, survivor=merged[0], loser=merged[1],
-             similarity=round(pair.similarity, 3))  # fmt: skip
-    return attrs.evolve(pair, decision="merge", survivor_id=merged[0], loser_id=merged[1],
-                        differences=differences)  # fmt: skip
+    log.info(
+        "patterns.merged",
+        chat_id=pair.chat_id,
+        survivor=merged[0],
+        loser=merged[1],
+        similarity=round(pair.similarity, 3),
+    )
+    return attrs.evolve(
+        pair, decision="merge", survivor_id=merged[0], loser_id=merged[1], differences=differences
+    )

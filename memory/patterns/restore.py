@@ -55,18 +55,34 @@ async def restore_superseded(
         return Restored(pattern_id, problem=f"Memory #{pattern_id} {word}.")
     status = str(row["status"])
     if status != "superseded" or row["at"] is None:
-        return Restored(pattern_id, problem=f"Memory #{pattern_id} was not replaced: "
-                        "only a replaced memory can be restored.")  # fmt: skip
+        return Restored(
+            pattern_id,
+            problem=f"Memory #{pattern_id} was not replaced: "
+            "only a replaced memory can be restored.",
+        )
     if now - row["at"] > RESTORE_WINDOW:
-        return Restored(pattern_id, problem=f"Memory #{pattern_id} was replaced more than "
-                        "24 hours ago: it can no longer be restored.")  # fmt: skip
+        return Restored(
+            pattern_id,
+            problem=f"Memory #{pattern_id} was replaced more than "
+            "24 hours ago: it can no longer be restored.",
+        )
     by = None if row["other_pattern_id"] is None else int(row["other_pattern_id"])
     reason = "restored by the person" + ("" if by is None else f" (undoes the supersede by #{by})")
-    await change_status(conn, chat_id, pattern_id, "active", action="restore", actor="person",
-                        reason=reason, allowed_from=("superseded",), other_id=by)  # fmt: skip
+    await change_status(
+        conn,
+        chat_id,
+        pattern_id,
+        "active",
+        action="restore",
+        actor="person",
+        reason=reason,
+        allowed_from=("superseded",),
+        other_id=by,
+    )
     await conn.execute(
         "DELETE FROM pattern_relations WHERE chat_id = $1 AND to_pattern_id = $2 "
         "AND relation = 'supersedes'",
-        chat_id, pattern_id,
-    )  # fmt: skip
+        chat_id,
+        pattern_id,
+    )
     return Restored(pattern_id, str(row["content"]), by)

@@ -111,30 +111,39 @@ def next_day_start(now: datetime, timezone: str) -> datetime:
 async def cost_today(db: Queries, chat_id: int, *, now: datetime, timezone: str) -> float:
     """What the chat's model calls cost since the start of ``now``'s day in ``timezone``."""
     since = _start_of_day(now, timezone)
-    usage = await usage_summary(db, since=since, until=now + timedelta(seconds=1),
-                                chat_id=chat_id, tz=timezone)  # fmt: skip
+    usage = await usage_summary(
+        db, since=since, until=now + timedelta(seconds=1), chat_id=chat_id, tz=timezone
+    )
     return usage.total.cost_usd
 
 
 async def chat_stats(db: Queries, chat_id: int, *, now: datetime, timezone: str) -> ChatStats:
     """The chat's metrics at ``now`` (module docstring)."""
     today, month = _start_of_day(now, timezone), _start_of_day(now, timezone, month=True)
-    day_usage = await usage_summary(db, since=today, until=now + timedelta(seconds=1),
-                                    chat_id=chat_id, tz=timezone)  # fmt: skip
-    month_usage = await usage_summary(db, since=month, until=now + timedelta(seconds=1),
-                                      chat_id=chat_id, tz=timezone)  # fmt: skip
+    day_usage = await usage_summary(
+        db, since=today, until=now + timedelta(seconds=1), chat_id=chat_id, tz=timezone
+    )
+    month_usage = await usage_summary(
+        db, since=month, until=now + timedelta(seconds=1), chat_id=chat_id, tz=timezone
+    )
     turns = await db.fetchrow(_TURNS, chat_id, today.date(), month.date())
     latency = await db.fetchrow(_LATENCY, chat_id, now - timedelta(days=LATENCY_DAYS))
     patterns = await db.fetchrow(_PATTERNS, chat_id, now - timedelta(days=WEEK_DAYS))
     assert turns is not None and latency is not None and patterns is not None
     return ChatStats(
-        today=day_usage.total, month=month_usage.total, month_by_purpose=month_usage.by_purpose,
-        turns_today=int(turns["today"]), turns_month=int(turns["month"]),
-        degraded_month=int(turns["degraded"]), replies=int(latency["n"]),
-        latency_avg=_float(latency["avg"]), latency_p95=_float(latency["p95"]),
-        created_week=int(patterns["created"]), reinforced_week=int(patterns["reinforced"]),
+        today=day_usage.total,
+        month=month_usage.total,
+        month_by_purpose=month_usage.by_purpose,
+        turns_today=int(turns["today"]),
+        turns_month=int(turns["month"]),
+        degraded_month=int(turns["degraded"]),
+        replies=int(latency["n"]),
+        latency_avg=_float(latency["avg"]),
+        latency_p95=_float(latency["p95"]),
+        created_week=int(patterns["created"]),
+        reinforced_week=int(patterns["reinforced"]),
         merged_week=int(patterns["merged"]),
-    )  # fmt: skip
+    )
 
 
 def _float(value: Any) -> float | None:

@@ -79,10 +79,15 @@ class ProfileView:
 
 def _item(r: Any, score: str | None = None) -> Item:
     return Item(
-        id=int(r["id"]), kind=str(r["kind"]), content=str(r["content"]),
-        status=str(r["status"]), core=bool(r["is_core_tenet"]), occurs_on=r["occurs_on"],
-        occurs_at=r["occurs_at"], score=None if score is None else float(r[score]),
-    )  # fmt: skip
+        id=int(r["id"]),
+        kind=str(r["kind"]),
+        content=str(r["content"]),
+        status=str(r["status"]),
+        core=bool(r["is_core_tenet"]),
+        occurs_on=r["occurs_on"],
+        occurs_at=r["occurs_at"],
+        score=None if score is None else float(r[score]),
+    )
 
 
 _COLUMNS = "id, kind, content, status, is_core_tenet, occurs_on, occurs_at"
@@ -138,9 +143,11 @@ async def profile_view(
     return ProfileView(
         groups={g: tuple(items) for g, items in groups.items()},
         by_status={s: int(by_status[s]) for s in STATUSES if by_status.get(s)},
-        messages=int(counts["messages"]), verbatim=int(counts["verbatim"]),
-        episodes=int(counts["episodes"]), summarized=int(counts["summarized"]),
-    )  # fmt: skip
+        messages=int(counts["messages"]),
+        verbatim=int(counts["verbatim"]),
+        episodes=int(counts["episodes"]),
+        summarized=int(counts["summarized"]),
+    )
 
 
 def _json(raw: Any) -> dict[str, Any]:
@@ -160,9 +167,14 @@ LIMIT $11
 
 
 async def list_patterns(
-    db: Queries, chat_id: int, *, now: datetime, timezone: str, kind: str | None = None,
+    db: Queries,
+    chat_id: int,
+    *,
+    now: datetime,
+    timezone: str,
+    kind: str | None = None,
     limit: int = GROUP_SIZE,
-) -> list[Item]:  # fmt: skip
+) -> list[Item]:
     """The chat's strongest active patterns now (``kind``: of that kind only), with weights."""
     rows = await db.fetch(_LIST, chat_id, now, *weight_parameters(now, timezone), kind, limit)
     return [_item(r, "weight") for r in rows]
@@ -184,9 +196,17 @@ async def search_patterns(
     """The product's retrieval for ``query`` (the best ``limit``, scores and similarities) and
     whether it degraded to keywords. ``planner``: keep one (it caches each chat's size)."""
     ranked, degraded = await rank_patterns(
-        db, embedder, chat_id, query, limit=DEFAULT_CANDIDATES, now=now, thresholds=thresholds,
-        planner=planner, lexicons=lexicons, timezone=timezone,
-    )  # fmt: skip
+        db,
+        embedder,
+        chat_id,
+        query,
+        limit=DEFAULT_CANDIDATES,
+        now=now,
+        thresholds=thresholds,
+        planner=planner,
+        lexicons=lexicons,
+        timezone=timezone,
+    )
     items = [
         Item(
             p.id,
@@ -236,11 +256,19 @@ async def topic_matches(
         return []
     (ranked, _), rows = await both(
         lambda: search_patterns(
-            db, embedder, chat_id, words, now=now, timezone=timezone, thresholds=thresholds,
-            lexicons=lexicons, planner=planner, limit=limit,
+            db,
+            embedder,
+            chat_id,
+            words,
+            now=now,
+            timezone=timezone,
+            thresholds=thresholds,
+            lexicons=lexicons,
+            planner=planner,
+            limit=limit,
         ),
         lambda: db.fetch(_WORDS, chat_id, list(statuses), topic_tsquery(topic), limit),
-    )  # fmt: skip
+    )
     found = [i for i in ranked if i.status in statuses]
     seen = {i.id for i in found}
     found += [_item(r) for r in rows if int(r["id"]) not in seen]

@@ -58,9 +58,11 @@ from runtime.logs import get_logger
 log = get_logger(__name__)
 
 EXTRACTOR_VERSION = "v1"
-VECTOR_TABLES = (("pattern_embeddings", "pattern_id"), ("alias_embeddings", "alias_id"),
-                 ("episode_embeddings", "episode_id"))  # fmt: skip
-
+VECTOR_TABLES = (
+    ("pattern_embeddings", "pattern_id"),
+    ("alias_embeddings", "alias_id"),
+    ("episode_embeddings", "episode_id"),
+)
 
 
 @attrs.frozen
@@ -155,8 +157,9 @@ async def insert_pattern(
     await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key("claim", chat_id, digest))
     existing = await conn.fetchval(_SAME_CLAIM, chat_id, digest, occurs_on)
     if existing is not None:
-        done = await reinforce_pattern(conn, int(existing), chat_id, evidence, alias=content,
-                                       vectors=vectors)  # fmt: skip
+        done = await reinforce_pattern(
+            conn, int(existing), chat_id, evidence, alias=content, vectors=vectors
+        )
         if done is not None:
             log.info("patterns.concurrent_duplicate", chat_id=chat_id, pattern_id=existing)
             if core:
@@ -183,8 +186,9 @@ async def insert_pattern(
         await set_core_tenet(conn, chat_id, pattern_id, actor=actor)
     vector = vectors.get(content)
     if vector is not None:
-        await store_vectors(conn, "pattern_embeddings", "pattern_id",
-                            [(pattern_id, vector, chat_id)], vectors.model)  # fmt: skip
+        await store_vectors(
+            conn, "pattern_embeddings", "pattern_id", [(pattern_id, vector, chat_id)], vectors.model
+        )
     await add_observation(conn, pattern_id, chat_id, evidence)
     return pattern_id
 
@@ -209,10 +213,17 @@ async def set_core_tenet(
 
 async def add_observation(conn: Queries, pattern_id: int, chat_id: int, evidence: Evidence) -> None:
     await conn.execute(
-        _INSERT_OBSERVATION, pattern_id, chat_id, list(evidence.message_ids), evidence.text,
-        list(evidence.roles), evidence.signal, evidence.confidence, EXTRACTOR_VERSION,
+        _INSERT_OBSERVATION,
+        pattern_id,
+        chat_id,
+        list(evidence.message_ids),
+        evidence.text,
+        list(evidence.roles),
+        evidence.signal,
+        evidence.confidence,
+        EXTRACTOR_VERSION,
         evidence.observed_at,
-    )  # fmt: skip
+    )
 
 
 async def add_alias(
@@ -222,12 +233,15 @@ async def add_alias(
     alias_id = await conn.fetchval(
         "INSERT INTO pattern_aliases (pattern_id, chat_id, content) VALUES ($1, $2, $3) "
         "ON CONFLICT (pattern_id, content) DO NOTHING RETURNING id",
-        pattern_id, chat_id, content,
-    )  # fmt: skip
+        pattern_id,
+        chat_id,
+        content,
+    )
     vector = vectors.get(content)
     if alias_id is not None and vector is not None:
-        await store_vectors(conn, "alias_embeddings", "alias_id",
-                            [(int(alias_id), vector, chat_id)], vectors.model)  # fmt: skip
+        await store_vectors(
+            conn, "alias_embeddings", "alias_id", [(int(alias_id), vector, chat_id)], vectors.model
+        )
     return None if alias_id is None else int(alias_id)
 
 
@@ -276,8 +290,12 @@ async def reinforce_pattern(
         await conn.execute(
             "UPDATE patterns SET strength = $2, confidence = $3, times_seen = $4, "
             "last_seen = greatest(last_seen, $5), updated_at = now() WHERE id = $1",
-            pattern_id, after.strength, after.confidence, after.times_seen, row["at"],
-        )  # fmt: skip
+            pattern_id,
+            after.strength,
+            after.confidence,
+            after.times_seen,
+            row["at"],
+        )
     await add_observation(conn, pattern_id, chat_id, evidence)
     if alias is not None and canonical_hash(alias) != row["canonical_hash"]:
         await add_alias(conn, pattern_id, chat_id, alias, vectors or Vectors(""))
@@ -321,12 +339,22 @@ async def contradict_pattern(
     await conn.execute(
         "UPDATE patterns SET confidence = $2, contradiction_count = $3, updated_at = now() "
         "WHERE id = $1",
-        pattern_id, after.confidence, count,
-    )  # fmt: skip
+        pattern_id,
+        after.confidence,
+        count,
+    )
     if status != row["status"]:  # disputed: the status change and its audit row
-        await change_status(conn, chat_id, pattern_id, status, action="dispute",
-                            actor="compaction", reason=f"contradicted: {reason}",
-                            allowed_from=(row["status"],), other_id=rival_id)  # fmt: skip
+        await change_status(
+            conn,
+            chat_id,
+            pattern_id,
+            status,
+            action="dispute",
+            actor="compaction",
+            reason=f"contradicted: {reason}",
+            allowed_from=(row["status"],),
+            other_id=rival_id,
+        )
     await add_relation(conn, chat_id, rival_id or pattern_id, pattern_id, "contradicts")
     return Contradicted(pattern_id, row["confidence"], after.confidence, count, status)
 
@@ -338,20 +366,36 @@ async def add_relation(
         "INSERT INTO pattern_relations (chat_id, from_pattern_id, to_pattern_id, relation) "
         "VALUES ($1, $2, $3, $4) ON CONFLICT (from_pattern_id, to_pattern_id, relation) "
         "DO NOTHING",
-        chat_id, from_id, to_id, relation,
-    )  # fmt: skip
+        chat_id,
+        from_id,
+        to_id,
+        relation,
+    )
 
 
 async def supersede_pattern(
-    conn: Queries, old_id: int, new_id: int, chat_id: int, reason: str,
-    *, actor: Actor = "compaction",
+    conn: Queries,
+    old_id: int,
+    new_id: int,
+    chat_id: int,
+    reason: str,
+    *,
+    actor: Actor = "compaction",
 ) -> bool:
     """``old_id`` -> ``superseded`` (reason kept, audited) and ``new_id`` ``supersedes`` it
     (relation from the new pattern to the old one); False when ``old_id`` is not one of the
     chat's. A pattern no longer live (forgotten, merged) keeps its status."""
-    change = await change_status(conn, chat_id, old_id, "superseded", action="supersede",
-                                 actor=actor, reason=reason, allowed_from=LIVE,
-                                 other_id=new_id)  # fmt: skip
+    change = await change_status(
+        conn,
+        chat_id,
+        old_id,
+        "superseded",
+        action="supersede",
+        actor=actor,
+        reason=reason,
+        allowed_from=LIVE,
+        other_id=new_id,
+    )
     if change is None:
         return False
     await add_relation(conn, chat_id, new_id, old_id, "supersedes")
@@ -362,8 +406,9 @@ async def children_strength(conn: Queries, chat_id: int, child_ids: Sequence[int
     """A meta pattern's strength: the sum of its children's, capped (higher than any child)."""
     total = await conn.fetchval(
         "SELECT coalesce(sum(strength), 0) FROM patterns WHERE chat_id = $1 AND id = ANY($2)",
-        chat_id, list(child_ids),
-    )  # fmt: skip
+        chat_id,
+        list(child_ids),
+    )
     return float(min(max(float(total), 1.0), STRENGTH_CAP))
 
 
@@ -379,7 +424,11 @@ async def embed_texts(embedder: Embedder, texts: Sequence[str], chat_id: int) ->
     try:
         vectors = await embedder.embed(unique, purpose=EMBED_PURPOSE, chat_id=chat_id)
     except Exception as exc:  # an outage must not lose the write
-        log.warning("patterns.embedding_failed", chat_id=chat_id, texts=len(unique),
-                    error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+        log.warning(
+            "patterns.embedding_failed",
+            chat_id=chat_id,
+            texts=len(unique),
+            error=f"{type(exc).__name__}: {exc}",
+        )
         return Vectors(embedder.model)
     return Vectors(embedder.model, dict(zip(unique, vectors, strict=True)))

@@ -175,10 +175,15 @@ LIMIT $5
 
 def item_from_record(r: Any) -> ProfileItem:
     return ProfileItem(
-        id=int(r["id"]), kind=str(r["kind"]), content=str(r["content"]),
-        strength=float(r["strength"]), confidence=float(r["confidence"]),
-        core=bool(r["is_core_tenet"]), occurs_on=r["occurs_on"], occurs_at=r["occurs_at"],
-    )  # fmt: skip
+        id=int(r["id"]),
+        kind=str(r["kind"]),
+        content=str(r["content"]),
+        strength=float(r["strength"]),
+        confidence=float(r["confidence"]),
+        core=bool(r["is_core_tenet"]),
+        occurs_on=r["occurs_on"],
+        occurs_at=r["occurs_at"],
+    )
 
 
 async def load_profile(
@@ -189,9 +194,13 @@ async def load_profile(
     if budget_tokens <= 0:
         return Profile(today=today)
     rows = await db.fetch(
-        _PROFILE, chat_id, list(PROFILE_KINDS), today, UPCOMING_DAYS,
+        _PROFILE,
+        chat_id,
+        list(PROFILE_KINDS),
+        today,
+        UPCOMING_DAYS,
         budget_tokens // MIN_LINE_TOKENS + 1,
-    )  # fmt: skip
+    )
     items = [item_from_record(r) for r in rows]
     return Profile(within_budget(items, budget_tokens, today), today)
 
@@ -219,5 +228,6 @@ class SqlProfile:
     budget_tokens: int = PROFILE_BUDGET_TOKENS
 
     async def load(self, chat_id: int, now: datetime) -> Profile:
-        return await load_profile(self.db, chat_id, now=now, timezone=self.timezone,
-                                  budget_tokens=self.budget_tokens)  # fmt: skip
+        return await load_profile(
+            self.db, chat_id, now=now, timezone=self.timezone, budget_tokens=self.budget_tokens
+        )

@@ -136,9 +136,15 @@ def temporal_boost(temporal: Mapping[str, object] | None, at: Moment) -> float:
 
 
 def weight(
-    kind: str, days: float, strength: float, confidence: float, status: str, *,
-    core: bool = False, boost: float = 1.0,
-) -> float:  # fmt: skip
+    kind: str,
+    days: float,
+    strength: float,
+    confidence: float,
+    status: str,
+    *,
+    core: bool = False,
+    boost: float = 1.0,
+) -> float:
     """The typed weight of one pattern: ``recency × memory × confidence × validity × boost``
     (``boost``: :func:`event_boost` × :func:`temporal_boost`)."""
     decay = recency(kind, days, core=core)
@@ -146,9 +152,16 @@ def weight(
 
 
 def score(
-    relevance: float, kind: str, days: float, strength: float, confidence: float, status: str,
-    *, core: bool = False, boost: float = 1.0,
-) -> float:  # fmt: skip
+    relevance: float,
+    kind: str,
+    days: float,
+    strength: float,
+    confidence: float,
+    status: str,
+    *,
+    core: bool = False,
+    boost: float = 1.0,
+) -> float:
     """The retrieval score of one pattern: ``relevance × weight`` (callers drop candidates with
     a cosine below ``MIN_SIMILARITY`` first)."""
     return relevance * weight(kind, days, strength, confidence, status, core=core, boost=boost)

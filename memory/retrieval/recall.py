@@ -143,10 +143,11 @@ async def search_messages(
     sql = _MESSAGES[0] if terms else _MESSAGES[1]
     rows = await db.fetch(sql, chat_id, terms, span.start, span.end, limit)
     return [
-        MessageHit(r["id"], r["role"], r["content"], r["created_at"], r["compacted"],
-                   r["episode_id"])
+        MessageHit(
+            r["id"], r["role"], r["content"], r["created_at"], r["compacted"], r["episode_id"]
+        )
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
 async def search_episodes(
@@ -171,17 +172,25 @@ async def search_episodes(
         if q is None:
             return []
         rows = await db.fetch(
-            _EPISODE_VECTOR, chat_id, check_model(q.model), span.start, span.end,
-            EPISODE_CANDIDATES, q.vector, q.dims, q.floor,
-        )  # fmt: skip
+            _EPISODE_VECTOR,
+            chat_id,
+            check_model(q.model),
+            span.start,
+            span.end,
+            EPISODE_CANDIDATES,
+            q.vector,
+            q.dims,
+            q.floor,
+        )
         return [r["id"] for r in rows]
 
     text_ids, vector_ids = await _pair(db, words, meaning)
     ranked = [i for i, _ in rrf([text_ids, vector_ids])][:limit]
     if not ranked:
         return []
-    found = {r["id"]: episode_from_record(r)
-             for r in await db.fetch(_EPISODES_BY_ID, chat_id, ranked)}  # fmt: skip
+    found = {
+        r["id"]: episode_from_record(r) for r in await db.fetch(_EPISODES_BY_ID, chat_id, ranked)
+    }
     return [found[i] for i in ranked if i in found]
 
 
@@ -209,6 +218,11 @@ def has_terms(query: str) -> bool:
 
 
 __all__ = [
-    "MessageHit", "QueryVector", "Span", "has_terms", "recall", "search_episodes",
+    "MessageHit",
+    "QueryVector",
+    "Span",
+    "has_terms",
+    "recall",
+    "search_episodes",
     "search_messages",
-]  # fmt: skip
+]

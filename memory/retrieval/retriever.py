@@ -203,8 +203,9 @@ def fuse(
     if lexicon is None:
         lexical = [float(r["lexical"]) for r in rows]
     else:
-        lexical = [lexicon.bm25(r["qlexemes"] or (), r["lexemes"] or (), int(r["doclen"]))
-                   for r in rows]  # fmt: skip
+        lexical = [
+            lexicon.bm25(r["qlexemes"] or (), r["lexemes"] or (), int(r["doclen"])) for r in rows
+        ]
     max_lexical = max(lexical, default=0.0)
     out: list[RankedPattern] = []
     for r, lex in zip(rows, lexical, strict=True):
@@ -287,9 +288,13 @@ async def rank_patterns(
     if vector is not None:
         plan, ef = await planner.plan(db, chat_id, model, dims, limit)
     args: list[Any] = [
-        chat_id, now, *weight_parameters(now, timezone), list(LIVE_STATUSES), limit,
+        chat_id,
+        now,
+        *weight_parameters(now, timezone),
+        list(LIVE_STATUSES),
+        limit,
         or_tsquery(query),
-    ]  # fmt: skip
+    ]
     if plan != "none":
         args.append(np.asarray(vector, dtype=np.float32))
     rows = await fetch_candidates(db, candidates_sql(model, dims, plan, chat_id), args, ef)

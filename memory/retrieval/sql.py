@@ -111,9 +111,13 @@ class VectorPlanner:
     ) -> tuple[Plan, int]:
         size = await self.size(db, chat_id, model, dims)
         return choose_plan(
-            size.count, size.total, candidates, chat_index=size.chat_index,
-            exact_max=self.exact_max, ef_max=self.ef_max,
-        )  # fmt: skip
+            size.count,
+            size.total,
+            candidates,
+            chat_index=size.chat_index,
+            exact_max=self.exact_max,
+            ef_max=self.ef_max,
+        )
 
     async def size(self, db: Queries, chat_id: int, model: str, dims: int) -> ChatSize:
         key = (chat_id, model)
@@ -129,8 +133,10 @@ class VectorPlanner:
             "        WHERE oid = 'pattern_embeddings'::regclass) AS est,"
             " coalesce((SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($3)),"
             " false) AS own",
-            model, chat_id, chat_index_name(chat_id, model, dims),
-        )  # fmt: skip
+            model,
+            chat_id,
+            chat_index_name(chat_id, model, dims),
+        )
         count = int(row["n"])
         total = int(row["est"]) if row["est"] is not None else -1
         if count > self.exact_max and total < count:  # never analysed yet: count them
@@ -163,16 +169,21 @@ async def ensure_chat_indexes(
     rows = await db.fetch(
         "SELECT chat_id, count(*) AS n FROM pattern_embeddings WHERE model = $1 AND dims = $2"
         " GROUP BY chat_id HAVING count(*) > $3",
-        model, dims, exact_max,
-    )  # fmt: skip
+        model,
+        dims,
+        exact_max,
+    )
     total = sum(int(r["n"]) for r in rows)
-    total = max(total, int(await db.fetchval(
-        "SELECT count(*) FROM pattern_embeddings WHERE model = $1", model)))  # fmt: skip
+    total = max(
+        total,
+        int(await db.fetchval("SELECT count(*) FROM pattern_embeddings WHERE model = $1", model)),
+    )
     made: list[int] = []
     for r in rows:
         chat_id, n = int(r["chat_id"]), int(r["n"])
-        plan, _ = choose_plan(n, total, candidates, chat_index=True, exact_max=exact_max,
-                              ef_max=ef_max)  # fmt: skip
+        plan, _ = choose_plan(
+            n, total, candidates, chat_index=True, exact_max=exact_max, ef_max=ef_max
+        )
         name = chat_index_name(chat_id, model, dims)
         if plan != "chat_index":
             continue
@@ -324,11 +335,14 @@ class LexiconCache:
         [stats] = await db.fetch(
             "SELECT count(*) AS n, coalesce(avg(length(text_search)), 1)::float8 AS avglen"
             " FROM patterns WHERE chat_id = $1 AND status = ANY($2::text[])",
-            chat_id, list(LIVE_STATUSES),
-        )  # fmt: skip
+            chat_id,
+            list(LIVE_STATUSES),
+        )
         lex = Lexicon(
-            {str(r["word"]): int(r["ndoc"]) for r in rows}, int(stats["n"]),
-            float(stats["avglen"]), now,
-        )  # fmt: skip
+            {str(r["word"]): int(r["ndoc"]) for r in rows},
+            int(stats["n"]),
+            float(stats["avglen"]),
+            now,
+        )
         self._chats[chat_id] = lex
         return lex

@@ -29,9 +29,19 @@ from runtime.clock import clock_text
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 MONTHS = (
-    "january", "february", "march", "april", "may", "june", "july", "august", "september",
-    "october", "november", "december",
-)  # fmt: skip
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
 #: (first hour, name): a part of the day runs from its hour to the next part's
 DAY_PARTS = ((0, "night"), (5, "morning"), (12, "afternoon"), (17, "evening"), (23, "night"))
 #: month -> season in the northern hemisphere (meteorological: December to February is winter)
@@ -42,16 +52,45 @@ OPPOSITE_SEASON: Mapping[str, str] = MappingProxyType(
 )
 #: time zones south of the equator (their seasons are the opposite ones)
 SOUTHERN_PREFIXES = ("Australia/", "Antarctica/", "America/Argentina/")
-SOUTHERN_ZONES = frozenset({
-    "Pacific/Auckland", "Pacific/Chatham", "Pacific/Fiji", "Pacific/Tongatapu", "Pacific/Apia",
-    "Pacific/Noumea", "Pacific/Port_Moresby", "America/Santiago", "America/Sao_Paulo",
-    "America/Montevideo", "America/Asuncion", "America/La_Paz", "America/Lima",
-    "America/Punta_Arenas", "Africa/Johannesburg", "Africa/Maputo", "Africa/Harare",
-    "Africa/Lusaka", "Africa/Windhoek", "Africa/Gaborone", "Africa/Maseru", "Africa/Mbabane",
-    "Africa/Luanda", "Africa/Lubumbashi", "Africa/Dar_es_Salaam", "Africa/Blantyre",
-    "Atlantic/Stanley", "NZ", "Chile/Continental", "Brazil/East", "America/Buenos_Aires",
-    "Indian/Mauritius", "Indian/Reunion", "Indian/Antananarivo", "Indian/Mayotte",
-})  # fmt: skip
+SOUTHERN_ZONES = frozenset(
+    {
+        "Pacific/Auckland",
+        "Pacific/Chatham",
+        "Pacific/Fiji",
+        "Pacific/Tongatapu",
+        "Pacific/Apia",
+        "Pacific/Noumea",
+        "Pacific/Port_Moresby",
+        "America/Santiago",
+        "America/Sao_Paulo",
+        "America/Montevideo",
+        "America/Asuncion",
+        "America/La_Paz",
+        "America/Lima",
+        "America/Punta_Arenas",
+        "Africa/Johannesburg",
+        "Africa/Maputo",
+        "Africa/Harare",
+        "Africa/Lusaka",
+        "Africa/Windhoek",
+        "Africa/Gaborone",
+        "Africa/Maseru",
+        "Africa/Mbabane",
+        "Africa/Luanda",
+        "Africa/Lubumbashi",
+        "Africa/Dar_es_Salaam",
+        "Africa/Blantyre",
+        "Atlantic/Stanley",
+        "NZ",
+        "Chile/Continental",
+        "Brazil/East",
+        "America/Buenos_Aires",
+        "Indian/Mauritius",
+        "Indian/Reunion",
+        "Indian/Antananarivo",
+        "Indian/Mayotte",
+    }
+)
 TEMPORAL_KEYS = ("time_of_day", "day_of_week", "season", "month")
 
 Moment = Mapping[str, tuple[str, ...]]
@@ -78,12 +117,14 @@ def moment(now: datetime, timezone: str) -> Moment:
     here = now.astimezone(ZoneInfo(timezone))
     day = WEEKDAYS[here.weekday()]
     name = season(here.month, timezone)
-    return MappingProxyType({
-        "time_of_day": (part_of_day(here.hour),),
-        "day_of_week": (day, "weekend" if here.weekday() >= 5 else "weekday"),
-        "season": SEASON_ALIASES.get(name, (name,)),
-        "month": (MONTHS[here.month - 1],),
-    })  # fmt: skip
+    return MappingProxyType(
+        {
+            "time_of_day": (part_of_day(here.hour),),
+            "day_of_week": (day, "weekend" if here.weekday() >= 5 else "weekday"),
+            "season": SEASON_ALIASES.get(name, (name,)),
+            "month": (MONTHS[here.month - 1],),
+        }
+    )
 
 
 def matches(temporal: Mapping[str, Any] | None, at: Moment) -> bool:

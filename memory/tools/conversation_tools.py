@@ -124,17 +124,23 @@ async def _recall(
         try:
             [v] = await ctx.embedder.embed([query], purpose=EMBED_PURPOSE, chat_id=ctx.chat_id)
         except Exception as exc:
-            log.warning("recall_conversation.embed_failed", chat_id=ctx.chat_id,
-                        error=type(exc).__name__)  # fmt: skip
+            log.warning(
+                "recall_conversation.embed_failed", chat_id=ctx.chat_id, error=type(exc).__name__
+            )
             problem.append(f"embedding failed ({type(exc).__name__})")
             return None
         floor = (thresholds or thresholds_for(ctx.embedder.model)).min_similarity
         return QueryVector(v, ctx.embedder.model, ctx.embedder.dims, floor)
 
     hits, episodes = await recall(
-        ctx.db, ctx.chat_id, query, local_span(ctx, start, end), messages=inp.limit,
-        episodes=min(5, inp.limit), vector=vector,
-    )  # fmt: skip
+        ctx.db,
+        ctx.chat_id,
+        query,
+        local_span(ctx, start, end),
+        messages=inp.limit,
+        episodes=min(5, inp.limit),
+        vector=vector,
+    )
     words = content_words(query)
     out: dict[str, Any] = {
         "query": query,

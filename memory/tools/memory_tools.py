@@ -218,9 +218,17 @@ async def _remember(
     day, at = _event_day(inp)
     embedder: Any = ctx.embedder
     done = await remember(
-        ctx.db, embedder, adjudicator, chat_id=ctx.chat_id, content=fact, kind=inp.kind,
-        now=ctx.now, thresholds=thresholds, occurs_on=day, occurs_at=at,
-    )  # fmt: skip
+        ctx.db,
+        embedder,
+        adjudicator,
+        chat_id=ctx.chat_id,
+        content=fact,
+        kind=inp.kind,
+        now=ctx.now,
+        thresholds=thresholds,
+        occurs_on=day,
+        occurs_at=at,
+    )
     out: dict[str, Any] = {
         "id": done.pattern_id,
         "status": "reinforced" if done.reinforced else "new",
@@ -234,8 +242,9 @@ async def _remember(
         out["content"] = fact
     if day is not None:
         out["date"] = day.isoformat()
-    log.info("memory.remember", chat_id=ctx.chat_id, pattern_id=done.pattern_id,
-             status=out["status"])  # fmt: skip
+    log.info(
+        "memory.remember", chat_id=ctx.chat_id, pattern_id=done.pattern_id, status=out["status"]
+    )
     return out
 
 
@@ -288,16 +297,23 @@ async def _link(ctx: ToolContext, inp: LinkMemoriesInput) -> dict[str, Any]:
         if ctx.confirm is None:
             raise ToolError(NO_CONFIRM + "/forget for the outdated memory", "relation")
         await ctx.confirm.ask_supersede(inp.to_id, inp.from_id)
-        log.info("memory.supersede_asked", chat_id=ctx.chat_id, from_id=inp.from_id,
-                 to_id=inp.to_id)  # fmt: skip
+        log.info(
+            "memory.supersede_asked", chat_id=ctx.chat_id, from_id=inp.from_id, to_id=inp.to_id
+        )
         return {**out, "linked": False, "status": ASKED, "note": ASKED_NOTE}
     db: Any = ctx.db  # the Database (link_patterns opens a transaction)
-    problem = await link_patterns(db, ctx.chat_id, inp.from_id, inp.to_id, inp.relation,
-                                  actor="model")  # fmt: skip
+    problem = await link_patterns(
+        db, ctx.chat_id, inp.from_id, inp.to_id, inp.relation, actor="model"
+    )
     if problem:
         raise ToolError(problem, "to_id" if str(inp.to_id) in problem else "from_id")
-    log.info("memory.link", chat_id=ctx.chat_id, from_id=inp.from_id, to_id=inp.to_id,
-             relation=inp.relation)  # fmt: skip
+    log.info(
+        "memory.link",
+        chat_id=ctx.chat_id,
+        from_id=inp.from_id,
+        to_id=inp.to_id,
+        relation=inp.relation,
+    )
     return {**out, "linked": True}
 
 

@@ -82,15 +82,35 @@ DEFAULT_MODELS: Mapping[str, int] = {
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
 BLOCK_TYPES = (
-    "text", "image", "document", "search_result", "thinking", "redacted_thinking", "tool_use",
-    "tool_result", "server_tool_use", "web_search_tool_result",
-)  # fmt: skip
+    "text",
+    "image",
+    "document",
+    "search_result",
+    "thinking",
+    "redacted_thinking",
+    "tool_use",
+    "tool_result",
+    "server_tool_use",
+    "web_search_tool_result",
+)
 _FIELDS = frozenset(
     {
-        "model", "messages", "max_tokens", "system", "tools", "tool_choice", "metadata",
-        "stop_sequences", "temperature", "top_p", "top_k", "stream", "thinking", "service_tier",
+        "model",
+        "messages",
+        "max_tokens",
+        "system",
+        "tools",
+        "tool_choice",
+        "metadata",
+        "stop_sequences",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stream",
+        "thinking",
+        "service_tier",
     }
-)  # fmt: skip
+)
 _BLOCK_FIELDS: Mapping[str, frozenset[str]] = {
     "text": frozenset({"type", "text", "cache_control", "citations"}),
     "tool_use": frozenset({"type", "id", "name", "input", "cache_control"}),
@@ -246,8 +266,11 @@ def _check_cache_control(obj: Mapping[str, Any], where: str) -> None:
 
 def _check_text(block: Mapping[str, Any], where: str) -> None:
     if not isinstance(block.get("text"), str):
-        raise _bad(f"{where}.text: Field required" if "text" not in block else
-                   f"{where}.text: Input should be a valid string")  # fmt: skip
+        raise _bad(
+            f"{where}.text: Field required"
+            if "text" not in block
+            else f"{where}.text: Input should be a valid string"
+        )
     if not block["text"]:
         raise _bad("messages: text content blocks must be non-empty")
     if not block["text"].strip():
@@ -747,8 +770,11 @@ class FakeAnthropic:
     def _from_http_exception(exc: HTTPException) -> AnthropicHttpError:
         status = exc.code or 500
         if status == 413:
-            return AnthropicHttpError(413, "Request exceeds the maximum allowed number of bytes.",
-                                      type="request_too_large")  # fmt: skip
+            return AnthropicHttpError(
+                413,
+                "Request exceeds the maximum allowed number of bytes.",
+                type="request_too_large",
+            )
         if status in (404, 405):
             return AnthropicHttpError(404, "Not Found", type="not_found_error")
         return AnthropicHttpError(status, exc.description or "Bad request")
@@ -759,9 +785,10 @@ class FakeAnthropic:
 
     async def _serve(self) -> Response:
         headers = {
-            k.lower(): v for k, v in request.headers.items()
+            k.lower(): v
+            for k, v in request.headers.items()
             if k.lower() not in ("x-api-key", "authorization")
-        }  # fmt: skip
+        }
         call = RecordedRequest(request.method, request.path, trio.current_time(), headers)
         self.requests.append(call)
         try:
@@ -788,8 +815,9 @@ class FakeAnthropic:
             if scheme.lower() == "bearer" and token.strip():
                 key, wrong = token.strip(), "invalid bearer token"
         if not key:
-            raise AnthropicHttpError(401, "x-api-key header is required",
-                                     type="authentication_error")  # fmt: skip
+            raise AnthropicHttpError(
+                401, "x-api-key header is required", type="authentication_error"
+            )
         if not secrets.compare_digest(key.encode(), self.api_key.encode()):
             raise AnthropicHttpError(401, wrong, type="authentication_error")
         call.authorized = True
@@ -834,8 +862,9 @@ class FakeAnthropic:
         body = call.body
         prompt_tokens = reply.input_tokens  # scripted: the whole prompt, cached parts included
         if prompt_tokens is None:
-            prompt_tokens = _estimate_tokens([body.get("system"), body["messages"],
-                                              body.get("tools")])  # fmt: skip
+            prompt_tokens = _estimate_tokens(
+                [body.get("system"), body["messages"], body.get("tools")]
+            )
         cached = self.cache.use(self.api_key, body["model"], body)
         read = min(cached.read, prompt_tokens)
         write_1h = min(cached.write_1h, prompt_tokens - read)

@@ -40,29 +40,68 @@ from fakes.bot_keyboards import KEYBOARD_SPECS, KeyboardFailure, KeyboardMethods
 DEFAULT_TOKEN = "123456789:AAHfakeTokenForTests_abcdefghijk-XYZ0"
 KNOWN_UPDATE_KINDS = frozenset(
     {
-        "message", "edited_message", "channel_post", "edited_channel_post",
-        "business_connection", "business_message", "edited_business_message",
-        "deleted_business_messages", "message_reaction", "message_reaction_count",
-        "inline_query", "chosen_inline_result", "callback_query", "shipping_query",
-        "pre_checkout_query", "purchased_paid_media", "poll", "poll_answer", "my_chat_member",
-        "chat_member", "chat_join_request", "chat_boost", "removed_chat_boost",
+        "message",
+        "edited_message",
+        "channel_post",
+        "edited_channel_post",
+        "business_connection",
+        "business_message",
+        "edited_business_message",
+        "deleted_business_messages",
+        "message_reaction",
+        "message_reaction_count",
+        "inline_query",
+        "chosen_inline_result",
+        "callback_query",
+        "shipping_query",
+        "pre_checkout_query",
+        "purchased_paid_media",
+        "poll",
+        "poll_answer",
+        "my_chat_member",
+        "chat_member",
+        "chat_join_request",
+        "chat_boost",
+        "removed_chat_boost",
     }
-)  # fmt: skip
+)
 _DEFAULT_EXCLUDED = frozenset({"chat_member", "message_reaction", "message_reaction_count"})
 CHAT_ACTIONS = frozenset(
     {
-        "typing", "upload_photo", "record_video", "upload_video", "record_voice",
-        "upload_voice", "upload_document", "choose_sticker", "find_location",
-        "record_video_note", "upload_video_note",
+        "typing",
+        "upload_photo",
+        "record_video",
+        "upload_video",
+        "record_voice",
+        "upload_voice",
+        "upload_document",
+        "choose_sticker",
+        "find_location",
+        "record_video_note",
+        "upload_video_note",
     }
-)  # fmt: skip
+)
 PARSE_MODES = frozenset({"HTML", "MarkdownV2", "Markdown"})
 HTML_TAGS = frozenset(
     {
-        "b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "span", "tg-spoiler",
-        "a", "code", "pre", "blockquote", "tg-emoji",
+        "b",
+        "strong",
+        "i",
+        "em",
+        "u",
+        "ins",
+        "s",
+        "strike",
+        "del",
+        "span",
+        "tg-spoiler",
+        "a",
+        "code",
+        "pre",
+        "blockquote",
+        "tg-emoji",
     }
-)  # fmt: skip
+)
 MAX_FILE_BYTES = 20 * 1024 * 1024
 _SECRET_RE = re.compile(r"[A-Za-z0-9_-]{1,256}")
 _TOKEN_RE = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
@@ -121,8 +160,12 @@ class Failure:
 
     @classmethod
     def conflict(cls) -> Failure:
-        return cls("conflict", 409, "Conflict: terminated by other getUpdates request; "
-                   "make sure that only one bot instance is running")  # fmt: skip
+        return cls(
+            "conflict",
+            409,
+            "Conflict: terminated by other getUpdates request; "
+            "make sure that only one bot instance is running",
+        )
 
     @classmethod
     def reset(cls, *, deliver: bool = False) -> Failure:
@@ -240,25 +283,49 @@ _SPECS: dict[str, dict[str, str]] = {
     "getMe": {},
     "getUpdates": {"offset": "int", "limit": "int", "timeout": "int", "allowed_updates": "list"},
     "sendMessage": {
-        "chat_id": "chat!", "text": "str!", "parse_mode": "str", "entities": "list",
-        "link_preview_options": "obj", "disable_web_page_preview": "bool",
-        "disable_notification": "bool", "protect_content": "bool", "reply_parameters": "obj",
-        "reply_to_message_id": "int", "allow_sending_without_reply": "bool",
-        "reply_markup": "obj", "message_thread_id": "int", "business_connection_id": "str",
-        "message_effect_id": "str", "allow_paid_broadcast": "bool",
+        "chat_id": "chat!",
+        "text": "str!",
+        "parse_mode": "str",
+        "entities": "list",
+        "link_preview_options": "obj",
+        "disable_web_page_preview": "bool",
+        "disable_notification": "bool",
+        "protect_content": "bool",
+        "reply_parameters": "obj",
+        "reply_to_message_id": "int",
+        "allow_sending_without_reply": "bool",
+        "reply_markup": "obj",
+        "message_thread_id": "int",
+        "business_connection_id": "str",
+        "message_effect_id": "str",
+        "allow_paid_broadcast": "bool",
     },
-    "sendChatAction": {"chat_id": "chat!", "action": "str!", "message_thread_id": "int",
-                       "business_connection_id": "str"},
-    "answerCallbackQuery": {"callback_query_id": "str!", "text": "str", "show_alert": "bool",
-                            "url": "str", "cache_time": "int"},
+    "sendChatAction": {
+        "chat_id": "chat!",
+        "action": "str!",
+        "message_thread_id": "int",
+        "business_connection_id": "str",
+    },
+    "answerCallbackQuery": {
+        "callback_query_id": "str!",
+        "text": "str",
+        "show_alert": "bool",
+        "url": "str",
+        "cache_time": "int",
+    },
     "getFile": {"file_id": "str!"},
-    "setWebhook": {"url": "str!", "ip_address": "str", "max_connections": "int",
-                   "allowed_updates": "list", "drop_pending_updates": "bool",
-                   "secret_token": "str"},
+    "setWebhook": {
+        "url": "str!",
+        "ip_address": "str",
+        "max_connections": "int",
+        "allowed_updates": "list",
+        "drop_pending_updates": "bool",
+        "secret_token": "str",
+    },
     "deleteWebhook": {"drop_pending_updates": "bool"},
     "getWebhookInfo": {},
     **KEYBOARD_SPECS,  # editMessageText, editMessageReplyMarkup, set/get/deleteMyCommands
-}  # fmt: skip
+}
 
 
 def _coerce_form(kind: str, value: str) -> object:
@@ -436,17 +503,24 @@ class FakeBotApi(KeyboardMethods):
         self, chat_id: int, text: str | None = None, *, user_id: int | None = None, **fields: Any
     ) -> dict[str, Any]:
         """Queue a message update from a user (extra Message fields go in ``fields``)."""
-        sender = {"id": user_id or (chat_id if chat_id > 0 else 1000), "is_bot": False,
-                  "first_name": "Tester"}  # fmt: skip
+        sender = {
+            "id": user_id or (chat_id if chat_id > 0 else 1000),
+            "is_bot": False,
+            "first_name": "Tester",
+        }
         msg = message_object(chat_id, self._new_message_id(chat_id), text=text, **fields)
         return self.push_update({"message": {**msg, "from": sender}})
 
     def push_voice(self, chat_id: int, data: bytes, *, duration: int = 2) -> dict[str, Any]:
         """Queue a voice message whose file (``data``) can be fetched with getFile."""
         stored = self.add_file(data, file_path=f"voice/file_{next(self._ids)}.oga")
-        voice = {"file_id": stored.file_id, "file_unique_id": stored.file_unique_id,
-                 "duration": duration, "mime_type": "audio/ogg",
-                 "file_size": len(data)}  # fmt: skip
+        voice = {
+            "file_id": stored.file_id,
+            "file_unique_id": stored.file_unique_id,
+            "duration": duration,
+            "mime_type": "audio/ogg",
+            "file_size": len(data),
+        }
         return self.push_message(chat_id, voice=voice)
 
     def push_callback(
@@ -455,11 +529,17 @@ class FakeBotApi(KeyboardMethods):
         """Queue an inline-button press on (by default) the last message sent to ``chat_id``."""
         if message_id is None:
             message_id = max(self._messages.get(chat_id, {1}))
-        query = {"id": self.new_query_id(), "chat_instance": "ci", "data": data,
-                 "from": {"id": chat_id if chat_id > 0 else 1000, "is_bot": False,
-                          "first_name": "Tester"},
-                 "message": message_object(chat_id, message_id, text="(a button message)")
-                 }  # fmt: skip
+        query = {
+            "id": self.new_query_id(),
+            "chat_instance": "ci",
+            "data": data,
+            "from": {
+                "id": chat_id if chat_id > 0 else 1000,
+                "is_bot": False,
+                "first_name": "Tester",
+            },
+            "message": message_object(chat_id, message_id, text="(a button message)"),
+        }
         return self.push_update({"callback_query": query})
 
     def add_file(
@@ -472,8 +552,14 @@ class FakeBotApi(KeyboardMethods):
     ) -> StoredFile:
         """Register a downloadable file; ``send_length=False`` serves it chunked."""
         n = next(self._ids)
-        stored = StoredFile(f"FILEID{n}", f"UNIQ{n}", file_path or f"documents/file_{n}.bin",
-                            data, declared_size, send_length)  # fmt: skip
+        stored = StoredFile(
+            f"FILEID{n}",
+            f"UNIQ{n}",
+            file_path or f"documents/file_{n}.bin",
+            data,
+            declared_size,
+            send_length,
+        )
         self._files[stored.file_id] = stored
         return stored
 
@@ -501,13 +587,22 @@ class FakeBotApi(KeyboardMethods):
         return value
 
     async def _get_me(self, p: dict[str, Any]) -> object:
-        return {"id": self.bot_id, "is_bot": True, "first_name": "Engram Test",
-                "username": "engram_test_bot", "can_join_groups": True, **_UNKNOWN}  # fmt: skip
+        return {
+            "id": self.bot_id,
+            "is_bot": True,
+            "first_name": "Engram Test",
+            "username": "engram_test_bot",
+            "can_join_groups": True,
+            **_UNKNOWN,
+        }
 
     async def _get_updates(self, p: dict[str, Any]) -> object:
         if self.webhook.get("url"):
-            raise ApiFailure(409, "Conflict: can't use getUpdates method while webhook is "
-                             "active; use deleteWebhook to delete the webhook first")  # fmt: skip
+            raise ApiFailure(
+                409,
+                "Conflict: can't use getUpdates method while webhook is "
+                "active; use deleteWebhook to delete the webhook first",
+            )
         if "allowed_updates" in p:
             self.allowed_updates = _check_kinds(p["allowed_updates"]) or None
         offset, limit = p.get("offset", 0), min(max(p.get("limit", 100), 1), 100)
@@ -566,8 +661,10 @@ class FakeBotApi(KeyboardMethods):
         if reply and not isinstance(reply_to, int):
             raise _bad("can't parse reply parameters JSON object")
         known = self._messages.get(chat, set())
-        if reply_to is not None and reply_to not in known and not reply.get(
-            "allow_sending_without_reply"
+        if (
+            reply_to is not None
+            and reply_to not in known
+            and not reply.get("allow_sending_without_reply")
         ):
             raise _bad("message to be replied not found")
         if "reply_markup" in p:
@@ -576,8 +673,9 @@ class FakeBotApi(KeyboardMethods):
         markup = p.get("reply_markup")
         sent = SentMessage(chat, message_id, p["text"], mode, visible, reply_to, markup)
         self.sent.setdefault(chat, []).append(sent)
-        return message_object(chat, message_id, text=visible,
-                              **{"from": {"id": self.bot_id, "is_bot": True}})  # fmt: skip
+        return message_object(
+            chat, message_id, text=visible, **{"from": {"id": self.bot_id, "is_bot": True}}
+        )
 
     async def _send_chat_action(self, p: dict[str, Any]) -> object:
         self._chat(p["chat_id"])
@@ -601,8 +699,13 @@ class FakeBotApi(KeyboardMethods):
         size = stored.declared_size or len(stored.data)
         if size > MAX_FILE_BYTES:
             raise _bad("file is too big")
-        return {"file_id": stored.file_id, "file_unique_id": stored.file_unique_id,
-                "file_size": size, "file_path": stored.file_path, **_UNKNOWN}  # fmt: skip
+        return {
+            "file_id": stored.file_id,
+            "file_unique_id": stored.file_unique_id,
+            "file_size": size,
+            "file_path": stored.file_path,
+            **_UNKNOWN,
+        }
 
     async def _set_webhook(self, p: dict[str, Any]) -> object:
         url = p["url"]
@@ -637,8 +740,12 @@ class FakeBotApi(KeyboardMethods):
         return True
 
     async def _get_webhook_info(self, p: dict[str, Any]) -> object:
-        info: dict[str, Any] = {"url": self.webhook.get("url", ""), "has_custom_certificate": False,
-                                "pending_update_count": len(self._queue), **_UNKNOWN}  # fmt: skip
+        info: dict[str, Any] = {
+            "url": self.webhook.get("url", ""),
+            "has_custom_certificate": False,
+            "pending_update_count": len(self._queue),
+            **_UNKNOWN,
+        }
         if self.webhook.get("url"):
             info["max_connections"] = self.webhook["max_connections"]
             if self.webhook["allowed_updates"] is not None:

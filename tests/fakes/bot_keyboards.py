@@ -28,35 +28,58 @@ import attrs
 MAX_BUTTONS = 100
 BUTTON_ACTIONS = frozenset(
     {
-        "callback_data", "url", "web_app", "login_url", "switch_inline_query",
-        "switch_inline_query_current_chat", "switch_inline_query_chosen_chat", "copy_text",
-        "callback_game", "pay",
+        "callback_data",
+        "url",
+        "web_app",
+        "login_url",
+        "switch_inline_query",
+        "switch_inline_query_current_chat",
+        "switch_inline_query_chosen_chat",
+        "copy_text",
+        "callback_game",
+        "pay",
     }
-)  # fmt: skip
+)
 NOT_MODIFIED = (
     "Bad Request: message is not modified: specified new message content and reply markup are "
     "exactly the same as a current content and reply markup of the message"
 )
 _COMMAND_RE = re.compile(r"[a-z0-9_]{1,32}")
 _SCOPES = frozenset(
-    {"default", "all_private_chats", "all_group_chats", "all_chat_administrators", "chat",
-     "chat_administrators", "chat_member"}
-)  # fmt: skip
+    {
+        "default",
+        "all_private_chats",
+        "all_group_chats",
+        "all_chat_administrators",
+        "chat",
+        "chat_administrators",
+        "chat_member",
+    }
+)
 
 KEYBOARD_SPECS: dict[str, dict[str, str]] = {
     "editMessageText": {
-        "chat_id": "chat", "message_id": "int", "inline_message_id": "str", "text": "str!",
-        "parse_mode": "str", "entities": "list", "link_preview_options": "obj",
-        "reply_markup": "obj", "business_connection_id": "str",
+        "chat_id": "chat",
+        "message_id": "int",
+        "inline_message_id": "str",
+        "text": "str!",
+        "parse_mode": "str",
+        "entities": "list",
+        "link_preview_options": "obj",
+        "reply_markup": "obj",
+        "business_connection_id": "str",
     },
     "editMessageReplyMarkup": {
-        "chat_id": "chat", "message_id": "int", "inline_message_id": "str",
-        "reply_markup": "obj", "business_connection_id": "str",
+        "chat_id": "chat",
+        "message_id": "int",
+        "inline_message_id": "str",
+        "reply_markup": "obj",
+        "business_connection_id": "str",
     },
     "setMyCommands": {"commands": "list!", "scope": "obj", "language_code": "str"},
     "getMyCommands": {"scope": "obj", "language_code": "str"},
     "deleteMyCommands": {"scope": "obj", "language_code": "str"},
-}  # fmt: skip
+}
 
 
 class KeyboardFailure(Exception):
@@ -73,8 +96,9 @@ def check_markup(markup: object) -> None:
     if not isinstance(markup, Mapping) or set(markup) != {"inline_keyboard"}:
         raise KeyboardFailure("can't parse reply keyboard markup JSON object")
     if not isinstance(rows, list) or not all(isinstance(r, list) for r in rows):
-        raise KeyboardFailure("can't parse inline keyboard: field \"inline_keyboard\" must be "
-                              "an Array of Arrays")  # fmt: skip
+        raise KeyboardFailure(
+            'can\'t parse inline keyboard: field "inline_keyboard" must be an Array of Arrays'
+        )
     count = 0
     for row in rows:
         for button in row:
@@ -85,11 +109,15 @@ def check_markup(markup: object) -> None:
                 raise KeyboardFailure("BUTTON_TEXT_INVALID")
             unknown = set(button) - BUTTON_ACTIONS - {"text"}
             if unknown:
-                raise KeyboardFailure(f"can't parse inline keyboard button: unknown field "
-                                      f"{sorted(unknown)[0]!r} (the fake rejects it)")  # fmt: skip
+                raise KeyboardFailure(
+                    f"can't parse inline keyboard button: unknown field "
+                    f"{sorted(unknown)[0]!r} (the fake rejects it)"
+                )
             if len(set(button) & BUTTON_ACTIONS) != 1:
-                raise KeyboardFailure("can't parse inline keyboard button: exactly one of the "
-                                      "optional fields must be used")  # fmt: skip
+                raise KeyboardFailure(
+                    "can't parse inline keyboard button: exactly one of the "
+                    "optional fields must be used"
+                )
             data = button.get("callback_data")
             if "callback_data" in button and not (
                 isinstance(data, str) and 1 <= len(data.encode("utf-8")) <= 64
@@ -178,8 +206,9 @@ class KeyboardMethods(abc.ABC):
         for e in self.edits:
             if e.chat_id == chat_id and e.message_id == message_id:
                 if e.text is not None:
-                    found = attrs.evolve(found, text=e.text, parse_mode=e.parse_mode,
-                                         visible_text=e.visible_text)  # fmt: skip
+                    found = attrs.evolve(
+                        found, text=e.text, parse_mode=e.parse_mode, visible_text=e.visible_text
+                    )
                 found = attrs.evolve(found, reply_markup=e.reply_markup)
         return found
 
@@ -207,12 +236,20 @@ class KeyboardMethods(abc.ABC):
         assert button is not None and "callback_data" in button, f"no {text!r} button: {shown}"
         sender = user_id or (chat_id if chat_id > 0 else 1000)
         chat_type = "private" if chat_id > 0 else "supergroup"
-        message = {"message_id": message_id, "date": 1, "text": current.visible_text,
-                   "chat": {"id": chat_id, "type": chat_type},
-                   "reply_markup": current.reply_markup}  # fmt: skip
-        query = {"id": self.new_query_id(), "chat_instance": f"ci{chat_id}",
-                 "from": {"id": sender, "is_bot": False, "first_name": "Tester"},
-                 "message": message, "data": button["callback_data"]}  # fmt: skip
+        message = {
+            "message_id": message_id,
+            "date": 1,
+            "text": current.visible_text,
+            "chat": {"id": chat_id, "type": chat_type},
+            "reply_markup": current.reply_markup,
+        }
+        query = {
+            "id": self.new_query_id(),
+            "chat_instance": f"ci{chat_id}",
+            "from": {"id": sender, "is_bot": False, "first_name": "Tester"},
+            "message": message,
+            "data": button["callback_data"],
+        }
         return self.push_update({"callback_query": query})
 
     # --- Bot API methods -----------------------------------------------------------------------

@@ -49,17 +49,33 @@ class ScriptedExtractor:
         self.spans.append([int(i) for i, _, _ in found])
         users = [(int(i), text.strip()) for i, role, text in found if role == "user"]
         if users:
-            summary = (f"User wrote from \"{users[0][1][:80]}\" to \"{users[-1][1][:80]}\" "
-                       f"({len(users)} messages).")  # fmt: skip
+            summary = (
+                f'User wrote from "{users[0][1][:80]}" to "{users[-1][1][:80]}" '
+                f"({len(users)} messages)."
+            )
         else:
             summary = "User and assistant exchanged tool results."
         new = []
         for word, claim in self.patterns.items():
             cited = [i for i, text in users if word in text]
             if cited:
-                new.append({"content": claim, "kind": "belief", "confidence": 0.9,
-                            "signal": "explicit", "evidence_message_ids": cited[:1],
-                            "entry_uuids": [], "temporal": None})  # fmt: skip
-        answer = {"new_patterns": new, "reinforcements": [], "contradictions": [],
-                  "supersedes": [], "meta_patterns": [], "episode_summary": summary}  # fmt: skip
+                new.append(
+                    {
+                        "content": claim,
+                        "kind": "belief",
+                        "confidence": 0.9,
+                        "signal": "explicit",
+                        "evidence_message_ids": cited[:1],
+                        "entry_uuids": [],
+                        "temporal": None,
+                    }
+                )
+        answer = {
+            "new_patterns": new,
+            "reinforcements": [],
+            "contradictions": [],
+            "supersedes": [],
+            "meta_patterns": [],
+            "episode_summary": summary,
+        }
         return Reply(({"type": "text", "text": json.dumps(answer)},))

@@ -264,12 +264,31 @@ class ChatReply:
 
 _CHAT_FIELDS = frozenset(
     {
-        "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "max_tokens",
-        "max_completion_tokens", "temperature", "top_p", "n", "stream", "stop", "seed", "user",
-        "response_format", "frequency_penalty", "presence_penalty", "logprobs", "top_logprobs",
-        "metadata", "store", "reasoning_effort", "service_tier",
+        "model",
+        "messages",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "max_tokens",
+        "max_completion_tokens",
+        "temperature",
+        "top_p",
+        "n",
+        "stream",
+        "stop",
+        "seed",
+        "user",
+        "response_format",
+        "frequency_penalty",
+        "presence_penalty",
+        "logprobs",
+        "top_logprobs",
+        "metadata",
+        "store",
+        "reasoning_effort",
+        "service_tier",
     }
-)  # fmt: skip
+)
 _MESSAGE_FIELDS: Mapping[str, frozenset[str]] = {
     "system": frozenset({"role", "content", "name"}),
     "developer": frozenset({"role", "content", "name"}),
@@ -296,8 +315,13 @@ def _required(obj: Mapping[str, Any], field: str, where: str) -> Any:
 
 
 def _type_error(name: str, expected: str, value: Any) -> OpenAIHttpError:
-    got = {dict: "an object", list: "an array", str: "a string", bool: "a boolean",
-           type(None): "null"}.get(type(value), "a number")  # fmt: skip
+    got = {
+        dict: "an object",
+        list: "an array",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+    }.get(type(value), "a number")
     return _param_error(
         f"Invalid type for '{name}': expected {expected}, but got {got} instead.",
         name,
@@ -329,8 +353,9 @@ def _check_content(message: Mapping[str, Any], where: str, *, nullable: bool) ->
         return
     if not isinstance(content, list):
         raise _type_error(f"{where}.content", "one of a string or array of objects", content)
-    allowed = ("text",) if message["role"] != "user" else ("text", "image_url", "input_audio",
-                                                          "file")  # fmt: skip
+    allowed = (
+        ("text",) if message["role"] != "user" else ("text", "image_url", "input_audio", "file")
+    )
     for k, part in enumerate(content):
         if not isinstance(part, dict) or part.get("type") not in allowed:
             raise _param_error(
@@ -1027,10 +1052,13 @@ class FakeOpenAI:
         }
         if reply.tool_calls:
             message["tool_calls"] = [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.name, "arguments": c.arguments}}
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
                 for c in reply.tool_calls
-            ]  # fmt: skip
+            ]
         prompt = reply.prompt_tokens
         if prompt is None:
             prompt = _tokens(json.dumps([body["messages"], body.get("tools")]))
