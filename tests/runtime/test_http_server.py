@@ -229,8 +229,8 @@ def test_a_failure_is_described_by_type_and_place_without_its_text() -> None:
     )
     line = _raise.__code__.co_firstlineno + 1
     assert described == [
-        f"ValueError at tests/runtime/test_http_server.py:{line}",
-        f"KeyError at tests/runtime/test_http_server.py:{line}",
+        f"ValueError at runtime/test_http_server.py:{line}",
+        f"KeyError at runtime/test_http_server.py:{line}",
     ]
     assert "peer text" not in repr(described)
 
