@@ -128,18 +128,20 @@ class Bot:
     jobs: list[Any]
     system: BotSystem
 
-    async def serve(self, **options: Any) -> int:
+    async def serve(self, on_listening: Callable[[list[str]], None] | None = None) -> int:
         """Run the process (:func:`runtime.serve.serve`) until shutdown; the exit code. The
-        models' SDKs are imported once the process listens."""
+        models' SDKs are imported once the process listens (then ``on_listening`` is called)."""
         parts, system = self.parts, self.system
+
+        def listening(binds: list[str]) -> None:
+            preload(parts.llm, parts.memory_llm)
+            if on_listening is not None:
+                on_listening(binds)
+
         return await serve(
-            parts.settings,
-            parts.db,
-            lambda settings, db, shutdown: system,
-            on_listening=lambda binds: preload(parts.llm, parts.memory_llm),
+            parts.settings, parts.db, lambda s, d, sh: system, on_listening=listening,
             shutdown=system.shutdown,
-            **options,
-        )
+        )  # fmt: skip
 
 
 @asynccontextmanager
