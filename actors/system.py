@@ -1,14 +1,17 @@
-"""The bot's actor system: what ``engram serve`` starts inside the root nursery.
+"""The bot's actor system: what ``engram serve`` starts inside the root nursery, built with its
+parts by :func:`actors.wiring.open_bot`. :meth:`BotSystem.run` starts it step by step, in this
+order, each component ready before the next:
 
     BotSystem (nursery)
+    ├─ (journal owners, getMe, setMyCommands, setWebhook: one-shot calls before the steps)
     ├─ SenderActor          (supervised singleton) outbox -> Telegram
     ├─ Registry[chat_id] -> ChatActor   (on demand, idle stop, restart on crash)
+    ├─ CompactorActor       (when given) singleton: chats over their context budget -> patterns
+    ├─ background jobs      (actors.wiring.JOBS: embedding backfill, retention purge, ...)
     ├─ Router               inbox notifications -> chat actors; recovery sweep
     ├─ ChatAccess           who may talk: the allowlist (setting + stored), pairing, strangers
-    ├─ Poller               (only with --polling) getUpdates -> inbox
-    ├─ InboxWriter          (only with the webhook) group commit of webhook updates -> inbox
-    ├─ CompactorActor       (when given) singleton: chats over their context budget -> patterns
-    └─ background jobs      (embedding backfill, retention purge, ...)
+    └─ Poller               (only with --polling) getUpdates -> inbox
+       or InboxWriter       (only with the webhook) group commit of webhook updates -> inbox
 
 It hands back a :class:`~runtime.serve.SystemHandle`: the webhook route (webhook mode),
 and the drains run at shutdown in order: stop the poller and router (no new work), close the
