@@ -1,14 +1,17 @@
-"""The bot's actor system: what ``engram serve`` starts inside the root nursery.
+"""The bot's actor system: what ``engram serve`` starts inside the root nursery, built with its
+parts by :func:`actors.wiring.open_bot`. :meth:`BotSystem.run` starts it step by step, in this
+order, each component ready before the next:
 
     BotSystem (nursery)
+    ├─ (journal owners, getMe, setMyCommands, setWebhook: one-shot calls before the steps)
     ├─ SenderActor          (supervised singleton) outbox -> Telegram
     ├─ Registry[chat_id] -> ChatActor   (on demand, idle stop, restart on crash)
+    ├─ CompactorActor       (when given) singleton: chats over their context budget -> patterns
+    ├─ background jobs      (actors.wiring.JOBS: embedding backfill, retention purge, ...)
     ├─ Router               inbox notifications -> chat actors; recovery sweep
     ├─ ChatAccess           who may talk: the allowlist (setting + stored), pairing, strangers
-    ├─ Poller               (only with --polling) getUpdates -> inbox
-    ├─ InboxWriter          (only with the webhook) group commit of webhook updates -> inbox
-    ├─ CompactorActor       (when given) singleton: chats over their context budget -> patterns
-    └─ background jobs      (embedding backfill, retention purge, ...)
+    └─ Poller               (only with --polling) getUpdates -> inbox
+       or InboxWriter       (only with the webhook) group commit of webhook updates -> inbox
 
 It hands back a :class:`~runtime.serve.SystemHandle`: the webhook route (webhook mode),
 and the drains run at shutdown in order: stop the poller and router (no new work), close the
@@ -21,7 +24,8 @@ The inbox writer has no drain: like the HTTP server it serves until the final ca
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -106,151 +110,197 @@ class BotSystem:
     #: the allowlist and pairing, once :meth:`run` started them
     chat_access: ChatAccess | None = attrs.field(init=False, default=None)
 
+    #: the Bot API client, shared with its owner (the composition root: the voice transcriber
+    #: uses it too); when ``None`` the system opens its own (``bot_factory`` or the settings)
+    bot: BotApiClient | None = None
+
+    _sender: Address[OutboxReady] | None = attrs.field(init=False, default=None)
+    _sender_done: trio.Event = attrs.field(init=False, factory=trio.Event)
+    _poller_stop: trio.Event = attrs.field(init=False, factory=trio.Event)
+    _poller_done: trio.Event = attrs.field(init=False, factory=trio.Event)
+    _dedupe: DedupeCache = attrs.field(init=False, factory=DedupeCache)
+
     async def _spent_today(self, chat_id: int, now: datetime) -> float:
         """What the chat's model calls cost today (CHAT_DAILY_COST_USD)."""
         return await cost_today(self.db, chat_id, now=now, timezone=self.settings.timezone)
 
-    def _bot(self) -> BotApiClient:
+    @asynccontextmanager
+    async def _open_bot(self) -> AsyncIterator[BotApiClient]:
+        if self.bot is not None:  # its owner closes it
+            yield self.bot
+            return
         if self.bot_factory is not None:
-            return self.bot_factory()
-        return BotApiClient(
-            self.settings.telegram_bot_token.reveal(),
-            base_url=self.settings.telegram_api_base_url,
-        )
+            client = self.bot_factory()
+        else:
+            client = BotApiClient(
+                self.settings.telegram_bot_token.reveal(),
+                base_url=self.settings.telegram_api_base_url,
+            )
+        async with client:
+            yield client
 
     async def run(self, *, task_status: trio.TaskStatus[SystemHandle]) -> None:
-        settings, policy = self.settings, restart_policy(self.settings)
+        """The start steps, in dependency order; each component is ``nursery.start``-ed and
+        ready (its ``started`` called) before the next step."""
+        settings = self.settings
         # entries imported before each chat owned its journal (migration 012)
         await assign_unowned_entries(self.db, settings.telegram_allowed_chat_ids)
-        async with self._bot() as bot, trio.open_nursery() as nursery:
-            username = await _check_bot(bot)
-            await _register_commands(bot, self.commands)
-            if not self.polling and settings.telegram_webhook_url:
-                await _register_webhook(
-                    bot, settings.telegram_webhook_url, settings.telegram_secret_token.reveal()
-                )
-            sender_done = trio.Event()
-
-            async def run_sender(*, task_status: trio.TaskStatus[Address[OutboxReady]]) -> None:
-                sending = SenderSettings(
-                    retry_cap=settings.send_retry_cap, deadline=settings.send_deadline
-                )
-                actor = SenderActor(self.db, bot, settings=sending, ledger=self.sender_ledger)
-                try:
-                    await actor.run(task_status=task_status)
-                finally:
-                    sender_done.set()
-
-            sender: Address[OutboxReady] = await nursery.start(
-                supervise, "sender", run_sender, policy
-            )
-
-            def outbox_ready(chat_id: int, row: OutboxRow | None) -> None:
-                try:
-                    sender.send_nowait(OutboxReady(chat_id, row))
-                except ActorError:  # the sender's sweep finds the row anyway
-                    log.warning("system.outbox_notify_failed", chat_id=chat_id)
-
-            running = RunningTurns()
-            deps = ChatDeps(
-                store=SqlChatStore(self.db),
-                turns=self.turns,
-                bot=bot,
-                outbox_ready=outbox_ready,
-                running=running,
-                transcribe=self.transcribe,
-                model_retry_cap=settings.send_retry_cap,
-                model_deadline=settings.send_deadline,
-                callbacks=Callbacks(self.db, self.callbacks),
-                commands=self.commands,
-                turns_per_minute=settings.chat_turns_per_minute,
-                daily_cost_usd=settings.chat_daily_cost_usd,
-                spent_today=self._spent_today,
-                next_day=partial(next_day_start, timezone=settings.timezone),
-            )
-            registry: Registry[int, Any] = await nursery.start(
-                Registry(
-                    "chats",
-                    chat_factory(deps),
-                    capacity=settings.mailbox_size,
-                    idle_timeout=settings.actor_idle_timeout,
-                    max_actors=settings.actor_max_live,
-                    policy=policy,
-                    key_name="chat_id",
-                ).run
-            )
+        async with self._open_bot() as bot, trio.open_nursery() as nursery:
+            username = await self._introduce(bot)
+            self._sender = await nursery.start(self._start_sender, bot)
+            deps = self._chat_deps(bot)
+            registry: Registry[int, Any] = await nursery.start(self._chats(deps).run)
             if self.compactor is not None:
                 await nursery.start(self.compactor.run)
             for job in self.background:
                 await nursery.start(job)
-            router: Router = await nursery.start(
-                Router(
-                    self.db, registry, bot, running, wakes=deps.wakes, callbacks=deps.callbacks
-                ).run
-            )
-            chats: ChatAccess = await nursery.start(
-                ChatAccess(
-                    self.db,
-                    settings.telegram_allowed_chat_ids,
-                    router.wake,
-                    outbox_ready,
-                    announce=self.announce,
-                    username=username,
-                    **self.access_options,
-                ).run
-            )
+            router: Router = await nursery.start(self._router(bot, registry, deps).run)
+            chats: ChatAccess = await nursery.start(self._access(router, username).run)
             self.chat_access = chats
-            dedupe = DedupeCache()
             routes: dict[str, AsgiApp] = {}
             drains: list[tuple[str, Callable[[], Awaitable[object]]]] = []
             if self.polling:
-                poller_factory = self.poller_factory or _default_poller()
-                poller_stop = trio.Event()
-                poller = poller_factory(
-                    self.db,
-                    bot,
-                    allowed_chat_ids=chats,
-                    dedupe=dedupe,
-                    notify=router.accepted,
-                    stop=poller_stop,
-                    strangers=chats.stranger,
-                )
-                poller_done = trio.Event()
-
-                async def run_poller(*, task_status: trio.TaskStatus[None]) -> None:
-                    try:
-                        await poller.run(task_status=task_status)
-                    finally:
-                        poller_done.set()
-
-                await nursery.start(run_poller)
-
-                async def stop_poller() -> None:
-                    poller_stop.set()
-                    await poller_done.wait()
-
-                drains.append(("poller", stop_poller))
+                await nursery.start(self._start_poller, bot, router, chats)
+                drains.append(("poller", self._stop_poller))
             else:
                 writer: InboxWriter = await nursery.start(InboxWriter(self.db).run)
-                routes[WEBHOOK_PATH] = webhook_handler(
-                    secret_token=settings.telegram_secret_token.reveal(),
-                    allowed_chat_ids=chats,
-                    db=self.db,
-                    notify=router.accepted,
-                    dedupe=dedupe,
-                    insert=writer.insert_update,
-                    strangers=chats.stranger,
-                )
-
-            async def stop_sender() -> None:
-                sender.close()
-                await sender_done.wait()
-
+                routes[WEBHOOK_PATH] = self._webhook(router, chats, writer)
             drains += [("router", router.aclose), ("chats", registry.aclose)]
             if self.compactor is not None:
                 drains.append(("compactor", self.compactor.aclose))
-            drains.append(("sender", stop_sender))
+            drains.append(("sender", self._stop_sender))
             task_status.started(SystemHandle(routes=routes, drains=drains))
+
+    # --- the start steps ---------------------------------------------------------------------
+
+    async def _introduce(self, bot: BotApiClient) -> str | None:
+        """getMe, the command menu and (webhook mode) setWebhook; the bot's username."""
+        username = await _check_bot(bot)
+        await _register_commands(bot, self.commands)
+        settings = self.settings
+        if not self.polling and settings.telegram_webhook_url:
+            await _register_webhook(
+                bot, settings.telegram_webhook_url, settings.telegram_secret_token.reveal()
+            )
+        return username
+
+    async def _start_sender(
+        self, bot: BotApiClient, *, task_status: trio.TaskStatus[Address[OutboxReady]]
+    ) -> None:
+        """The sender, supervised (outbox -> Telegram)."""
+        policy = restart_policy(self.settings)
+        await supervise("sender", partial(self._run_sender, bot), policy, task_status=task_status)
+
+    async def _run_sender(
+        self, bot: BotApiClient, *, task_status: trio.TaskStatus[Address[OutboxReady]]
+    ) -> None:
+        settings = self.settings
+        sending = SenderSettings(retry_cap=settings.send_retry_cap, deadline=settings.send_deadline)
+        actor = SenderActor(self.db, bot, settings=sending, ledger=self.sender_ledger)
+        try:
+            await actor.run(task_status=task_status)
+        finally:
+            self._sender_done.set()
+
+    async def _stop_sender(self) -> None:
+        assert self._sender is not None
+        self._sender.close()
+        await self._sender_done.wait()
+
+    def _outbox_ready(self, chat_id: int, row: OutboxRow | None) -> None:
+        try:
+            assert self._sender is not None
+            self._sender.send_nowait(OutboxReady(chat_id, row))
+        except ActorError:  # the sender's sweep finds the row anyway
+            log.warning("system.outbox_notify_failed", chat_id=chat_id)
+
+    def _chat_deps(self, bot: BotApiClient) -> ChatDeps:
+        settings = self.settings
+        return ChatDeps(
+            store=SqlChatStore(self.db),
+            turns=self.turns,
+            bot=bot,
+            outbox_ready=self._outbox_ready,
+            running=RunningTurns(),
+            transcribe=self.transcribe,
+            model_retry_cap=settings.send_retry_cap,
+            model_deadline=settings.send_deadline,
+            callbacks=Callbacks(self.db, self.callbacks),
+            commands=self.commands,
+            turns_per_minute=settings.chat_turns_per_minute,
+            daily_cost_usd=settings.chat_daily_cost_usd,
+            spent_today=self._spent_today,
+            next_day=partial(next_day_start, timezone=settings.timezone),
+        )
+
+    def _chats(self, deps: ChatDeps) -> Registry[int, Any]:
+        """The chat actors: one per chat, on demand, stopped when idle, restarted on a crash."""
+        settings = self.settings
+        return Registry(
+            "chats",
+            chat_factory(deps),
+            capacity=settings.mailbox_size,
+            idle_timeout=settings.actor_idle_timeout,
+            max_actors=settings.actor_max_live,
+            policy=restart_policy(settings),
+            key_name="chat_id",
+        )
+
+    def _router(self, bot: BotApiClient, registry: Registry[int, Any], deps: ChatDeps) -> Router:
+        return Router(
+            self.db, registry, bot, deps.running, wakes=deps.wakes, callbacks=deps.callbacks
+        )
+
+    def _access(self, router: Router, username: str | None) -> ChatAccess:
+        return ChatAccess(
+            self.db,
+            self.settings.telegram_allowed_chat_ids,
+            router.wake,
+            self._outbox_ready,
+            announce=self.announce,
+            username=username,
+            **self.access_options,
+        )
+
+    async def _start_poller(
+        self,
+        bot: BotApiClient,
+        router: Router,
+        chats: ChatAccess,
+        *,
+        task_status: trio.TaskStatus[None],
+    ) -> None:
+        """getUpdates -> inbox (``--polling``)."""
+        poller_factory = self.poller_factory or _default_poller()
+        poller = poller_factory(
+            self.db,
+            bot,
+            allowed_chat_ids=chats,
+            dedupe=self._dedupe,
+            notify=router.accepted,
+            stop=self._poller_stop,
+            strangers=chats.stranger,
+        )
+        try:
+            await poller.run(task_status=task_status)
+        finally:
+            self._poller_done.set()
+
+    async def _stop_poller(self) -> None:
+        self._poller_stop.set()
+        await self._poller_done.wait()
+
+    def _webhook(self, router: Router, chats: ChatAccess, writer: InboxWriter) -> AsgiApp:
+        """POST /api/telegram -> inbox (the webhook)."""
+        return webhook_handler(
+            secret_token=self.settings.telegram_secret_token.reveal(),
+            allowed_chat_ids=chats,
+            db=self.db,
+            notify=router.accepted,
+            dedupe=self._dedupe,
+            insert=writer.insert_update,
+            strangers=chats.stranger,
+        )
 
 
 async def _check_bot(bot: BotApiClient) -> str | None:

@@ -823,8 +823,8 @@ async def measure(
             timed_embedder = TimedEmbedder(embedder, rec)
             thresholds = thresholds_for(timed_embedder.model, settings)
             extra = memory_tools(thresholds=thresholds)
-            usage = await nursery.start(UsageWriter(db).run)  # as cmd_serve: rows written behind
-            agent = sql_agent(  # as actors.cli.main.cmd_serve builds it
+            usage = await nursery.start(UsageWriter(db).run)  # as open_bot: rows written behind
+            agent = sql_agent(  # as actors.wiring.open_bot builds it
                 db,
                 ScriptedLLM(usage, rec),
                 timezone=settings.timezone,

@@ -1,8 +1,11 @@
 """The HTTP application (quart-trio) and its hypercorn configuration.
 
-The app owns no tasks: ``main`` starts the actor system and hands the app what it needs
-(a readiness probe, and blueprints such as the Telegram webhook). ``GET /healthz`` says the
-process is alive; ``GET /readyz`` says the database answers and every migration is applied.
+The app owns no tasks: :func:`runtime.serve.serve` starts the actor system and builds the app
+from the :class:`~runtime.serve.SystemHandle` it hands back (its readiness checks and
+blueprints; hot routes such as the Telegram webhook are bare ASGI handlers served in front of
+the app by :class:`runtime.asgi.PathDispatcher`). ``GET /healthz`` says the process is alive;
+``GET /readyz`` says the database answers, every migration is applied and every check of the
+system passes.
 """
 
 from __future__ import annotations

@@ -117,8 +117,8 @@ class SettingsSection:
     """The base of every settings section.
 
     A section declares its variables twice over: as attrs attributes and as ``fields`` (in the
-    README table's order); ``tests/actors/test_settings.py`` checks the two agree. Sections combine by
-    multiple inheritance (hence ``slots=False``); the combined class's ``fields`` is the
+    README table's order); ``tests/actors/test_settings.py`` checks the two agree. Sections combine
+    by multiple inheritance (hence ``slots=False``); the combined class's ``fields`` is the
     concatenation of its bases' and :meth:`validate` runs every section's checks.
     """
 

@@ -15,19 +15,13 @@ import trio
 from fakes.anthropic_api import FakeAnthropic
 from fakes.bot_api import DEFAULT_TOKEN, FakeBotApi
 
-from actors.agent.handler import sql_agent
 from actors.chat.command_base import CommandTable
-from actors.chat.commands import command_table
-from actors.chat.memory_commands import MemoryServices
 from actors.settings import load_settings
-from actors.system import BotSystem
-from actors.telegram.client import BotApiClient
+from actors.wiring import open_bot
 from memory.embeddings.providers import LocalEmbedder
 from memory.embeddings.store import store_vectors
-from memory.llm.anthropic_provider import AnthropicLLM
 from memory.patterns.canonical import canonical_hash
 from runtime.db import Database
-from runtime.serve import serve
 from runtime.shutdown import Shutdown
 
 CHAT, OTHER = 8810001, 8810002
@@ -123,12 +117,19 @@ async def wait_for(predicate: Any, limit: float = 15.0) -> None:
 async def running_bot(
     db: Database, fake: FakeBotApi, claude: FakeAnthropic, local: LocalEmbedder
 ) -> AsyncIterator[Bot]:
+    """The bot as ``engram serve`` composes it (:func:`actors.wiring.open_bot`), polling the
+    fake Bot API with a short poll; ``local`` is the model the bot embeds with."""
+    from actors.telegram.poller import Poller
+
     settings = load_settings(
         {
             "ENGRAM_PORT": "0",
             "TELEGRAM_BOT_TOKEN": DEFAULT_TOKEN,
             "TELEGRAM_ALLOWED_CHAT_IDS": f"{CHAT},{OTHER}",
             "TELEGRAM_API_BASE_URL": fake.base_url,
+            "ANTHROPIC_API_KEY": claude.api_key,
+            "ANTHROPIC_BASE_URL": claude.base_url,
+            "EMBEDDING_PROVIDER": "local",
             "SHUTDOWN_DEADLINE": "5",
             "TIMEZONE": TZ,
         },
@@ -137,41 +138,24 @@ async def running_bot(
     shutdown = Shutdown(deadline=5, signals=())
     listening = trio.Event()
     codes: list[int] = []
-    tables: list[CommandTable] = []
-    async with AnthropicLLM(
-        api_key=claude.api_key, base_url=claude.base_url, db=db, timeout=5.0
-    ) as llm:
-        agent = sql_agent(db, llm, timezone=TZ, embedder=local)
 
-        def build(s: Any, d: Database, sh: Shutdown) -> BotSystem:
-            from actors.telegram.poller import Poller
+    def short_poll(*args: Any, **kwargs: Any) -> Poller:
+        return Poller(*args, poll_timeout=1, **kwargs)
 
-            def bot() -> BotApiClient:
-                return BotApiClient(DEFAULT_TOKEN, base_url=fake.base_url)
-
-            def short_poll(*args: Any, **kwargs: Any) -> Poller:
-                return Poller(*args, poll_timeout=1, **kwargs)
-
-            system = BotSystem(
-                s, d, sh, polling=True, turns=agent, bot_factory=bot, poller_factory=short_poll
-            )
-            system.commands = command_table(MemoryServices(d, local, TZ), system.callbacks)
-            tables.append(system.commands)
-            return system
+    async with (
+        open_bot(settings, db, shutdown=shutdown, poller_factory=short_poll) as bot,
+        trio.open_nursery() as nursery,
+    ):
+        assert bot.parts.embedder.model == local.model
 
         async def run() -> None:
-            codes.append(
-                await serve(
-                    settings, db, build, on_listening=lambda _: listening.set(), shutdown=shutdown
-                )
-            )
+            codes.append(await bot.serve(on_listening=lambda _: listening.set()))
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run)
-            with trio.fail_after(20):
-                await listening.wait()
-            yield Bot(fake, claude, db, tables[0], codes)
-            shutdown.request_stop("test")
+        nursery.start_soon(run)
+        with trio.fail_after(20):
+            await listening.wait()
+        yield Bot(fake, claude, db, bot.system.commands, codes)
+        shutdown.request_stop("test")
 
 
 async def add_pattern(

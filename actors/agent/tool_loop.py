@@ -7,10 +7,10 @@ scope), tool_use/tool_result pairs repaired before every request. A transient mo
 (:func:`is_outage`: unreachable, timeout, 429, 5xx, 529) is retried with backoff (the
 provider's ``retry_after`` when it gives one) while the turn's deadline allows; a permanent one
 (400, 401, 403, 404) ends the loop at once with an operator-facing log line naming the setting
-to fix (``agent.model_rejected``, :func:`settings_to_fix`). :func:`transcript_rows` turns
-the conversation into the rows to store (tool results truncated for storage) and
-:func:`reply_text` into what the person gets (the answer, a partial answer with a note, or an
-apology). Used by :class:`actors.agent.handler.Agent`.
+to fix (``agent.model_rejected``; the rule is ``memory.llm.settings.settings_to_fix``).
+:func:`transcript_rows` turns the conversation into the rows to store (tool results truncated
+for storage) and :func:`reply_text` into what the person gets (the answer, a partial answer
+with a note, or an apology). Used by :class:`actors.agent.handler.Agent`.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from memory.llm.protocol import (
     ToolSpec,
     ToolUseBlock,
 )
+from memory.llm.settings import settings_to_fix
 from memory.tools.registry import ToolContext, ToolRegistry
 from memory.tools.results import truncate_for_storage
 from runtime.backoff import backoff_delay
@@ -85,18 +86,6 @@ OUTAGES = (LLMUnavailable, LLMTimeout, LLMRateLimited, LLMOverloaded)
 def is_outage(exc: Exception) -> bool:
     """A transient model error (unreachable, timeout, 429, 5xx, 529): retry it later."""
     return isinstance(exc, OUTAGES)
-
-
-def settings_to_fix(exc: LLMError) -> str:
-    """The settings an operator should check when the model refuses our requests."""
-    prefix = "ANTHROPIC" if exc.provider == "anthropic" else "OPENAI"
-    if exc.status in (401, 403):
-        return f"{prefix}_API_KEY"
-    if exc.status == 404:
-        return f"{prefix}_MODEL or {prefix}_BASE_URL"
-    if exc.status is None:
-        return f"{prefix}_BASE_URL or {prefix}_API_KEY"
-    return f"{prefix}_MODEL"
 
 
 def tool_specs(registry: ToolRegistry) -> tuple[ToolSpec, ...]:

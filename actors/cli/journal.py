@@ -24,10 +24,6 @@ if TYPE_CHECKING:  # imported by the handlers: building the parser stays fast
 PROVIDERS = ("auto", "openai", "local", "none")
 
 
-def _key(settings: Settings) -> str:
-    return settings.openai_api_key.reveal() if settings.openai_api_key else ""
-
-
 def print_report(report: ImportReport, model: str | None, out: TextIO = sys.stdout) -> None:
     """The import's counts, each skipped entry with its reason, and the embedding outcome."""
     print(
@@ -53,10 +49,9 @@ def print_report(report: ImportReport, model: str | None, out: TextIO = sys.stdo
 async def cmd_journal_import(settings: Settings, args: argparse.Namespace) -> int:
     """Import a Day One export into a chat's journal (idempotent by uuid)."""
     from actors.journal_owner import JournalChatError, allowed_chats, import_chat
-    from memory.embeddings.providers import open_embedder
+    from memory.embeddings.factory import open_embedder
     from memory.errors import JournalFormatError
     from memory.journal.dayone import import_dayone, read_export
-    from memory.llm.cost import configured_rates
     from runtime.migrate import apply_migrations
     from runtime.progress import Progress
 
@@ -80,13 +75,7 @@ async def cmd_journal_import(settings: Settings, args: argparse.Namespace) -> in
             )
             model = None
         else:
-            async with open_embedder(
-                args.embeddings,
-                _key(settings),
-                settings.openai_base_url or None,
-                usage_db=db,
-                rates=configured_rates(settings.model_rates),
-            ) as embedder:
+            async with open_embedder(settings, db, provider=args.embeddings) as embedder:
                 report = await import_dayone(
                     db, export, chat_id=chat_id, embedder=embedder, progress=progress
                 )
@@ -98,21 +87,14 @@ async def cmd_journal_import(settings: Settings, args: argparse.Namespace) -> in
 
 async def cmd_embeddings_backfill(settings: Settings, args: argparse.Namespace) -> int:
     """Embed every row lacking a vector for the current model (one pass)."""
-    from memory.embeddings.providers import open_embedder
+    from memory.embeddings.factory import open_embedder
     from memory.embeddings.store import backfill_once
     from memory.errors import EmbeddingError
-    from memory.llm.cost import configured_rates
     from runtime.migrate import apply_migrations
 
     async with open_settings_database(settings) as db:
         await apply_migrations(db)
-        async with open_embedder(
-            args.embeddings,
-            _key(settings),
-            settings.openai_base_url or None,
-            usage_db=db,
-            rates=configured_rates(settings.model_rates),
-        ) as embedder:
+        async with open_embedder(settings, db, provider=args.embeddings) as embedder:
             try:
                 count = await backfill_once(db, embedder, tables=args.tables or ALL_TABLES)
             except EmbeddingError as exc:

@@ -1,7 +1,7 @@
 """The ``engram`` command: the runtime's core commands plus the bot's.
 
-``engram serve [--polling | --webhook]`` composes the process (see :mod:`runtime.serve`) with
-the bot's actor system (:mod:`actors.system`): long polling unless a webhook is configured
+``engram serve [--polling | --webhook]`` opens the bot (:func:`actors.wiring.open_bot`, the
+composition root) and serves it until shutdown: long polling unless a webhook is configured
 (``TELEGRAM_WEBHOOK_URL`` or ``--webhook``). Every missing setting is reported before anything
 starts (:func:`check_serve_settings`).
 """
@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from actors.cli import chats as chats_commands
@@ -24,12 +23,7 @@ from runtime.cli import base_parser, run_cli
 from runtime.errors import SettingsError, settings_error
 
 if TYPE_CHECKING:  # the serve path's modules are imported by cmd_serve: --help stays fast
-    from actors.chat.deps import Transcriber
     from actors.settings import Settings
-    from actors.system import BotSystem
-    from actors.telegram.types import Voice
-    from runtime.db import Database
-    from runtime.shutdown import Shutdown
 
 
 def serve_mode(settings: Settings, args: argparse.Namespace) -> str:
@@ -73,159 +67,18 @@ def print_pairing(text: str) -> None:
     print(f"\n{text}\n", flush=True)
 
 
-@asynccontextmanager
-async def voice_transcriber(settings: Settings, db: Database) -> AsyncIterator[Transcriber | None]:
-    """An OpenAI-backed transcriber when OPENAI_API_KEY is set; the SDK client is closed after."""
-    if not settings.openai_api_key:
-        yield None
-        return
-    from openai import AsyncOpenAI
-
-    from actors.telegram.client import BotApiClient
-    from actors.telegram.voice import transcribe_voice
-    from memory.llm.cost import configured_rates
-
-    client = AsyncOpenAI(
-        api_key=settings.openai_api_key.reveal(),
-        base_url=settings.openai_base_url or None,
-        max_retries=0,
-    )
-    bot = BotApiClient(
-        settings.telegram_bot_token.reveal(), base_url=settings.telegram_api_base_url
-    )
-    try:
-
-        async def transcribe(chat_id: int, voice: Voice) -> str:
-            result = await transcribe_voice(
-                bot=bot,
-                openai=client,
-                db=db,
-                chat_id=chat_id,
-                voice=voice,
-                model=settings.transcription_model,
-                rates=configured_rates(settings.model_rates),
-            )
-            return result.text
-
-        yield transcribe
-    finally:
-        await bot.aclose()
-        await client.close()
-
-
 async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
-    from actors.agent.handler import agent_tools, sql_agent
-    from actors.chat.callbacks import CallbackTable
-    from actors.chat.commands import command_table
-    from actors.chat.memory_commands import MemoryServices
-    from actors.chat.model_asks import model_asks
-    from actors.compactor import sql_compactor
-    from actors.system import BotSystem
-    from memory.compaction.backlog import CompactionSweep, SqlBacklog
-    from memory.conversation.purge import PurgeJob
-    from memory.conversation.window import CompactionRule
-    from memory.embeddings.providers import open_embedder
-    from memory.embeddings.store import EmbeddingBackfill
-    from memory.embeddings.thresholds import thresholds_for
-    from memory.llm.cost import configured_rates
-    from memory.llm.factory import open_llm
-    from memory.llm.usage_writer import open_usage_writer
-    from memory.patterns.dedup import LLMAdjudicator
-    from memory.patterns.maintenance import ChatIndexJob, PatternTtlJob
-    from memory.retrieval.profile import SqlProfile
-    from memory.retrieval.retriever import SqlPatternRetriever
-    from memory.retrieval.sql import LexiconCache
-    from memory.tools.memory_tools import memory_tools
+    """Run the bot (:func:`actors.wiring.open_bot`) until SIGINT/SIGTERM."""
+    from actors.wiring import open_bot
     from runtime.cli import open_settings_database
-    from runtime.serve import serve
 
     check_serve_settings(settings, args)
+    polling = serve_mode(settings, args) == "polling"
     async with (
         open_settings_database(settings) as database,
-        open_usage_writer(database) as usage,  # api_usage rows off the turn's path
-        voice_transcriber(settings, database) as transcribe,
-        # the SDK is imported once the process serves (or by the first call): not on start-up
-        open_llm(settings, usage, deferred=True) as llm,
-        open_llm(settings, usage, role="memory", deferred=True) as memory_llm,  # compaction
-        open_embedder(
-            settings.embedding_provider,
-            settings.openai_api_key.reveal() or None,
-            settings.openai_base_url or None,
-            usage_db=usage,
-            rates=configured_rates(settings.model_rates),
-        ) as embedder,
+        open_bot(settings, database, polling=polling, announce=print_pairing) as bot,
     ):
-        thresholds = thresholds_for(embedder.model, settings)
-        lexicons = LexiconCache()  # per-chat BM25 statistics, shared by retrieval and recall
-        tools = agent_tools(
-            memory_tools(LLMAdjudicator(memory_llm), thresholds=thresholds, lexicons=lexicons)
-        )
-        compactor = sql_compactor(database, memory_llm, embedder, settings, tools=tools)
-        agent = sql_agent(
-            database,
-            llm,
-            timezone=settings.timezone,
-            embedder=embedder,
-            context_token_budget=settings.context_token_budget,
-            episode_budget=settings.episode_budget_tokens,
-            window_limit=settings.window_messages,
-            retriever=SqlPatternRetriever(
-                database, embedder, thresholds, lexicons=lexicons, timezone=settings.timezone
-            ),
-            profile=SqlProfile(database, settings.timezone, settings.profile_budget_tokens),
-            tools=tools,
-            on_over_budget=compactor.request,
-            prompt_cache=settings.prompt_cache(),
-            confirmations=model_asks,
-        )
-
-        def build(s: Settings, db: Database, shutdown: Shutdown) -> BotSystem:
-            taps = CallbackTable()  # the buttons' handlers, registered by the commands
-            services = MemoryServices(db, embedder, s.timezone, thresholds, lexicons)
-            return BotSystem(
-                s,
-                db,
-                shutdown,
-                polling=serve_mode(s, args) == "polling",
-                announce=print_pairing,
-                turns=agent,
-                transcribe=transcribe,
-                callbacks=taps,
-                commands=command_table(services, taps),
-                background=[
-                    EmbeddingBackfill(db, embedder).run,
-                    PurgeJob(
-                        db,
-                        retention_days=s.message_retention_days,
-                        interval=s.maintenance_interval,
-                    ).run,
-                    ChatIndexJob(
-                        db,
-                        model=embedder.model,
-                        dims=embedder.dims,
-                        interval=s.maintenance_interval,
-                    ).run,
-                    CompactionSweep(
-                        SqlBacklog(db),
-                        compactor.compact,
-                        CompactionRule.from_settings(s),
-                        interval=s.maintenance_interval,
-                    ).run,
-                    PatternTtlJob(
-                        db,
-                        interval=s.maintenance_interval,
-                        max_per_chat=s.max_patterns_per_chat,
-                        timezone=s.timezone,
-                    ).run,
-                ],
-                compactor=compactor,
-            )
-
-        from memory.llm.factory import preload
-
-        return await serve(
-            settings, database, build, on_listening=lambda binds: preload(llm, memory_llm)
-        )
+        return await bot.serve()
 
 
 def build_parser() -> argparse.ArgumentParser:

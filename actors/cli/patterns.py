@@ -48,14 +48,6 @@ async def apply_migrations(db: Database) -> list[str]:
     return await apply(db)
 
 
-def _key(settings: Settings) -> str | None:
-    return settings.openai_api_key.reveal() if settings.openai_api_key else None
-
-
-def _provider(settings: Settings, args: argparse.Namespace) -> str:
-    return str(args.embeddings or settings.embedding_provider)
-
-
 # --- table rendering (pure) --------------------------------------------------------------------
 
 
@@ -189,9 +181,8 @@ def print_merge(report: MergeReport, out: TextIO | None = None) -> None:
 
 
 async def cmd_patterns_merge(settings: Settings, args: argparse.Namespace) -> int:
-    from memory.embeddings.providers import open_embedder
+    from memory.embeddings.factory import open_embedder
     from memory.embeddings.thresholds import thresholds_for
-    from memory.llm.cost import configured_rates
     from memory.llm.factory import check_llm_settings, open_llm
     from memory.patterns.dedup import LLMAdjudicator
     from memory.patterns.merge import merge_patterns
@@ -202,13 +193,7 @@ async def cmd_patterns_merge(settings: Settings, args: argparse.Namespace) -> in
         await apply_migrations(db)
         async with (
             open_llm(settings, db, role="memory") as llm,
-            open_embedder(
-                _provider(settings, args),
-                _key(settings),
-                settings.openai_base_url or None,
-                usage_db=db,
-                rates=configured_rates(settings.model_rates),
-            ) as embedder,
+            open_embedder(settings, db, provider=args.embeddings) as embedder,
         ):
             with Progress(label="adjudicating") as bar:
                 report = await merge_patterns(
@@ -258,21 +243,14 @@ def print_reembed(report: ReembedReport, out: TextIO | None = None) -> None:
 
 
 async def cmd_memory_reembed(settings: Settings, args: argparse.Namespace) -> int:
-    from memory.embeddings.providers import open_embedder
+    from memory.embeddings.factory import open_embedder
     from memory.embeddings.reembed import reembed
     from memory.errors import EmbeddingError
-    from memory.llm.cost import configured_rates
     from runtime.progress import Progress
 
     async with open_settings_database(settings) as db:
         await apply_migrations(db)
-        async with open_embedder(
-            _provider(settings, args),
-            _key(settings),
-            settings.openai_base_url or None,
-            usage_db=db,
-            rates=configured_rates(settings.model_rates),
-        ) as embedder:
+        async with open_embedder(settings, db, provider=args.embeddings) as embedder:
             with Progress(label="re-embedding") as bar:
                 try:
                     report = await reembed(

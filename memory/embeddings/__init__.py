@@ -3,6 +3,6 @@ backfill (:mod:`~memory.embeddings.store`), re-embedding after a model change, a
 thresholds per model (:mod:`~memory.embeddings.thresholds`).
 
 Imports llm (cost and usage rows) and ``runtime``. Public: ``providers.Embedder``,
-``providers.open_embedder``, ``store.store_vectors``, ``store.EmbeddingBackfill``,
+``factory.open_embedder``, ``store.store_vectors``, ``store.EmbeddingBackfill``,
 ``reembed.reembed``, ``thresholds.thresholds_for``.
 """

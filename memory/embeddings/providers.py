@@ -18,8 +18,7 @@ import logging
 import math
 import os
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Iterator, Sequence
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -308,7 +307,7 @@ def make_embedder(
 ) -> OpenAIEmbedder | LocalEmbedder:
     """``auto``: OpenAI when a key is set, else local; ``openai`` requires the key.
 
-    Close the result with ``await embedder.aclose()`` (or use :func:`open_embedder`).
+    Close the result with ``await embedder.aclose()`` (or use ``factory.open_embedder``).
     """
     if embedding_model(provider, openai_api_key) != OPENAI_MODEL:
         return LocalEmbedder()
@@ -317,23 +316,3 @@ def make_embedder(
     return OpenAIEmbedder(
         api_key=openai_api_key, base_url=openai_base_url, usage_db=usage_db, rates=rates
     )
-
-
-@asynccontextmanager
-async def open_embedder(
-    provider: str,
-    openai_api_key: str | None,
-    openai_base_url: str | None = None,
-    *,
-    usage_db: Queries | None = None,
-    rates: RateTable = DEFAULT_RATES,
-) -> AsyncIterator[OpenAIEmbedder | LocalEmbedder]:
-    """:func:`make_embedder` for the block; the SDK client is closed after."""
-    embedder = make_embedder(
-        provider, openai_api_key, openai_base_url, usage_db=usage_db, rates=rates
-    )
-    try:
-        yield embedder
-    finally:
-        with trio.move_on_after(5, shield=True):
-            await embedder.aclose()

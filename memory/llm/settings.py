@@ -7,12 +7,15 @@ from typing import ClassVar, Literal
 
 import attrs
 
+from memory.errors import LLMError
 from memory.llm.cost import parse_rates
 from runtime.parsers import Secret, choice, http_url, secret_word, visible
 from runtime.settings import Field, SettingsSection
 
 #: The values of LLM_PROVIDER.
 PROVIDERS = ("anthropic", "openai")
+#: each provider's settings: ``<PREFIX>_API_KEY``, ``<PREFIX>_MODEL``, ``<PREFIX>_BASE_URL``
+SETTINGS_PREFIXES = {"anthropic": "ANTHROPIC", "openai": "OPENAI"}
 #: MEMORY_MODEL when unset and LLM_PROVIDER=anthropic (with openai: OPENAI_MODEL)
 DEFAULT_MEMORY_MODEL = "claude-haiku-4-5"
 #: what a model is opened for: ``chat`` (turns) or ``memory`` (compaction, adjudication,
@@ -147,3 +150,15 @@ class LLMSettings(SettingsSection):
         if self.llm_provider == "openai":
             return self.openai_model
         return DEFAULT_MEMORY_MODEL if role == "memory" else self.anthropic_model
+
+
+def settings_to_fix(exc: LLMError) -> str:
+    """The settings an operator should check when the model refuses our requests."""
+    prefix = SETTINGS_PREFIXES.get(exc.provider, "OPENAI")
+    if exc.status in (401, 403):
+        return f"{prefix}_API_KEY"
+    if exc.status == 404:
+        return f"{prefix}_MODEL or {prefix}_BASE_URL"
+    if exc.status is None:
+        return f"{prefix}_BASE_URL or {prefix}_API_KEY"
+    return f"{prefix}_MODEL"
