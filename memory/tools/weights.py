@@ -28,7 +28,7 @@ class WeightTrend:
 
 def weight_trend(readings: Sequence[Reading]) -> WeightTrend | None:
     """The least-squares trend of ``readings`` (any order; one a day); None for fewer than two
-    days. Outliers move a fitted line less than a first-vs-last difference."""
+    days. An outlier at either end moves it less than a first-vs-last difference."""
     if len({d for d, _ in readings}) < 2:
         return None
     first = min(d for d, _ in readings)
