@@ -10,13 +10,18 @@ from actors.scheduler.routine import Brief, RoutineContext
 from actors.scheduler.routines.days import day_bounds, local_now
 from memory.untrusted import wrap_untrusted
 
-# the day's entries by (chat_id, created_at); the day's messages by the chat's message index
+# the day's entries by (chat_id, created_at); the day's messages by the chat's live-message
+# index, and those compacted since (a message compacted today was compacted after the day began:
+# the index on compacted_at)
 _DAY = """
 SELECT EXISTS (SELECT 1 FROM entries
                WHERE chat_id = $1 AND created_at >= $2 AND created_at < $3) AS journaled,
        EXISTS (SELECT 1 FROM chat_messages
                WHERE chat_id = $1 AND created_at >= $2 AND created_at < $3
-                 AND role = 'user') AS wrote,
+                 AND compacted_at IS NULL AND role = 'user')
+       OR EXISTS (SELECT 1 FROM chat_messages
+                  WHERE compacted_at >= $2 AND chat_id = $1 AND created_at >= $2
+                    AND created_at < $3 AND role = 'user') AS wrote,
        (SELECT content FROM patterns
         WHERE chat_id = $1 AND status = 'active' AND kind = 'goal'
         ORDER BY is_core_tenet DESC, strength DESC, last_seen DESC, id LIMIT 1) AS goal

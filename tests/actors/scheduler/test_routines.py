@@ -140,6 +140,8 @@ async def test_reflection_on_a_silent_day_asks_tied_to_the_strongest_goal(db: Da
 async def test_reflection_says_nothing_after_a_message_or_an_entry_that_day(db: Database) -> None:
     await message(db, EVENING - timedelta(hours=5))
     assert await NightlyReflection().decide(ctx(db, EVENING)) is None
+    await db.execute("UPDATE chat_messages SET compacted_at = $1", EVENING - timedelta(hours=1))
+    assert await NightlyReflection().decide(ctx(db, EVENING)) is None  # compacted, still written
     await db.execute("DELETE FROM chat_messages")
     assert await NightlyReflection().decide(ctx(db, EVENING)) is not None
     await entry(db, "today", EVENING - timedelta(hours=8))
