@@ -5,7 +5,7 @@ nothing created or reinforced: nothing to say."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -15,6 +15,7 @@ from actors.scheduler.routine import Brief, RoutineContext
 from memory.untrusted import wrap_untrusted
 
 DEFAULT_DAYS = 7
+MAX_DAYS = 31
 MAX_PATTERNS = 12
 
 # created in the period, or reinforced in it (a reinforcement raises times_seen and moves
@@ -62,6 +63,14 @@ def recap_prompt(rows: Sequence[Any], days: int) -> str:
     )
 
 
+def period_days(payload: Mapping[str, Any]) -> int:
+    """The recap's period from the job's payload (``days``: 1 for ``/digest daily``), else a
+    week; anything but a whole number of days from 1 to 31 is a week."""
+    days = payload.get("days", DEFAULT_DAYS)
+    ok = isinstance(days, int) and not isinstance(days, bool) and 1 <= days <= MAX_DAYS
+    return days if ok else DEFAULT_DAYS
+
+
 @attrs.frozen
 class WeeklyRecap:
     name: str = "weekly-recap"
@@ -69,7 +78,7 @@ class WeeklyRecap:
     default_schedule: str = "0 18 * * 0"
 
     async def decide(self, ctx: RoutineContext) -> Brief | None:
-        days = int(ctx.payload.get("days", DEFAULT_DAYS))
+        days = period_days(ctx.payload)
         rows = await ctx.db.fetch(_PERIOD, ctx.chat_id, ctx.now - timedelta(days=days), ctx.now)
         if not rows:
             return None

@@ -5,7 +5,7 @@ scoped to its chat; and no rule ever reaching a model."""
 from __future__ import annotations
 
 import ast
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -16,10 +16,11 @@ import actors.scheduler.routines as routines_pkg
 from actors.scheduler.routine import Brief, RoutineContext
 from actors.scheduler.routine_settings import RoutineSettings
 from actors.scheduler.routines import all_routines
+from actors.scheduler.routines.days import day_bounds
 from actors.scheduler.routines.event_reminders import EventReminders
 from actors.scheduler.routines.nightly_reflection import NightlyReflection
 from actors.scheduler.routines.on_this_day import OnThisDay
-from actors.scheduler.routines.weekly_recap import WeeklyRecap
+from actors.scheduler.routines.weekly_recap import WeeklyRecap, period_days
 from actors.scheduler.routines.weight_trend import WeightTrendRoutine
 from runtime.db import Database
 from runtime.settings import load_settings
@@ -159,6 +160,18 @@ async def test_reflection_reckons_the_day_in_the_chats_zone(db: Database) -> Non
     assert await NightlyReflection().decide(ctx(db, EVENING)) is None
 
 
+@pytest.mark.parametrize(
+    ("day", "hours"), [(date(2024, 11, 3), 25), (date(2024, 3, 10), 23), (date(2024, 6, 1), 24)]
+)
+def test_a_local_day_is_23_24_or_25_hours(day: date, hours: int) -> None:
+    start, end = day_bounds(day, NY)
+    assert start == local(NY, day.year, day.month, day.day, 0, 0)
+    assert end.astimezone(ZoneInfo(NY)).date() == day + timedelta(days=1)
+    assert end.astimezone(ZoneInfo(NY)).hour == 0
+    # (aware datetimes of one zone subtract as wall clocks: the instants are compared in UTC)
+    assert end.astimezone(UTC) - start.astimezone(UTC) == timedelta(hours=hours)
+
+
 async def test_reflection_day_lasts_25_hours_when_the_clocks_fall_back(db: Database) -> None:
     run = local(NY, 2024, 11, 3, 21, 0)  # DST ends at 02:00 on 3 November
     await message(db, local(NY, 2024, 11, 3, 0, 30))  # 04:30 UTC: 25 h before the day's end
@@ -176,6 +189,8 @@ async def test_recap_lists_the_weeks_new_and_reinforced_patterns(db: Database) -
     await pattern(db, "drinks tea", kind="preference", created=SUNDAY - timedelta(days=60),
                   last_seen=SUNDAY - timedelta(days=1), times_seen=4)  # fmt: skip
     await pattern(db, "old and quiet", created=SUNDAY - timedelta(days=60))
+    await pattern(db, "seen once, long ago", created=SUNDAY - timedelta(days=60),
+                  last_seen=SUNDAY - timedelta(days=1))  # fmt: skip
     await pattern(db, "forgotten this week", created=SUNDAY - timedelta(days=1),
                   status="deprecated")  # fmt: skip
     await pattern(db, "the other chat's habit", created=SUNDAY - timedelta(days=1), chat_id=B)
@@ -183,7 +198,7 @@ async def test_recap_lists_the_weeks_new_and_reinforced_patterns(db: Database) -
     assert "this week" in text and "2 new things noticed, 1 confirmed again" in text
     assert "walks at dawn" in text and "worried about the move" in text
     assert "drinks tea (seen 4×)" in text
-    for absent in ("old and quiet", "forgotten this week", "other chat"):
+    for absent in ("old and quiet", "seen once", "forgotten this week", "other chat"):
         assert absent not in text
     assert "habits (1)" in text and "feelings (1)" in text and "preferences (1)" in text
 
@@ -193,6 +208,15 @@ async def test_recap_says_nothing_when_nothing_was_learned(db: Database) -> None
                   last_seen=SUNDAY - timedelta(days=8), times_seen=5)  # fmt: skip
     await pattern(db, "the other chat's habit", created=SUNDAY - timedelta(days=1), chat_id=B)
     assert await WeeklyRecap().decide(ctx(db, SUNDAY)) is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "days"),
+    [({}, 7), ({"days": 1}, 1), ({"days": 31}, 31), ({"days": 0}, 7), ({"days": "1"}, 7),
+     ({"days": True}, 7), ({"days": 400}, 7)],
+)  # fmt: skip
+def test_recap_period_from_the_payload(payload: dict[str, Any], days: int) -> None:
+    assert period_days(payload) == days
 
 
 async def test_daily_digest_recaps_one_day(db: Database) -> None:
