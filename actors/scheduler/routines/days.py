@@ -31,3 +31,10 @@ SELECT EXISTS (SELECT 1 FROM proactive_runs
 async def sent_since(db: Queries, chat_id: int, name: str, since: datetime) -> bool:
     """Whether the routine ``name`` sent something to the chat at or after ``since``."""
     return bool(await db.fetchval(_SENT_SINCE, chat_id, name, since))
+
+
+async def sent_today(ctx: RoutineContext, name: str) -> bool:
+    """Whether the routine ``name`` already sent something this local day (a repeated or
+    deferred run of a daily routine says nothing twice)."""
+    start, _ = day_bounds(local_now(ctx).date(), ctx.timezone)
+    return await sent_since(ctx.db, ctx.chat_id, name, start)

@@ -1,13 +1,13 @@
 """nightly-reflection (21:00): a gentle reflection question, only on a day the person neither
 journaled (an entry of the chat that local day) nor wrote (a message of theirs that local day);
-tied to their strongest active goal when they have one."""
+tied to their strongest active goal when they have one. Once a local day at most."""
 
 from __future__ import annotations
 
 import attrs
 
 from actors.scheduler.routine import Brief, RoutineContext
-from actors.scheduler.routines.days import day_bounds, local_now
+from actors.scheduler.routines.days import day_bounds, local_now, sent_today
 from memory.untrusted import wrap_untrusted
 
 # the day's entries by (chat_id, created_at); the day's messages by the chat's live-message
@@ -49,6 +49,6 @@ class NightlyReflection:
     async def decide(self, ctx: RoutineContext) -> Brief | None:
         start, end = day_bounds(local_now(ctx).date(), ctx.timezone)
         row = await ctx.db.fetchrow(_DAY, ctx.chat_id, start, end)
-        if row["journaled"] or row["wrote"]:
+        if row["journaled"] or row["wrote"] or await sent_today(ctx, self.name):
             return None
         return Brief(prompt=reflection_prompt(row["goal"]))

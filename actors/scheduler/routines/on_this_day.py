@@ -1,6 +1,6 @@
 """on-this-day (10:00): the chat's journal entries written on today's month-day in earlier years
-(the ``on_this_day`` query of :mod:`memory.journal.tools`) -> the model may bring one up; none:
-nothing to say."""
+(the ``on_this_day`` query of :mod:`memory.journal.tools`) -> the model may bring one up; none
+(or already sent today): nothing to say."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from actors.scheduler.routine import Brief, RoutineContext
-from actors.scheduler.routines.days import local_now
+from actors.scheduler.routines.days import local_now, sent_today
 from memory.journal.tools import entries_on_month_day
 from memory.tools.results import excerpt
 from memory.untrusted import wrap_untrusted
@@ -48,6 +48,6 @@ class OnThisDay:
             before_year=today.year,
         )  # fmt: skip
         rows = [r for r in rows if r["text"].strip()]
-        if not rows:
+        if not rows or await sent_today(ctx, self.name):
             return None
         return Brief(prompt=memories_prompt(rows, today.year))

@@ -1,6 +1,6 @@
 """weekly-recap (Sunday 18:00; daily with ``/digest daily``, the job's payload ``days``: 1):
 the patterns created or reinforced over the period and their top themes, for the model to recap;
-nothing created or reinforced: nothing to say."""
+nothing created or reinforced (or a recap already sent today): nothing to say."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from actors.scheduler.routine import Brief, RoutineContext
+from actors.scheduler.routines.days import sent_today
 from memory.untrusted import wrap_untrusted
 
 DEFAULT_DAYS = 7
@@ -80,6 +81,6 @@ class WeeklyRecap:
     async def decide(self, ctx: RoutineContext) -> Brief | None:
         days = period_days(ctx.payload)
         rows = await ctx.db.fetch(_PERIOD, ctx.chat_id, ctx.now - timedelta(days=days), ctx.now)
-        if not rows:
+        if not rows or await sent_today(ctx, self.name):
             return None
         return Brief(prompt=recap_prompt(rows, days))

@@ -367,6 +367,18 @@ async def test_each_event_is_reminded_once_per_slot(db: Database) -> None:
     assert await EventReminders().decide(ctx(db, EV_EVENING, tz=AUCKLAND)) is not None
 
 
+async def test_daily_routines_speak_once_a_local_day(db: Database) -> None:
+    now = local(NY, 2024, 6, 16, 21, 0)  # a Sunday; 01:00 UTC on the 17th
+    await pattern(db, "reads before bed", created=now - timedelta(days=1))
+    await entry(db, "old", local(NY, 2020, 6, 16, 9, 0), "A long walk", tz=NY)
+    for routine in (NightlyReflection(), WeeklyRecap(), OnThisDay()):
+        await sent(db, routine.name, local(NY, 2024, 6, 15, 23, 30))  # yesterday, local
+        await sent(db, routine.name, local(NY, 2024, 6, 16, 1, 0), chat_id=B)
+        assert await routine.decide(ctx(db, now)) is not None, routine.name
+        await sent(db, routine.name, local(NY, 2024, 6, 16, 0, 30))
+        assert await routine.decide(ctx(db, now)) is None, routine.name
+
+
 # --- all routines: names, schedules, no model --------------------------------------------------
 
 
