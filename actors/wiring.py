@@ -96,21 +96,46 @@ def _every(interval: float | None) -> float:
 #: Every periodic job the bot runs, started with the system in this order.
 JOBS: tuple[PeriodicJob, ...] = (
     PeriodicJob("embedding_backfill", None, lambda p, _: EmbeddingBackfill(p.db, p.embedder)),
-    PeriodicJob("purge", "maintenance_interval", lambda p, every: PurgeJob(
-        p.db, retention_days=p.settings.message_retention_days, interval=_every(every),
-    )),
-    PeriodicJob("chat_indexes", "maintenance_interval", lambda p, every: ChatIndexJob(
-        p.db, model=p.embedder.model, dims=p.embedder.dims, interval=_every(every),
-    )),
-    PeriodicJob("compaction_sweep", "maintenance_interval", lambda p, every: CompactionSweep(
-        SqlBacklog(p.db), p.compactor.compact, CompactionRule.from_settings(p.settings),
-        interval=_every(every),
-    )),
-    PeriodicJob("pattern_ttl", "maintenance_interval", lambda p, every: PatternTtlJob(
-        p.db, interval=_every(every), max_per_chat=p.settings.max_patterns_per_chat,
-        timezone=p.settings.timezone,
-    )),
-)  # fmt: skip
+    PeriodicJob(
+        "purge",
+        "maintenance_interval",
+        lambda p, every: PurgeJob(
+            p.db,
+            retention_days=p.settings.message_retention_days,
+            interval=_every(every),
+        ),
+    ),
+    PeriodicJob(
+        "chat_indexes",
+        "maintenance_interval",
+        lambda p, every: ChatIndexJob(
+            p.db,
+            model=p.embedder.model,
+            dims=p.embedder.dims,
+            interval=_every(every),
+        ),
+    ),
+    PeriodicJob(
+        "compaction_sweep",
+        "maintenance_interval",
+        lambda p, every: CompactionSweep(
+            SqlBacklog(p.db),
+            p.compactor.compact,
+            CompactionRule.from_settings(p.settings),
+            interval=_every(every),
+        ),
+    ),
+    PeriodicJob(
+        "pattern_ttl",
+        "maintenance_interval",
+        lambda p, every: PatternTtlJob(
+            p.db,
+            interval=_every(every),
+            max_per_chat=p.settings.max_patterns_per_chat,
+            timezone=p.settings.timezone,
+        ),
+    ),
+)
 
 
 def build_jobs(parts: Parts, jobs: Sequence[PeriodicJob] = JOBS) -> list[Any]:
@@ -140,9 +165,12 @@ class Bot:
                 on_listening(binds)
 
         return await serve(
-            parts.settings, parts.db, lambda s, d, sh: system, on_listening=listening,
+            parts.settings,
+            parts.db,
+            lambda s, d, sh: system,
+            on_listening=listening,
             shutdown=system.shutdown,
-        )  # fmt: skip
+        )
 
 
 @asynccontextmanager
@@ -169,9 +197,14 @@ async def voice_transcriber(
 
         async def transcribe(chat_id: int, voice: Voice) -> str:
             result = await transcribe_voice(
-                bot=bot, openai=client, db=db, chat_id=chat_id, voice=voice,
-                model=settings.transcription_model, rates=rates,
-            )  # fmt: skip
+                bot=bot,
+                openai=client,
+                db=db,
+                chat_id=chat_id,
+                voice=voice,
+                model=settings.transcription_model,
+                rates=rates,
+            )
             return result.text
 
         yield transcribe
@@ -227,9 +260,18 @@ async def open_bot(
             confirmations=model_asks,
         )
         parts = Parts(
-            settings, db, bot, llm, memory_llm, embedder, thresholds, lexicons, tools, compactor,
+            settings,
+            db,
+            bot,
+            llm,
+            memory_llm,
+            embedder,
+            thresholds,
+            lexicons,
+            tools,
+            compactor,
             agent,
-        )  # fmt: skip
+        )
         jobs = build_jobs(parts)
         taps = CallbackTable()  # the buttons' handlers, registered by the commands
         services = MemoryServices(db, embedder, settings.timezone, thresholds, lexicons)

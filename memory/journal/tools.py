@@ -1,5 +1,6 @@
-"""The agent's journal tools (seed 000: "the existing 7 tool handlers"); with ``log_weight``
-and ``get_usage`` (:mod:`memory.tools.personal_tools`) they make :data:`JOURNAL_TOOLS`.
+"""The agent's journal tools (seed 000: "the existing 7 tool handlers"); with the personal
+tools (``log_weight``, ``weight_history``, ``get_usage``: :mod:`memory.tools.personal_tools`)
+they make :data:`JOURNAL_TOOLS`.
 
 Entry dates are local: in the entry's own time zone when it has a valid one, else the context
 time zone. Date filters compare against that local date. Every tool reads the turn's chat's
@@ -10,6 +11,7 @@ weights are per chat too (``daily_metrics.chat_id``).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Any
 
@@ -23,6 +25,7 @@ from memory.tools.registry import Tool, ToolContext, ToolRegistry, tool
 from memory.tools.results import excerpt, writing_stats
 from memory.tools.schema import date_range, date_spec, optional_date, spec
 from runtime.clock import clock_text
+from runtime.db import Queries
 
 SNIPPET_CHARS = 300
 LIST_TEXT_CHARS = 2000
@@ -202,19 +205,30 @@ class OnThisDayInput:
     limit: int = _limit(20, 50, "entries")
 
 
+async def entries_on_month_day(
+    db: Queries, timezone: str, chat_id: int, month_day: str, limit: int, *, before_year: int = 0
+) -> Sequence[Any]:
+    """The chat's entries written on ``month_day`` (MM-DD, local) of any year (only years
+    before ``before_year`` when given), newest first: ``on_this_day`` and the on-this-day
+    routine."""
+    return await db.fetch(
+        f"{LOCAL} SELECT {_SUMMARY_COLS} FROM le WHERE to_char(le.local_ts, 'MM-DD') = $3 "
+        "AND ($5::int = 0 OR extract(year FROM le.local_ts) < $5::int) "
+        "ORDER BY le.local_ts DESC LIMIT $4",
+        timezone,
+        chat_id,
+        month_day,
+        limit,
+        before_year,
+    )
+
+
 @tool(_TOOLS, "on_this_day", OnThisDayInput)
 async def on_this_day(ctx: ToolContext, inp: OnThisDayInput) -> dict[str, Any]:
     """Entries written on a month-day (default today) in any year, newest year first."""
     today = ctx.today
     month_day = inp.month_day or today.strftime("%m-%d")
-    rows = await ctx.db.fetch(
-        f"{LOCAL} SELECT {_SUMMARY_COLS} FROM le WHERE to_char(le.local_ts, 'MM-DD') = $3 "
-        "ORDER BY le.local_ts DESC LIMIT $4",
-        ctx.timezone,
-        ctx.chat_id,
-        month_day,
-        inp.limit,
-    )
+    rows = await entries_on_month_day(ctx.db, ctx.timezone, ctx.chat_id, month_day, inp.limit)
     entries = [
         _with_text(r, SNIPPET_CHARS * 2, years_ago=today.year - r["local_ts"].year) for r in rows
     ]
@@ -315,9 +329,9 @@ async def entry_stats(ctx: ToolContext, inp: EntryStatsInput) -> dict[str, Any]:
 
 
 def journal_registry() -> ToolRegistry:
-    """A registry with every journal tool, ``log_weight`` and ``get_usage``."""
+    """A registry with every journal tool and the personal tools."""
     return ToolRegistry(JOURNAL_TOOLS)
 
 
-#: every journal tool, ``log_weight`` and ``get_usage``, in the order they are offered
+#: every journal tool and the personal tools, in the order they are offered
 JOURNAL_TOOLS: tuple[Tool[Any], ...] = (*_TOOLS, *PERSONAL_TOOLS)

@@ -1,5 +1,6 @@
 """The agent's tools over the person's own records: ``log_weight`` (seed 000, "Weight logging
-as a tool"; ``daily_metrics`` per chat) and ``get_usage`` ("how much have you cost me?", from
+as a tool"; ``daily_metrics`` per chat), ``weight_history`` (the readings and their trend) and
+``get_usage`` ("how much have you cost me?", from
 ``api_usage``). Offered with the journal tools (:data:`memory.journal.tools.JOURNAL_TOOLS`).
 """
 
@@ -15,6 +16,7 @@ from memory.llm.usage import usage_summary
 from memory.tools.registry import Tool, ToolContext, tool
 from memory.tools.results import usage_report
 from memory.tools.schema import date_range, date_spec, optional_date, parse_day, spec
+from memory.tools.weights import weight_readings, weight_trend
 
 _TOOLS: list[Tool[Any]] = []
 
@@ -72,6 +74,48 @@ async def log_weight(ctx: ToolContext, inp: LogWeightInput) -> dict[str, Any]:
 
 
 @attrs.frozen
+class WeightHistoryInput:
+    date_from: str | None = optional_date("First day; defaults to 29 days before date_to")
+    date_to: str | None = optional_date("Last day, inclusive; defaults to today")
+
+
+MAX_HISTORY_DAYS = 800
+
+
+@tool(_TOOLS, "weight_history", WeightHistoryInput)
+async def weight_history(ctx: ToolContext, inp: WeightHistoryInput) -> dict[str, Any]:
+    """The logged weights between two days (default the last 30 days), oldest first, with
+    the first and last reading and the least-squares trend (change over the period and per
+    week). Use for "how has my weight moved?"."""
+    start, end = date_range(inp.date_from, inp.date_to)
+    end = end or ctx.today
+    start = start or end - timedelta(days=29)
+    if start > end:
+        raise ToolError("date_from must not be after date_to", "date_from")
+    if (end - start).days >= MAX_HISTORY_DAYS:
+        raise ToolError(f"at most {MAX_HISTORY_DAYS} days at a time", "date_from")
+    readings = await weight_readings(ctx.db, ctx.chat_id, start, end)
+    out: dict[str, Any] = {
+        "date_from": start.isoformat(),
+        "date_to": end.isoformat(),
+        "count": len(readings),
+        "readings": [{"date": d.isoformat(), "weight_kg": w} for d, w in readings],
+    }
+    if readings:
+        (d0, w0), (d1, w1) = readings[0], readings[-1]
+        out["first"] = {"date": d0.isoformat(), "weight_kg": w0}
+        out["last"] = {"date": d1.isoformat(), "weight_kg": w1}
+        out["change_kg"] = round(w1 - w0, 2)
+    trend = weight_trend(readings)
+    if trend is not None:
+        out["trend"] = {
+            "change_kg": round(trend.change_kg, 2),
+            "per_week_kg": round(trend.per_week_kg, 2),
+        }
+    return out
+
+
+@attrs.frozen
 class GetUsageInput:
     date_from: str | None = optional_date("First day; defaults to 29 days before date_to")
     date_to: str | None = optional_date("Last day, inclusive; defaults to today")
@@ -100,5 +144,5 @@ async def get_usage(ctx: ToolContext, inp: GetUsageInput) -> dict[str, Any]:
     return usage_report(s, start, end)
 
 
-#: ``log_weight`` and ``get_usage``, in the order they are offered
+#: ``log_weight``, ``weight_history`` and ``get_usage``, in the order they are offered
 PERSONAL_TOOLS: tuple[Tool[Any], ...] = tuple(_TOOLS)

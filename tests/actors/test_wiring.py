@@ -96,8 +96,12 @@ async def test_every_periodic_job_starts_with_its_interval_setting(
         settings = bot_settings(fake, fake_claude, MAINTENANCE_INTERVAL="4321")
         async with serving(settings, db, codes) as bot:
             assert [job.name for job in JOBS] == [
-                "embedding_backfill", "purge", "chat_indexes", "compaction_sweep", "pattern_ttl"
-            ]  # fmt: skip
+                "embedding_backfill",
+                "purge",
+                "chat_indexes",
+                "compaction_sweep",
+                "pattern_ttl",
+            ]
             assert bot.system.background == [job.run for job in bot.jobs]
             for spec, job in zip(JOBS, bot.jobs, strict=True):
                 if spec.interval is not None:

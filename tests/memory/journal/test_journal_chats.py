@@ -106,6 +106,7 @@ CHECKED = {
     "list_tags",
     "entry_stats",
     "log_weight",
+    "weight_history",
     "get_usage",
 }
 
@@ -167,6 +168,10 @@ async def test_chat_b_sees_none_of_chat_as_journal_through_any_tool(db: Database
     await call(a, "log_weight", weight_kg=81.5, date="2024-06-10")
     logged = await call(b, "log_weight", weight_kg=60.0, date="2024-06-14")
     assert logged["previous"] is None
+    history_b = await call(b, "weight_history", date_from="2024-06-01", date_to="2024-06-15")
+    assert history_b["readings"] == [{"date": "2024-06-14", "weight_kg": 60.0}]
+    history_a = await call(a, "weight_history", date_from="2024-06-01", date_to="2024-06-15")
+    assert history_a["readings"] == [{"date": "2024-06-10", "weight_kg": 81.5}]
     await log_api_usage(
         db,
         provider="anthropic",

@@ -41,7 +41,7 @@ def uuids(items: list[dict[str, Any]]) -> list[str]:
     return [i["uuid"] for i in items]
 
 
-def test_registry_offers_the_nine_tools() -> None:
+def test_registry_offers_the_ten_tools() -> None:
     assert REGISTRY.names() == [
         "search_entries",
         "get_entry",
@@ -51,11 +51,12 @@ def test_registry_offers_the_nine_tools() -> None:
         "list_tags",
         "entry_stats",
         "log_weight",
+        "weight_history",
         "get_usage",
     ]
     for s in REGISTRY.specs():
         assert s["input_schema"]["additionalProperties"] is False and s["description"]
-    assert len(JOURNAL_TOOLS) == 9
+    assert len(JOURNAL_TOOLS) == 10
 
 
 # --- search_entries ----------------------------------------------------------------------------
