@@ -53,6 +53,7 @@ from actors.agent.tool_loop import (
     tool_specs,
     transcript_rows,
 )
+from actors.agent.routine_turn import run_routine_turn
 from actors.agent.turn import AskFactory, TurnInput, TurnReply
 from actors.agent.turn_links import link_cited_entries
 from actors.agent.window_text import BLOCK_ROWS, RECENT_ROWS, format_window
@@ -140,7 +141,10 @@ class Agent:
     confirmations: AskFactory | None = None
 
     async def run_turn(self, turn: TurnInput) -> TurnReply:
-        """Answer one user message (see the module docstring)."""
+        """Answer one user message (see the module docstring), or run a routine turn
+        (:mod:`actors.agent.routine_turn`)."""
+        if turn.reason == "routine":
+            return await run_routine_turn(self, turn)
         chat_id = turn.chat_id
         deadline = trio.current_time() + self.guardrails.turn_seconds
         now = self.clock()
@@ -192,7 +196,8 @@ class Agent:
 
         compact = partial(self._request_compaction, chat_id) if over else None
         keep = bool(rows) or stats is not None or asks is not None
-        return TurnReply(text, persist=persist if keep else None, after_commit=compact)
+        return TurnReply(text, persist=persist if keep else None, after_commit=compact,
+                         model_calls=state.llm_calls)  # fmt: skip
 
     async def _store_and_recall(
         self, turn: TurnInput, external_id: str | None, now: datetime
