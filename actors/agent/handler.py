@@ -44,6 +44,7 @@ import attrs
 import trio
 
 from actors.agent.context import PERSONA, TurnContext, build_context, context_tokens
+from actors.agent.routine_turn import run_routine_turn
 from actors.agent.tool_loop import (
     Guardrails,
     LoopState,
@@ -53,7 +54,6 @@ from actors.agent.tool_loop import (
     tool_specs,
     transcript_rows,
 )
-from actors.agent.routine_turn import run_routine_turn
 from actors.agent.turn import AskFactory, TurnInput, TurnReply
 from actors.agent.turn_links import link_cited_entries
 from actors.agent.window_text import BLOCK_ROWS, RECENT_ROWS, format_window

@@ -74,8 +74,11 @@ def looks_like_marker(text: str) -> bool:
     if not MARKER.fullmatch(flat):
         return False
     core = flat.strip("[](){}<>.!")
-    return (core.isupper() and len(core) > 1) or "_" in core or "-" in core or (
-        core.lower().replace("_", "") in MARKER_WORDS
+    return (
+        (core.isupper() and len(core) > 1)
+        or "_" in core
+        or "-" in core
+        or (core.lower().replace("_", "") in MARKER_WORDS)
     )
 
 

@@ -9,9 +9,9 @@ was sent::
 Tool activity is shown as ``called <tool> {...}`` lines and results inside ``<untrusted>``
 tags. A message a routine sent (seed 004, "Phase 2.5") shows its summary under the routine's
 name, ``Assistant [weekly-recap @ 07:02, 8 hours ago]: <summary>``; its full text stays for
-``recall_conversation``. :func:`split_window` cuts the window into cacheable older blocks and the latest rows
-(:mod:`actors.agent.context` says why); :func:`window_parts` renders both. Pure: the caller
-passes ``now`` and the time zone.
+``recall_conversation``. :func:`split_window` cuts the window into cacheable older blocks
+and the latest rows (:mod:`actors.agent.context` says why); :func:`window_parts` renders
+both. Pure: the caller passes ``now`` and the time zone.
 """
 
 from __future__ import annotations

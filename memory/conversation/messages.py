@@ -73,7 +73,6 @@ class ChatMessage:
         return self.routine_name is not None and self.summary is not None
 
 
-
 class ConversationStore(Protocol):
     """What the agent needs of ``chat_messages`` (SQL in production, memory in timer tests)."""
 

@@ -68,8 +68,19 @@ def test_every_invented_marker_looks_like_one(marker: str) -> None:
     assert looks_like_marker(marker)
 
 
-@given(st.sampled_from(["How was your day?", "Good morning! Ready for Sunday?", "Hi!", "Ok then",
-                        "You ran 3 times this week.", "¿Qué tal?", "Heads-up: dentist at 9."]))
+@given(
+    st.sampled_from(
+        [
+            "How was your day?",
+            "Good morning! Ready for Sunday?",
+            "Hi!",
+            "Ok then",
+            "You ran 3 times this week.",
+            "¿Qué tal?",
+            "Heads-up: dentist at 9.",
+        ]
+    )
+)
 def test_messages_do_not_look_like_markers(text: str) -> None:  # fmt: skip
     assert not looks_like_marker(text)
 
@@ -118,8 +129,12 @@ async def test_nothing_reaches_the_outbox_on_a_declined_or_marker_routine_turn(
     assert await db.fetchval("SELECT count(*) FROM outbox WHERE chat_id = $1", CHAT) == 0
     assert queued == []  # the sender was never told of a row
     assert await db.fetchval("SELECT count(*) FROM chat_messages WHERE chat_id = $1", CHAT) == 0
-    assert await db.fetchval(
-        "SELECT count(*) FROM inbox WHERE chat_id = $1 AND status <> 'skipped'", CHAT) == 0
+    assert (
+        await db.fetchval(
+            "SELECT count(*) FROM inbox WHERE chat_id = $1 AND status <> 'skipped'", CHAT
+        )
+        == 0
+    )
     assert model.calls == sum(seen.values())  # one model call a turn: a decline ends it
 
 
@@ -142,7 +157,8 @@ async def test_a_handler_that_declines_never_has_its_text_sent(db: Database) -> 
     await inbox.insert_update(db, update_key(7, due_at), None, CHAT, INBOX_KIND, run.to_payload())
     await ChatActor(CHAT, deps).handle(Wake())
     rec = await db.fetchrow("SELECT outcome, reason, model_calls FROM proactive_runs")
-    assert rec is not None and tuple(rec) == ("declined", "quiet day", 2)
+    assert rec is not None
+    assert (rec["outcome"], rec["reason"], rec["model_calls"]) == ("declined", "quiet day", 2)
     assert await db.fetchval("SELECT count(*) FROM outbox") == 0
 
 

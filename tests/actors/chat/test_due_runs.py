@@ -128,9 +128,7 @@ async def process(
 ) -> AsyncIterator[None]:
     """The sender, the chat registry and the router, as ``engram serve`` starts them."""
     async with trio.open_nursery() as nursery:
-        sender: Address[OutboxReady] = await nursery.start(
-            SenderActor(db, bot, settings=FAST).run
-        )
+        sender: Address[OutboxReady] = await nursery.start(SenderActor(db, bot, settings=FAST).run)
 
         def ready(chat_id: int, row: OutboxRow | None) -> None:
             with suppress(ActorError):
@@ -194,7 +192,8 @@ async def settled(db: Database, runs: int, sent: int) -> None:
                 "('pending', 'sending')", CHAT)  # fmt: skip
             done = await db.fetchval("SELECT count(*) FROM proactive_runs WHERE chat_id = $1", CHAT)
             out = await db.fetchval(
-                "SELECT count(*) FROM outbox WHERE chat_id = $1 AND status = 'sent'", CHAT)
+                "SELECT count(*) FROM outbox WHERE chat_id = $1 AND status = 'sent'", CHAT
+            )
             if (open_in, open_out, done, out) == (0, 0, runs, sent):
                 return
             await trio.sleep(0.02)
@@ -364,7 +363,8 @@ async def test_a_prompt_runs_a_routine_turn_whose_reply_is_sent_and_stored_as_th
                           CHAT)  # fmt: skip
     # the brief is not the person's words: the only row is the routine's message
     assert [tuple(r) for r in rows] == [
-        ("assistant", "routine", "How did today feel, in one word?")]
+        ("assistant", "routine", "How did today feel, in one word?")
+    ]
 
 
 async def test_the_decline_tool_is_offered_on_routine_turns_only(

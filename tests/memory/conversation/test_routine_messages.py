@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 import trio
+from db_scan import rows_containing
 
 from actors.agent.context import build_context, estimate_tokens
 from actors.agent.turn import TurnInput, TurnReply
@@ -44,7 +45,6 @@ from memory.retrieval.retriever import RetrievedMemory
 from memory.tools.memory_tools import memory_registry
 from memory.tools.registry import ToolContext
 from runtime.db import Database
-from db_scan import rows_containing
 
 CHAT = 22044
 TZ = "Europe/Madrid"
@@ -58,8 +58,8 @@ SUMMARY = ("Morning briefing: two goal deadlines this week and a focus block sug
 def briefing(words: int = 600) -> str:
     """A ~600-word morning briefing (under recall's 4000-character best snippet), with the
     weather sentence in its middle."""
-    filler = ("plan the day calmly and keep the focus block for the integration work "
-              "then review the notes").split()  # fmt: skip
+    filler = ["plan", "the", "day", "calmly", "and", "keep", "the", "focus", "block", "for",
+              "the", "integration", "work"]  # fmt: skip
     body = [filler[i % len(filler)] for i in range(words - len(WEATHER.split()) - 4)]
     half = len(body) // 2
     return " ".join([*body[:half], "Weather", "today:", *WEATHER.split(), "Tasks", *body[half:]])
@@ -184,8 +184,12 @@ async def test_7e_two_routine_summaries_and_15_messages_all_fit_the_window(db: D
     await send_routine(db, "smart-checkin", check_in,
                        MemoryModel(answer="Checked in: two deadlines, three hours since the "
                                    "last message; suggested a focus session."), 2)  # fmt: skip
-    talk = [ChatMessage(role="user" if i % 2 == 0 else "assistant", content=f"message {i} about gardening",
-                        created_at=SENT + timedelta(minutes=10 + i)) for i in range(15)]  # fmt: skip
+    talk = [
+        ChatMessage(role="user" if i % 2 == 0 else "assistant",
+                    content=f"message {i} about gardening",
+                    created_at=SENT + timedelta(minutes=10 + i))
+        for i in range(15)
+    ]  # fmt: skip
     await insert_rows(db, CHAT, talk)
     window = await recent_window(db, CHAT, 20)  # fewer than 20 verbatim slots
     shown = format_window(window, TZ, NOW)
