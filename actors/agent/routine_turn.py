@@ -1,5 +1,5 @@
-"""A routine turn (``reason`` "routine"): the model is asked with a routine's brief, not a
-message from the person, and may decline.
+"""A routine turn (``reason`` "routine", run by :meth:`actors.agent.handler.Agent.run_turn`):
+the model is asked with a routine's brief, not a message from the person, and may decline.
 
 The system prompt says so (:data:`ROUTINE_NOTE`); the brief goes in as the turn's first message
 inside ``<routine>`` tags and is not stored as the person's words; the ``decline`` tool is
@@ -14,21 +14,13 @@ decline too, so such a token can never reach the person. A failed or cut-short t
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import trio
-
-from actors.agent.context import build_context
-from actors.agent.tool_loop import LoopState, ToolLoop, is_outage, tool_specs
+from actors.agent.tool_loop import LoopState, is_outage
 from actors.agent.turn import TurnInput, TurnReply
 from actors.errors import ModelUnavailable
-from memory.llm.protocol import Message, ToolSpec
-from memory.tools.registry import ToolContext
-from runtime.concurrency import both
+from memory.llm.protocol import ToolSpec
 from runtime.logs import get_logger
-
-if TYPE_CHECKING:
-    from actors.agent.handler import Agent
 
 log = get_logger(__name__)
 
@@ -87,51 +79,23 @@ def brief_message(turn: TurnInput) -> str:
     return f'<routine name="{turn.routine or "routine"}">\n{turn.text}\n</routine>'
 
 
-async def run_routine_turn(agent: Agent, turn: TurnInput) -> TurnReply:
-    """One routine turn by ``agent`` (see the module docstring). Raises
-    :class:`~actors.errors.ModelUnavailable` when the model is down and
-    :class:`RoutineTurnFailed` when it ends without a message."""
-    chat_id = turn.chat_id
-    deadline = trio.current_time() + agent.guardrails.turn_seconds
-    now = agent.clock()
-    (window, (memory, episodes)), profile = await both(
-        lambda: both(
-            lambda: agent.conversation.recent(chat_id, agent.window_limit),
-            lambda: both(
-                lambda: agent._retrieve(chat_id, turn.text),
-                lambda: agent._episodes(chat_id),
-            ),
-        ),
-        lambda: agent._profile(chat_id, now),
-    )
-    specs = (*tool_specs(agent.tools), DECLINE_SPEC)
-    context = build_context(
-        now=now, timezone=agent.timezone, memory=memory, window=window, tools=specs,
-        persona=f"{agent.persona}\n\n{ROUTINE_NOTE}", episodes=episodes,
-        episode_budget=agent.episode_budget, profile=profile, cache=agent.prompt_cache,
-        recent_rows=agent.recent_rows, block_rows=agent.block_rows,
-    )  # fmt: skip
-    tool_ctx = ToolContext(
-        db=agent.tool_db, embedder=agent.embedder, chat_id=chat_id, timezone=agent.timezone,
-        now=now,
-    )  # fmt: skip
-    loop = ToolLoop(agent.llm, agent.tools, specs, context.blocks, tool_ctx, agent.guardrails,
-                    agent.max_tokens, stops=frozenset({DECLINE}))  # fmt: skip
-    state = LoopState([Message.user(brief_message(turn))])
-    with trio.move_on_at(deadline) as scope:
-        await loop.run(state, deadline)
+def routine_reply(state: LoopState, cut: bool, chat_id: int, routine: str | None) -> TurnReply:
+    """What a routine turn's loop leaves (see the module docstring): a declined reply, or the
+    message to send. Raises :class:`~actors.errors.ModelUnavailable` when the model is down and
+    :class:`RoutineTurnFailed` when the turn ended without a message (``cut``: by its
+    deadline)."""
     calls = state.llm_calls
-    fields: dict[str, Any] = {"chat_id": chat_id, "routine": turn.routine, "llm_calls": calls,
+    fields: dict[str, Any] = {"chat_id": chat_id, "routine": routine, "llm_calls": calls,
                               "tool_calls": state.tool_calls}  # fmt: skip
     if state.error is not None and is_outage(state.error):
         raise ModelUnavailable(state.error)
     if state.stopped is not None:
-        reason = str(state.stopped[1].get("reason") or "declined").strip()[:200]
+        reason = str(state.stopped[1].get("reason") or "").strip()[:200] or "declined"
         log.info("agent.routine_declined", reason=reason, **fields)
-        return TurnReply("", declined=reason or "declined", model_calls=calls)
+        return TurnReply("", declined=reason, model_calls=calls)
     if state.error is not None:
         raise RoutineTurnFailed(f"model error: {type(state.error).__name__}", calls)
-    if scope.cancelled_caught or state.tripped is not None:
+    if cut or state.tripped is not None:
         raise RoutineTurnFailed(f"guardrail: {state.tripped or 'time_limit'}", calls)
     text = (state.final_text or "").strip()
     if looks_like_marker(text):

@@ -15,7 +15,7 @@ from actors.agent.turn import TurnHandler
 from actors.chat.callbacks import Callbacks
 from actors.chat.command_base import CommandTable
 from actors.chat.commands import command_table
-from actors.chat.due_runs import Proactive
+from actors.chat.proactive import Proactive
 from actors.chat.store import ChatStore
 from actors.chat.wakes import PendingWakes, RunningTurns
 from actors.queues import inbox, outbox

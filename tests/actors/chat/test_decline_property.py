@@ -19,7 +19,7 @@ from actors.agent.routine_turn import DECLINE, looks_like_marker
 from actors.agent.turn import TurnReply
 from actors.chat.actor import ChatActor
 from actors.chat.deps import ChatDeps
-from actors.chat.due_runs import Proactive
+from actors.chat.proactive import Proactive
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import Wake
 from actors.queues import inbox

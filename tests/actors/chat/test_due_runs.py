@@ -24,7 +24,8 @@ from actors.agent.routine_turn import DECLINE, ROUTINE_NOTE
 from actors.agent.turn import TurnInput, TurnReply
 from actors.chat.actor import chat_factory
 from actors.chat.deps import ChatDeps
-from actors.chat.due_runs import REMINDER_MARK, Proactive
+from actors.chat.due_runs import REMINDER_MARK
+from actors.chat.proactive import Proactive
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import Wake
 from actors.queues import inbox

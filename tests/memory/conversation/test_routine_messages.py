@@ -21,7 +21,7 @@ from actors.agent.turn import TurnInput, TurnReply
 from actors.agent.window_text import format_window
 from actors.chat.actor import ChatActor
 from actors.chat.deps import ChatDeps
-from actors.chat.due_runs import Proactive
+from actors.chat.proactive import Proactive
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import Wake
 from actors.queues import inbox
