@@ -119,6 +119,7 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
     from actors.system import BotSystem
     from memory.compaction.backlog import CompactionSweep, SqlBacklog
     from memory.conversation.purge import PurgeJob
+    from memory.conversation.routine_summary import RoutineSummarizer
     from memory.conversation.window import CompactionRule
     from memory.embeddings.providers import open_embedder
     from memory.embeddings.store import EmbeddingBackfill
@@ -188,6 +189,7 @@ async def cmd_serve(settings: Settings, args: argparse.Namespace) -> int:
                 transcribe=transcribe,
                 callbacks=taps,
                 commands=command_table(services, taps),
+                routine_summarizer=RoutineSummarizer(memory_llm),
                 background=[
                     EmbeddingBackfill(db, embedder).run,
                     PurgeJob(
