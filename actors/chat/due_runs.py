@@ -77,21 +77,21 @@ class _Run:
 
     async def go(self) -> None:
         p, run, now = self.proactive, self.run, self.actor.deps.wall_clock()
+        routine = p.routines.get(run.name) if run.kind == "routine" else None
+        if run.kind == "routine" and routine is None:
+            log.warning("chat.run_unknown_routine", chat_id=run.chat_id, name=run.name)
+            await self._finish("skipped", f"unknown routine {run.name!r}")
+            return
         blocked = await p.check_gates(p.db, run, now)
         if blocked is not None:
             await self._finish("skipped", f"gate: {blocked}")
             return
-        if run.kind == "reminder":
+        if routine is None:  # a reminder
             what = str(run.payload.get("text") or run.payload.get("what") or "").strip()
             if not what:
                 await self._finish("skipped", "reminder without text")
                 return
             await self._send(f"{REMINDER_MARK} {what}", 0)
-            return
-        routine = p.routines.get(run.name)
-        if routine is None:
-            log.warning("chat.run_unknown_routine", chat_id=run.chat_id, name=run.name)
-            await self._finish("skipped", f"unknown routine {run.name!r}")
             return
         ctx = RoutineContext(db=p.db, chat_id=run.chat_id, timezone=p.timezone, now=now,
                              payload=run.payload)  # fmt: skip
