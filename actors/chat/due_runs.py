@@ -33,7 +33,7 @@ from actors.queues import inbox
 from actors.scheduler.routine import DueRun, RoutineContext
 from memory.conversation.messages import insert_routine_message
 from runtime.db import Connection
-from runtime.errors import DatabaseOutage, DatabaseUnavailable
+from runtime.errors import DatabaseError, DatabaseOutage, DatabaseUnavailable
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -124,6 +124,13 @@ class _Run:
             return
         except RoutineTurnFailed as exc:
             await self._finish("failed", str(exc), exc.model_calls)
+            return
+        except DatabaseError:
+            raise  # the database's trouble, not the run's: handled as for any turn
+        except Exception as exc:  # no apology to someone who did not write: recorded
+            log.error("chat.routine_turn_failed", chat_id=run.chat_id, name=run.name,
+                      exc_info=exc)  # fmt: skip
+            await self._finish("failed", f"turn failed: {type(exc).__name__}")
             return
         if reply.declined is not None:
             await self._finish("declined", reply.declined, reply.model_calls)

@@ -406,3 +406,23 @@ async def test_a_declined_routine_never_reaches_send_message_whatever_the_model_
         assert await db.fetchval("SELECT count(*) FROM outbox WHERE chat_id = $1", CHAT) == 0
     assert await db.fetchval("SELECT count(*) FROM chat_messages WHERE chat_id = $1 AND "
                              "source = 'routine'", CHAT) == int(real_message)  # fmt: skip
+
+
+async def test_a_failing_routine_turn_is_recorded_failed_and_sends_no_apology(
+    db: Database, fake: FakeBotApi, bot: BotApiClient
+) -> None:
+    @attrs.define
+    class Crashes:
+        async def run_turn(self, turn: TurnInput) -> TurnReply:
+            if turn.reason == "routine":
+                raise RuntimeError("boom")
+            return TurnReply(f"echo:{turn.text}")
+
+    await proactive_on(db)
+    await due(db, "nightly-reflection")
+    await message(db, 5, "hi")
+    routine = FakeRoutine("nightly-reflection", Brief(prompt="Reflect?"))
+    async with process(db, Crashes(), bot, [routine]):
+        await settled(db, runs=1, sent=1)
+    assert await runs(db) == [("nightly-reflection", "failed", "turn failed: RuntimeError", 0)]
+    assert fake.sent_texts(CHAT) == ["echo:hi"]
