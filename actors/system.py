@@ -24,7 +24,7 @@ The inbox writer has no drain: like the HTTP server it serves until the final ca
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
 from functools import partial
@@ -39,6 +39,7 @@ from actors.chat.callbacks import Callbacks, CallbackTable
 from actors.chat.command_base import CommandTable
 from actors.chat.commands import command_table
 from actors.chat.deps import ChatDeps, Transcriber
+from actors.chat.proactive import Proactive
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import RunningTurns
 from actors.compactor import CompactorActor
@@ -47,6 +48,7 @@ from actors.queues.dedupe import DedupeCache
 from actors.queues.inbox_writer import InboxWriter
 from actors.queues.outbox import OutboxRow
 from actors.router import Router
+from actors.scheduler.routine import Routine
 from actors.sender.actor import OutboxReady, SenderActor
 from actors.sender.policy import SenderLedger, SenderSettings
 from actors.settings import Settings
@@ -55,6 +57,7 @@ from actors.telegram.errors import BadRequest, TelegramError, TokenRejected, Una
 from actors.telegram.pairing import ChatAccess
 from actors.telegram.types import ALLOWED_UPDATES
 from actors.telegram.webhook import WEBHOOK_PATH, webhook_handler
+from memory.conversation.routine_summary import RoutineSummarizer
 from memory.patterns.stats import cost_today, next_day_start
 from runtime.actor import Address
 from runtime.asgi import AsgiApp
@@ -102,6 +105,10 @@ class BotSystem:
     callbacks: CallbackTable = attrs.field(factory=CallbackTable)
     #: the chat commands, registered as Telegram's menu at start (``setMyCommands``)
     commands: CommandTable = attrs.field(factory=command_table)
+    #: the routines due runs name (issue 22; ``actors/scheduler/routines``), and what
+    #: summarises a routine's sent message for the window (MEMORY_MODEL)
+    routines: Mapping[str, Routine] = attrs.field(factory=dict)
+    routine_summarizer: RoutineSummarizer = attrs.field(factory=RoutineSummarizer)
 
     #: shows the pairing instructions (``engram serve`` prints them to stdout)
     announce: Callable[[str], None] = lambda text: None
@@ -231,6 +238,9 @@ class BotSystem:
             daily_cost_usd=settings.chat_daily_cost_usd,
             spent_today=self._spent_today,
             next_day=partial(next_day_start, timezone=settings.timezone),
+            proactive=Proactive(
+                self.db, self.routines, settings.timezone, summarizer=self.routine_summarizer
+            ),
         )
 
     def _chats(self, deps: ChatDeps) -> Registry[int, Any]:

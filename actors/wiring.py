@@ -31,12 +31,14 @@ from actors.chat.deps import Transcriber
 from actors.chat.memory_commands import MemoryServices
 from actors.chat.model_asks import model_asks
 from actors.compactor import CompactorActor, sql_compactor
+from actors.scheduler.routines import all_routines
 from actors.settings import Settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
 from actors.telegram.types import Voice
 from memory.compaction.backlog import CompactionSweep, SqlBacklog
 from memory.conversation.purge import PurgeJob
+from memory.conversation.routine_summary import RoutineSummarizer
 from memory.conversation.window import CompactionRule
 from memory.embeddings.factory import open_embedder
 from memory.embeddings.providers import Embedder
@@ -288,6 +290,8 @@ async def open_bot(
             commands=command_table(services, taps),
             background=[job.run for job in jobs],
             compactor=compactor,
+            routines={routine.name: routine for routine in all_routines(settings)},
+            routine_summarizer=RoutineSummarizer(memory_llm),
             **system_options,
         )
         yield Bot(parts, jobs, system)

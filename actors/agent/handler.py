@@ -44,6 +44,13 @@ import attrs
 import trio
 
 from actors.agent.context import PERSONA, TurnContext, build_context, context_tokens
+from actors.agent.routine_turn import (
+    DECLINE,
+    DECLINE_SPEC,
+    ROUTINE_NOTE,
+    brief_message,
+    routine_reply,
+)
 from actors.agent.tool_loop import (
     Guardrails,
     LoopState,
@@ -140,7 +147,10 @@ class Agent:
     confirmations: AskFactory | None = None
 
     async def run_turn(self, turn: TurnInput) -> TurnReply:
-        """Answer one user message (see the module docstring)."""
+        """Answer one user message (see the module docstring), or run a routine turn
+        (:mod:`actors.agent.routine_turn`)."""
+        if turn.reason == "routine":
+            return await self._routine_turn(turn)
         chat_id = turn.chat_id
         deadline = trio.current_time() + self.guardrails.turn_seconds
         now = self.clock()
@@ -212,7 +222,65 @@ class Agent:
 
         compact = partial(self._request_compaction, chat_id) if over else None
         keep = bool(rows) or stats is not None or asks is not None
-        return TurnReply(text, persist=persist if keep else None, after_commit=compact)
+        return TurnReply(
+            text,
+            persist=persist if keep else None,
+            after_commit=compact,
+            model_calls=state.llm_calls,
+        )
+
+    async def _routine_turn(self, turn: TurnInput) -> TurnReply:
+        """A routine turn (:mod:`actors.agent.routine_turn`): the brief is not stored as the
+        person's words; the ``decline`` tool is offered and ends the turn; nothing is stored
+        here (the chat actor stores what is sent as the routine's message)."""
+        chat_id = turn.chat_id
+        deadline = trio.current_time() + self.guardrails.turn_seconds
+        now = self.clock()
+        (window, (memory, episodes)), profile = await both(
+            lambda: both(
+                lambda: self.conversation.recent(chat_id, self.window_limit),
+                lambda: both(
+                    lambda: self._retrieve(chat_id, turn.text), lambda: self._episodes(chat_id)
+                ),
+            ),
+            lambda: self._profile(chat_id, now),
+        )
+        specs = (*tool_specs(self.tools), DECLINE_SPEC)
+        context = build_context(
+            now=now,
+            timezone=self.timezone,
+            memory=memory,
+            window=window,
+            tools=specs,
+            persona=f"{self.persona}\n\n{ROUTINE_NOTE}",
+            episodes=episodes,
+            episode_budget=self.episode_budget,
+            profile=profile,
+            cache=self.prompt_cache,
+            recent_rows=self.recent_rows,
+            block_rows=self.block_rows,
+        )
+        tool_ctx = ToolContext(
+            db=self.tool_db,
+            embedder=self.embedder,
+            chat_id=chat_id,
+            timezone=self.timezone,
+            now=now,
+        )
+        loop = ToolLoop(
+            self.llm,
+            self.tools,
+            specs,
+            context.blocks,
+            tool_ctx,
+            self.guardrails,
+            self.max_tokens,
+            stops=frozenset({DECLINE}),
+        )
+        state = LoopState([Message.user(brief_message(turn))])
+        with trio.move_on_at(deadline) as scope:
+            await loop.run(state, deadline)
+        return routine_reply(state, scope.cancelled_caught, chat_id, turn.routine)
 
     async def _store_and_recall(
         self, turn: TurnInput, external_id: str | None, now: datetime

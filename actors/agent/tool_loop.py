@@ -124,6 +124,9 @@ class LoopState:
     final_text: str | None = None
     tripped: str | None = None  # a key of STOP_REASONS
     error: LLMError | None = None
+    #: the model called a stop tool (:attr:`ToolLoop.stops`): its name and input; the loop
+    #: ended there
+    stopped: tuple[str, dict[str, Any]] | None = None
 
     def flush(self, note: str | None = None) -> None:
         """Append the pending tool results (and an optional note) as the next user message."""
@@ -147,6 +150,9 @@ class ToolLoop:
     #: a prompt-cache breakpoint on each request's last message, so the next call of the turn
     #: reads what this one sent (None: none)
     cache: CacheTTL | None = None
+    #: tools that end the turn when called (e.g. a routine turn's ``decline``): not run, no
+    #: further model call; :attr:`LoopState.stopped` says which
+    stops: frozenset[str] = frozenset()
 
     async def run(self, state: LoopState, deadline: float | None = None) -> None:
         """Run until a final answer, a guardrail or an LLM error (recorded in ``state``; a
@@ -170,6 +176,10 @@ class ToolLoop:
                 state.last_text = completion.text.strip()
             if not completion.tool_uses:
                 state.final_text = completion.text.strip()
+                return
+            stop = next((u for u in completion.tool_uses if u.name in self.stops), None)
+            if stop is not None:
+                state.stopped = (stop.name, dict(stop.input))
                 return
             for use in completion.tool_uses:
                 key = _call_key(use.name, use.input)

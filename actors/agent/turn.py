@@ -15,6 +15,7 @@ from typing import Any, Protocol
 import attrs
 
 from actors.queues.outbox import ParseMode
+from actors.scheduler.routine import Reason
 from actors.telegram.keyboards import InlineKeyboard
 from memory.tools.registry import Confirmations
 from runtime.db import Connection
@@ -32,6 +33,12 @@ class TurnInput:
     external_ids: tuple[str, ...]
     sender_id: int | None = None
     kind: str = "text"  # text | voice | media_group | edited | callback
+    #: why the turn runs: the person wrote, or a routine is due (then ``text`` is the
+    #: routine's brief, not the person's words, and the model may decline: see
+    #: :mod:`actors.agent.routine_turn`)
+    reason: Reason = "user_message"
+    #: the routine's name (``reason`` "routine")
+    routine: str | None = None
 
 
 @attrs.frozen
@@ -46,6 +53,11 @@ class TurnReply:
     persist: Callable[[Connection], Awaitable[Any]] | None = None
     after_commit: Callable[[], Awaitable[Any]] | None = None
     keyboard: InlineKeyboard | None = None
+    #: a routine turn the model declined (with the ``decline`` tool): why. Nothing is sent;
+    #: ``text`` is never used
+    declined: str | None = None
+    #: the model calls the turn made (for ``proactive_runs``)
+    model_calls: int = 0
 
 
 class TurnConfirmations(Confirmations, Protocol):

@@ -7,9 +7,11 @@ was sent::
     [09:17, 2 hours ago] Assistant: Added.
 
 Tool activity is shown as ``called <tool> {...}`` lines and results inside ``<untrusted>``
-tags. :func:`split_window` cuts the window into cacheable older blocks and the latest rows
-(:mod:`actors.agent.context` says why); :func:`window_parts` renders both. Pure: the caller
-passes ``now`` and the time zone.
+tags. A message a routine sent (seed 004, "Phase 2.5") shows its summary under the routine's
+name, ``Assistant [weekly-recap @ 07:02, 8 hours ago]: <summary>``; its full text stays for
+``recall_conversation``. :func:`split_window` cuts the window into cacheable older blocks
+and the latest rows (:mod:`actors.agent.context` says why); :func:`window_parts` renders
+both. Pure: the caller passes ``now`` and the time zone.
 """
 
 from __future__ import annotations
@@ -87,6 +89,8 @@ def format_message(row: ChatMessage, tz: ZoneInfo, now: datetime | None) -> list
     stamp carries the relative age unless ``now`` is None."""
     age = "" if now is None else f", {relative_time(row.created_at, now)}"
     stamp = f"[{clock_time(row.created_at, tz)}{age}]"
+    if row.is_routine:
+        return [routine_line(row, tz, age)]
     if row.role == "user":
         return [f"{stamp} User: {row.content}"]
     if row.role == "tool_result":
@@ -94,6 +98,13 @@ def format_message(row: ChatMessage, tz: ZoneInfo, now: datetime | None) -> list
     lines = [f"{stamp} Assistant: {row.content}"] if row.content.strip() else []
     lines += [f"{stamp} Assistant called {render_tool_call(c)}" for c in row.tool_calls]
     return lines
+
+
+def routine_line(row: ChatMessage, tz: ZoneInfo, age: str = "") -> str:
+    """A routine's message as the window shows it: its name, local time (and ``age``) and
+    summary, not its full text."""
+    summary = " ".join((row.summary or row.content).split())
+    return f"Assistant [{row.routine_name} @ {clock_time(row.created_at, tz)}{age}]: {summary}"
 
 
 def format_window(rows: Iterable[ChatMessage], timezone: str, now: datetime) -> str:

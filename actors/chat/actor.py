@@ -12,6 +12,8 @@ there; it loads the open rows it has not taken yet (by id) and, for each:
   saying so;
 * a forwarded message (text, caption or voice): someone else's words, never a command, handed to
   the model inside ``<untrusted>`` tags naming its origin (:func:`memory.untrusted.wrap_forwarded`);
+* a due routine run or reminder (kind ``routine``): :mod:`actors.chat.due_runs`, after the
+  texts taken before it and never in the same turn;
 * edited messages: handled as text; button presses (callback queries, already answered by the
   router): the handler their token names (:mod:`actors.chat.callbacks`), nothing without
   ``callbacks``; anything else is skipped with a reason.
@@ -50,11 +52,13 @@ from actors.agent.turn import TurnInput, TurnReply
 from actors.chat import fragments
 from actors.chat.commands import command_table
 from actors.chat.deps import ChatDeps
+from actors.chat.due_runs import run_due
 from actors.chat.turns import UNSUPPORTED, ChatTurns
 from actors.chat.typing_indicator import typing_while
 from actors.chat.wakes import Wake
 from actors.errors import ModelUnavailable
 from actors.queues import inbox
+from actors.scheduler.routine import INBOX_KIND
 from actors.telegram.errors import MalformedUpdate, VoiceError
 from actors.telegram.types import Message, Voice, parse_update
 from memory.untrusted import wrap_forwarded
@@ -186,10 +190,18 @@ class ChatActor(ChatTurns):
             )
             why = "too many failed attempts" if failed else f"in its turn at {row.crashes} crashes"
             await self._run_flushed(fragments.flush_all(self.state))
+            if row.kind == INBOX_KIND:  # not the person's message: nothing to tell them
+                await store.mark_skipped([row.id], why)
+                return
             await self._commit(TurnReply(GAVE_UP), [row.id], skipped=why)
             return
         if not claimed:
             await store.mark_processing([row.id])
+        if row.kind == INBOX_KIND:  # a due run: after the texts before it, never with them
+            await self._run_flushed(fragments.flush_all(self.state))
+            self.in_hand = (row.id,)
+            await run_due(self, row)
+            return
         try:
             update = parse_update(row.payload)
         except MalformedUpdate as exc:

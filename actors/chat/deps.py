@@ -15,6 +15,7 @@ from actors.agent.turn import TurnHandler
 from actors.chat.callbacks import Callbacks
 from actors.chat.command_base import CommandTable
 from actors.chat.commands import command_table
+from actors.chat.proactive import Proactive
 from actors.chat.store import ChatStore
 from actors.chat.wakes import PendingWakes, RunningTurns
 from actors.queues import inbox, outbox
@@ -61,3 +62,6 @@ class ChatDeps:
     spent_today: Callable[[int, datetime], Awaitable[float]] | None = None
     #: when the next day starts (the daily limit renews), from the wall clock's ``now``
     next_day: Callable[[datetime], datetime] | None = None
+    #: due routine runs and reminders: the routines by name, the gates, the summaries (None:
+    #: such rows are skipped; see :mod:`actors.chat.due_runs`)
+    proactive: Proactive | None = None

@@ -63,6 +63,14 @@ class ChatMessage:
     tool_name: str | None = None
     external_message_id: str | None = None
     id: int | None = None
+    #: a routine's message (``source='routine'``): the routine's name and the summary the
+    #: window shows instead of ``content`` (the full text, for recall)
+    routine_name: str | None = None
+    summary: str | None = None
+
+    @property
+    def is_routine(self) -> bool:
+        return self.routine_name is not None and self.summary is not None
 
 
 class ConversationStore(Protocol):
@@ -154,7 +162,7 @@ ORDER BY r.n
 _RECENT = """
 SELECT * FROM (
     SELECT id, role, content, tool_calls, tool_call_id, tool_name, external_message_id,
-           created_at
+           created_at, routine_name, summary
     FROM chat_messages
     WHERE chat_id = $1 AND compacted_at IS NULL
     ORDER BY created_at DESC, id DESC
@@ -178,7 +186,7 @@ WITH ins AS (
 )
 SELECT ins.id AS user_id, w.* FROM ins LEFT JOIN LATERAL (
     SELECT id, role, content, tool_calls, tool_call_id, tool_name, external_message_id,
-           created_at
+           created_at, routine_name, summary
     FROM chat_messages
     WHERE chat_id = $1 AND compacted_at IS NULL AND id <> ins.id
     ORDER BY created_at DESC, id DESC
@@ -214,6 +222,8 @@ def from_record(record: Any) -> ChatMessage:
         tool_call_id=record["tool_call_id"],
         tool_name=record["tool_name"],
         external_message_id=record["external_message_id"],
+        routine_name=record.get("routine_name"),
+        summary=record.get("summary"),
     )
 
 
@@ -232,6 +242,20 @@ async def insert_rows(conn: Queries, chat_id: int, rows: Sequence[ChatMessage]) 
         [r.tool_name for r in rows],
         [r.created_at for r in rows],
     )
+
+
+_INSERT_ROUTINE = """
+INSERT INTO chat_messages (chat_id, role, content, created_at, source, routine_name, summary)
+VALUES ($1, 'assistant', $2, $3, 'routine', $4, $5)
+"""
+
+
+async def insert_routine_message(
+    conn: Queries, chat_id: int, name: str, content: str, summary: str, at: datetime
+) -> None:
+    """Store what routine ``name`` sent: an assistant row with the full ``content`` (recall
+    finds it) and the ``summary`` the window shows (seed 004, "Phase 2.5")."""
+    await conn.execute(_INSERT_ROUTINE, chat_id, content, at, name, summary)
 
 
 async def recent_rows(db: Queries, chat_id: int, limit: int) -> list[ChatMessage]:

@@ -90,7 +90,11 @@ class Mentions:
 
 
 # what a chat_messages row says: its text, and an assistant row's tool calls (their input)
-_ROW_TEXT = "to_tsvector('english', m.content || ' ' || coalesce(m.tool_calls::text, ''))"
+# (and a routine message's summary, shown in the window instead of its text)
+_ROW_TEXT = (
+    "to_tsvector('english', m.content || ' ' || coalesce(m.summary, '') || ' ' "
+    "|| coalesce(m.tool_calls::text, ''))"
+)
 _MESSAGES = f"""
 SELECT m.id, m.role, m.content, m.tool_calls FROM chat_messages m
 WHERE m.chat_id = $1 AND $2 <> '' AND {_ROW_TEXT} @@ to_tsquery('english', $2)
