@@ -50,7 +50,7 @@ def long_reminder() -> str:
     return " ".join([*body[:300], MARK, "detail", *body[300:]])
 
 
-def summarise(body: dict[str, Any]) -> Reply | None:
+def summarise(body: Mapping[str, Any]) -> Reply | None:
     system = json.dumps(body.get("system", ""))
     if "You summarise a message a companion bot sent" in system:
         return Reply(({"type": "text", "text": SUMMARY},))
