@@ -1,6 +1,6 @@
 """The one ``Settings`` of the bot: every package's section combined.
 
-:class:`~runtime.settings.ProcessSettings` (database, HTTP server, logging, actor kernel),
+:class:`~runtime.process_settings.ProcessSettings` (database, HTTP server, logging, actor kernel),
 :class:`~actors.telegram.settings.TelegramSettings`, :class:`~memory.llm.settings.LLMSettings`,
 :class:`~memory.settings.MemorySettings`, :class:`~actors.chat.settings.ChatSettings` and
 :class:`~actors.scheduler.routine_settings.RoutineSettings`, in the
@@ -21,7 +21,8 @@ from actors.scheduler.routine_settings import RoutineSettings
 from actors.telegram.settings import TelegramSettings
 from memory.llm.settings import LLMSettings
 from memory.settings import MemorySettings
-from runtime.settings import Field, ProcessSettings
+from runtime.process_settings import ProcessSettings
+from runtime.settings import Field
 from runtime.settings import load_settings as load_section
 
 

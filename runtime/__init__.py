@@ -6,6 +6,7 @@ keyed :mod:`~runtime.registry`, :mod:`~runtime.shutdown`), settings core, logs, 
 Knows nothing of Telegram, models or memory: imports no ``memory`` or ``actors`` module.
 Public: ``db.Database``, ``db.Queries``, ``db.open_database``, ``actor.Mailbox``,
 ``registry.Registry``, ``supervisor.supervise``, ``shutdown.Shutdown``, ``serve.serve``,
-``settings.ProcessSettings``, ``settings.Field``, ``settings.load_settings``, ``logs.get_logger``,
-``migrate.apply_migrations``, ``cli.run_cli``, ``errors`` (every runtime error class).
+``process_settings.ProcessSettings``, ``settings.Field``, ``settings.load_settings``,
+``logs.get_logger``, ``migrate.apply_migrations``, ``cli.run_cli``, ``errors`` (every runtime
+error class).
 """

@@ -27,7 +27,7 @@ from runtime.errors import (
 )
 
 if TYPE_CHECKING:  # imported where used: --help, --version and usage errors stay fast
-    from runtime.settings import ProcessSettings
+    from runtime.process_settings import ProcessSettings
 
 Handler = Callable[["ProcessSettings", argparse.Namespace], Awaitable[int]]
 #: A command's own start-up check (``args.check``): raises SettingsError(s) for what is missing.
@@ -132,7 +132,7 @@ def fail_settings(error: SettingsError, secrets: Sequence[str] = ()) -> int:
 def log_level_for(settings: ProcessSettings, args: argparse.Namespace) -> str:
     """LOG_LEVEL for servers (``args.quiet_logs`` false) and with ``-v``; otherwise no lower
     than WARNING, so a command's stdout and stderr carry only its output and its problems."""
-    from runtime.settings import LOG_LEVELS
+    from runtime.process_settings import LOG_LEVELS
 
     if getattr(args, "verbose", False) or not getattr(args, "quiet_logs", True):
         return settings.log_level
@@ -156,7 +156,7 @@ def run_cli(
     args = parser.parse_args(argv)
     from runtime.clock import set_time_format
     from runtime.logs import configure_logging
-    from runtime.settings import ProcessSettings
+    from runtime.process_settings import ProcessSettings
 
     problems: list[SettingsError] = []
     settings: ProcessSettings | None
@@ -209,7 +209,8 @@ def exit_code_for(exc: BaseException, secrets: Sequence[str] = ()) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from runtime.settings import ProcessSettings, load_settings
+    from runtime.process_settings import ProcessSettings
+    from runtime.settings import load_settings
 
     parser, _ = base_parser()
     return run_cli(parser, argv, load=partial(load_settings, ProcessSettings))

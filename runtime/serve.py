@@ -28,7 +28,7 @@ from runtime.http import ReadinessCheck, create_app, database_readiness, hyperco
 from runtime.http_server import connection_cap, serve_http
 from runtime.logs import get_logger
 from runtime.migrate import apply_migrations
-from runtime.settings import ProcessSettings
+from runtime.process_settings import ProcessSettings
 from runtime.shutdown import Shutdown
 
 log = get_logger(__name__)

@@ -31,6 +31,7 @@ from actors.chat import memory_commands as mem
 from actors.chat import model_asks
 from actors.chat.callbacks import CallbackTable
 from actors.chat.command_base import Command, CommandCall, CommandTable
+from actors.chat.summary_stats import stats_text, summary_text
 
 STOPPED = "Stopped."
 NOTHING_TO_STOP = "There was nothing to stop."
@@ -63,10 +64,10 @@ def command_table(
             return await forget.forget_topic(s, call)
 
         async def summary(call: CommandCall) -> TurnReply:
-            return TurnReply(await mem.summary_text(s, call.chat_id))
+            return TurnReply(await summary_text(s, call.chat_id))
 
         async def stats(call: CommandCall) -> TurnReply:
-            return TurnReply(await mem.stats_text(s, call.chat_id, call.now))
+            return TurnReply(await stats_text(s, call.chat_id, call.now))
 
         memory = [
             Command(

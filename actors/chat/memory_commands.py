@@ -1,8 +1,9 @@
 """The memory commands of the chat (seed 000 "User-facing memory controls", seed 004 Phase 5):
-``/memory`` and its sub-commands, ``/remember``, ``/summary`` and ``/stats`` — their parsing and
-their wording. What they read and do lives in :mod:`memory.patterns` (``views``, ``why``,
-``controls``, ``explicit``, ``stats``), the same functions the model's tools call; no model is
-called here. Every id is the chat's own: another chat's reads "not found".
+``/memory`` and its sub-commands and ``/remember`` — their parsing and their wording (``/summary``
+and ``/stats`` are :mod:`actors.chat.summary_stats`). What they read and do lives in
+:mod:`memory.patterns` (``views``, ``why``, ``controls``, ``explicit``), the same functions the
+model's tools call; no model is called here. Every id is the chat's own: another chat's reads "not
+found".
 
 ``/memory forget``, ``/memory merge`` and ``/forget <topic>`` ask before they act, with inline
 buttons (:mod:`actors.chat.forget_command`). Dates are shown in ``TIMEZONE``
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime
 
 import attrs
 
@@ -33,8 +33,7 @@ from memory.patterns.explicit import (
     refusal,
     remember,
 )
-from memory.patterns.stats import chat_stats
-from memory.patterns.views import Item, list_patterns, profile_view, search_patterns, summary_view
+from memory.patterns.views import Item, list_patterns, profile_view, search_patterns
 from memory.patterns.why import PatternDetail, explain
 from memory.retrieval.sql import LexiconCache, VectorPlanner
 from runtime.clock import clock_text, local_date, local_datetime
@@ -344,63 +343,3 @@ SUBCOMMANDS: dict[str, Sub] = {
     "pin": pin_sub,
     "unpin": unpin_sub,
 }
-
-
-# --- /summary, /stats -----------------------------------------------------------------------
-
-
-async def summary_text(s: MemoryServices, chat_id: int) -> str:
-    view = await summary_view(s.db, chat_id)
-    lines = ["📜 Conversation summary"]
-    for e in view.episodes:
-        first, last = local_date(e.started_at, s.timezone), local_date(e.ended_at, s.timezone)
-        span = first if first == last else f"{first} – {last}"
-        lines += [
-            "",
-            f"📅 {span} ({count(e.message_count, 'message')}):",
-            f"  {one_line(e.summary, 600)}",
-        ]
-    if view.total_episodes > len(view.episodes):
-        lines += ["", f"… and {count(view.total_episodes - len(view.episodes), 'older summary')}"]
-    if not view.episodes:
-        lines += ["", "Nothing summarised yet."]
-    since = (
-        ""
-        if view.first_verbatim is None
-        else (f", since {local_datetime(view.first_verbatim, s.timezone)}")
-    )
-    lines += ["", f"💬 In view now: {count(view.verbatim, 'message')}{since}, not yet summarised."]
-    return "\n".join(lines)
-
-
-def money(usd: float) -> str:
-    return f"${usd:.4f}" if usd < 1 else f"${usd:.2f}"
-
-
-async def stats_text(s: MemoryServices, chat_id: int, now: datetime) -> str:
-    st = await chat_stats(s.db, chat_id, now=now, timezone=s.timezone)
-    lines = [
-        "📊 This chat",
-        f"Cost: today {money(st.today.cost_usd)} · this month "
-        f"{money(st.month.cost_usd)} ({count(st.month.calls, 'model call')})",
-    ]
-    if st.month_by_purpose:
-        parts = [f"{p} {money(v.cost_usd)}" for p, v in st.month_by_purpose.items()]
-        lines.append("This month by purpose: " + ", ".join(parts))
-    rate = st.degraded_rate
-    degraded = (
-        ""
-        if rate is None
-        else (f" · memory retrieval degraded in {st.degraded_month} ({rate:.1%})")
-    )
-    lines.append(f"Turns: {st.turns_today} today · {st.turns_month} this month{degraded}")
-    if st.latency_avg is not None and st.latency_p95 is not None:
-        lines.append(
-            f"Reply time (last 30 days, {count(st.replies, 'reply')}): average "
-            f"{st.latency_avg:.1f} s · p95 {st.latency_p95:.1f} s"
-        )
-    lines.append(
-        f"Memories, last 7 days: {st.created_week} created · {st.reinforced_week} "
-        f"reinforced · {st.merged_week} merged"
-    )
-    return "\n".join(lines)

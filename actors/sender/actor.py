@@ -45,7 +45,9 @@ import structlog
 import trio
 
 from actors.queues.outbox import OutboxRow
+from actors.sender.db_retry import retry_db
 from actors.sender.policy import (
+    ChatPacer,
     SenderLedger,
     SenderSettings,
     SlidingWindowLimiter,
@@ -72,7 +74,6 @@ from actors.telegram.errors import (
 from runtime.actor import Address, Mailbox, serve
 from runtime.backoff import backoff_delay
 from runtime.db import Queries
-from runtime.errors import DatabaseError
 
 __all__ = ["OutboxReady", "SenderActor"]
 
@@ -116,7 +117,7 @@ class SenderActor:
     _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
     _workers: set[int] = attrs.field(init=False, factory=set)
     _again: set[int] = attrs.field(init=False, factory=set)
-    _last_request: dict[int, float] = attrs.field(init=False, factory=dict)
+    _pacer: ChatPacer = attrs.field(init=False)
     _stopping: bool = attrs.field(init=False, default=False)
     _stopped: trio.Event = attrs.field(init=False, factory=trio.Event)
     _sweep_scope: trio.CancelScope = attrs.field(init=False, factory=trio.CancelScope)
@@ -127,6 +128,7 @@ class SenderActor:
             self.limiter = SlidingWindowLimiter(
                 self.settings.global_rate, self.settings.global_period
             )
+        self._pacer = ChatPacer(self.settings.chat_interval, self.limiter)
 
     @property
     def active_chats(self) -> frozenset[int]:
@@ -238,13 +240,7 @@ class SenderActor:
             finally:
                 self._workers.discard(chat_id)
                 self._again.discard(chat_id)
-                self._forget_old_pacing()
-
-    def _forget_old_pacing(self) -> None:
-        horizon = trio.current_time() - self.settings.chat_interval
-        for chat_id in [c for c, t in self._last_request.items() if t < horizon]:
-            if chat_id not in self._workers:
-                del self._last_request[chat_id]
+                self._pacer.forget_old(self._workers)
 
     async def _send_row(self, row: OutboxRow) -> None:
         """Deliver the row's remaining chunks, each recorded (the last one with the row
@@ -315,7 +311,7 @@ class SenderActor:
         text, mode = chunk, parse_mode
         failures = attempts = 0
         while True:
-            await self._pace(row.chat_id)
+            await self._pacer.wait(row.chat_id)
             if not marked:
                 mark = partial(self.store.mark_in_flight, row.id, index)
                 if await self._db("mark_in_flight", mark) is None:
@@ -367,15 +363,6 @@ class SenderActor:
             return False
         return True
 
-    async def _pace(self, chat_id: int) -> None:
-        """Wait for the chat's pacing slot, then for a global slot."""
-        last = self._last_request.get(chat_id)
-        if last is not None:
-            await trio.sleep_until(last + self.settings.chat_interval)
-        assert self.limiter is not None
-        await self.limiter.acquire()
-        self._last_request[chat_id] = trio.current_time()
-
     async def _record(self, row_id: int, chunk: int, message_id: int, *, last: bool) -> bool:
         """Record a delivered chunk: retried through database errors, each attempt shielded from
         cancellation for ``record_timeout`` (a cancelled sender leaves the chunk in flight, and
@@ -388,25 +375,4 @@ class SenderActor:
     async def _db(
         self, step: str, call: Callable[[], Awaitable[T]], *, shielded: bool = False
     ) -> T:
-        """``call()``, retried with capped backoff while the database fails (an outage is
-        waited out; the sender does not crash on it)."""
-        s, failures = self.settings, 0
-        while True:
-            try:
-                if not shielded:
-                    return await call()
-                with trio.move_on_after(s.record_timeout, shield=True):
-                    return await call()
-                error = f"timed out after {s.record_timeout:g} s"
-            except DatabaseError as exc:
-                error = describe(exc)
-            delay = backoff_delay(
-                failures,
-                base=s.db_retry_base,
-                cap=s.db_retry_cap,
-                jitter=s.jitter,
-                draw=self.rng.random(),
-            )
-            failures += 1
-            log.warning("sender.db_retrying", step=step, attempt=failures, delay=delay, error=error)
-            await trio.sleep(delay)
+        return await retry_db(step, call, self.settings, self.rng, shielded=shielded)

@@ -1,14 +1,15 @@
 """The sender's policy (:mod:`actors.sender.actor`): its settings (per-chat pacing, the global rate,
 retry backoff and deadline, 429 waits, batching; the backoff itself is
 :func:`runtime.backoff.backoff_delay`), the global sliding-window rate limiter shared by all its
-workers, the :class:`SenderLedger` that outlives a restarted sender, and what an undelivered
-chunk ends as (:class:`Undelivered`). Timing uses only
-``trio.sleep_until``/``trio.current_time``, so it runs on a MockClock.
+workers and the per-chat pacing in front of it (:class:`ChatPacer`), the :class:`SenderLedger` that
+outlives a restarted sender, and what an undelivered chunk ends as (:class:`Undelivered`). Timing
+uses only ``trio.sleep_until``/``trio.current_time``, so it runs on a MockClock.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Collection
 from typing import Literal
 
 import attrs
@@ -98,6 +99,30 @@ class SlidingWindowLimiter:
                     self._stamps.append(now)
                     return
                 await trio.sleep_until(self._stamps[0] + self.period)
+
+
+@attrs.define
+class ChatPacer:
+    """One request per ``interval`` seconds per chat, then a slot of the global ``limiter``."""
+
+    interval: float
+    limiter: SlidingWindowLimiter
+    _last: dict[int, float] = attrs.field(init=False, factory=dict)
+
+    async def wait(self, chat_id: int) -> None:
+        """Wait for the chat's pacing slot, then for a global slot."""
+        last = self._last.get(chat_id)
+        if last is not None:
+            await trio.sleep_until(last + self.interval)
+        await self.limiter.acquire()
+        self._last[chat_id] = trio.current_time()
+
+    def forget_old(self, busy: Collection[int]) -> None:
+        """Drop the pacing of chats not in ``busy`` whose last request is an interval old."""
+        horizon = trio.current_time() - self.interval
+        for chat_id in [c for c, t in self._last.items() if t < horizon]:
+            if chat_id not in busy:
+                del self._last[chat_id]
 
 
 Outcome = Literal["failed", "uncertain", "closed"]

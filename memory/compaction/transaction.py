@@ -12,7 +12,8 @@ episode row and the ``ok`` run row. Decisions recorded here:
 
 * ``contradicts`` runs from the rival pattern (a new pattern of the same extraction citing one
   of the contradiction's evidence messages) to the contradicted one; without a rival it is a
-  self-relation on the contradicted pattern (see :func:`memory.patterns.writes.contradict_pattern`);
+  self-relation on the contradicted pattern (see
+  :func:`memory.patterns.relations.contradict_pattern`);
 * ``supersedes`` runs from the replacement to the old pattern (old <- new), old -> superseded;
 * a meta pattern starts with the sum of its children's strengths (capped at 20), ``parent_of``
   from it to each child, and an observation quoting the children (signal implicit);
@@ -38,17 +39,19 @@ from memory.extraction.claims import ChunkMessage, Extraction, KnownPattern, New
 from memory.extraction.guardrails import evidence_for
 from memory.patterns.dedup import Adjudicator, DedupDecision, find_duplicate
 from memory.patterns.entry_links import link_entries
-from memory.patterns.writes import (
-    Evidence,
-    Vectors,
+from memory.patterns.relations import (
     add_relation,
     children_strength,
     contradict_pattern,
+    supersede_pattern,
+)
+from memory.patterns.writes import (
+    Evidence,
+    Vectors,
     embed_texts,
     insert_pattern,
     reinforce_pattern,
     set_core_tenet,
-    supersede_pattern,
 )
 from runtime.db import Connection
 from runtime.logs import get_logger

@@ -27,7 +27,7 @@ import attrs
 from memory.patterns.audit import Actor, StatusChange, change_status, set_pin
 from memory.patterns.forgetting import erase_patterns
 from memory.patterns.merge import merge_pair
-from memory.patterns.writes import add_relation, supersede_pattern
+from memory.patterns.relations import add_relation, supersede_pattern
 from runtime.db import Connection, Database, Queries
 
 FORGOTTEN_BY_PERSON = "forgotten by the person"

@@ -21,11 +21,8 @@ extraction during compaction", "Pattern hierarchy", "Pattern ↔ entry linking")
   extractor's own confidence is kept on the observation), moves ``last_seen`` forward and
   appends an observation; a duplicate's differing text becomes a ``pattern_aliases`` row (with
   its vector);
-* a **contradiction** lowers confidence (:func:`memory.patterns.reinforcement.contradict`), counts
-it,
-  and sets ``disputed`` via :func:`memory.patterns.reinforcement.status_after_contradiction`; the
-  ``contradicts`` relation runs from the rival pattern to the contradicted one (see
-  :func:`contradict_pattern`);
+* a **contradiction**, a supersede and the other relations between patterns are
+  :mod:`memory.patterns.relations`;
 * **entry links** are upserted with ``source='compaction'`` (a compaction link overrides a
   tool-loop one), ``times_linked + 1`` and ``last_linked_at``.
 """
@@ -43,14 +40,12 @@ import numpy as np
 from memory.embeddings.providers import PURPOSE as EMBED_PURPOSE
 from memory.embeddings.providers import Embedder
 from memory.embeddings.store import ensure_vector_index, store_vectors
-from memory.patterns.audit import LIVE, Actor, change_status, set_pin
+from memory.patterns.audit import Actor, set_pin
 from memory.patterns.canonical import canonical_hash, lock_key
 from memory.patterns.reinforcement import (
     STRENGTH_CAP,
     PatternStats,
-    contradict,
     reinforce,
-    status_after_contradiction,
 )
 from runtime.db import Queries
 from runtime.logs import get_logger
@@ -245,9 +240,10 @@ async def add_alias(
     return None if alias_id is None else int(alias_id)
 
 
-# --- reinforcement and contradiction --------------------------------------------------------
+# --- reinforcement -----------------------------------------------------------------------------
 
-_LOCK_PATTERN = """
+#: locks one of the chat's patterns for a reinforcement or a contradiction
+LOCK_PATTERN = """
 SELECT content, canonical_hash, strength, confidence, times_seen, contradiction_count, status,
        last_seen, coalesce($3, now()) AS at
 FROM patterns WHERE id = $1 AND chat_id = $2 FOR UPDATE
@@ -280,7 +276,7 @@ async def reinforce_pattern(
     canonical text. ``bump=False`` only appends the observation (and alias): the pattern was
     already reinforced by this same compaction (massed repetition earns nothing more).
     """
-    row = await conn.fetchrow(_LOCK_PATTERN, pattern_id, chat_id, evidence.observed_at)
+    row = await conn.fetchrow(LOCK_PATTERN, pattern_id, chat_id, evidence.observed_at)
     if row is None:
         return None
     before = PatternStats(row["strength"], row["confidence"], row["times_seen"])
@@ -300,116 +296,6 @@ async def reinforce_pattern(
     if alias is not None and canonical_hash(alias) != row["canonical_hash"]:
         await add_alias(conn, pattern_id, chat_id, alias, vectors or Vectors(""))
     return Reinforced(pattern_id, before, after, days)
-
-
-@attrs.frozen
-class Contradicted:
-    pattern_id: int
-    confidence_before: float
-    confidence_after: float
-    contradiction_count: int
-    status: str
-
-
-async def contradict_pattern(
-    conn: Queries,
-    pattern_id: int,
-    chat_id: int,
-    *,
-    signal: str,
-    reason: str,
-    rival_id: int | None = None,
-) -> Contradicted | None:
-    """A soft contradiction of one of the chat's patterns; None if it is not one.
-
-    Confidence drops by the signal-weighted penalty, ``contradiction_count + 1``, and the
-    status becomes ``disputed`` on the second contradiction of an active pattern (the reason is
-    kept in ``status_reason``). The ``contradicts`` relation goes from ``rival_id`` (the new
-    pattern of the same extraction that states the opposite, when there is one) to the
-    contradicted pattern; without a rival it is a self-relation (from = to = the pattern),
-    recorded once: "contradicted by the user's own words". The count, not the relation,
-    tracks how often.
-    """
-    row = await conn.fetchrow(_LOCK_PATTERN, pattern_id, chat_id, None)
-    if row is None:
-        return None
-    after = contradict(PatternStats(row["strength"], row["confidence"], row["times_seen"]), signal)
-    count = int(row["contradiction_count"]) + 1
-    status = status_after_contradiction(row["status"], count)
-    await conn.execute(
-        "UPDATE patterns SET confidence = $2, contradiction_count = $3, updated_at = now() "
-        "WHERE id = $1",
-        pattern_id,
-        after.confidence,
-        count,
-    )
-    if status != row["status"]:  # disputed: the status change and its audit row
-        await change_status(
-            conn,
-            chat_id,
-            pattern_id,
-            status,
-            action="dispute",
-            actor="compaction",
-            reason=f"contradicted: {reason}",
-            allowed_from=(row["status"],),
-            other_id=rival_id,
-        )
-    await add_relation(conn, chat_id, rival_id or pattern_id, pattern_id, "contradicts")
-    return Contradicted(pattern_id, row["confidence"], after.confidence, count, status)
-
-
-async def add_relation(
-    conn: Queries, chat_id: int, from_id: int, to_id: int, relation: str
-) -> None:
-    await conn.execute(
-        "INSERT INTO pattern_relations (chat_id, from_pattern_id, to_pattern_id, relation) "
-        "VALUES ($1, $2, $3, $4) ON CONFLICT (from_pattern_id, to_pattern_id, relation) "
-        "DO NOTHING",
-        chat_id,
-        from_id,
-        to_id,
-        relation,
-    )
-
-
-async def supersede_pattern(
-    conn: Queries,
-    old_id: int,
-    new_id: int,
-    chat_id: int,
-    reason: str,
-    *,
-    actor: Actor = "compaction",
-) -> bool:
-    """``old_id`` -> ``superseded`` (reason kept, audited) and ``new_id`` ``supersedes`` it
-    (relation from the new pattern to the old one); False when ``old_id`` is not one of the
-    chat's. A pattern no longer live (forgotten, merged) keeps its status."""
-    change = await change_status(
-        conn,
-        chat_id,
-        old_id,
-        "superseded",
-        action="supersede",
-        actor=actor,
-        reason=reason,
-        allowed_from=LIVE,
-        other_id=new_id,
-    )
-    if change is None:
-        return False
-    await add_relation(conn, chat_id, new_id, old_id, "supersedes")
-    return True
-
-
-async def children_strength(conn: Queries, chat_id: int, child_ids: Sequence[int]) -> float:
-    """A meta pattern's strength: the sum of its children's, capped (higher than any child)."""
-    total = await conn.fetchval(
-        "SELECT coalesce(sum(strength), 0) FROM patterns WHERE chat_id = $1 AND id = ANY($2)",
-        chat_id,
-        list(child_ids),
-    )
-    return float(min(max(float(total), 1.0), STRENGTH_CAP))
 
 
 # --- embedding before a transaction -------------------------------------------------------------

@@ -18,7 +18,8 @@ from actors.telegram.settings import TelegramSettings
 from memory.llm.settings import LLMSettings
 from memory.settings import MemorySettings
 from runtime.errors import SettingsError
-from runtime.settings import ProcessSettings, SettingsSection
+from runtime.process_settings import ProcessSettings
+from runtime.settings import SettingsSection
 
 SECTIONS: tuple[type[SettingsSection], ...] = (
     ProcessSettings,

@@ -16,8 +16,9 @@ import trio
 
 from runtime import db as dbmod
 from runtime.http import create_app, database_readiness, hypercorn_config
+from runtime.process_settings import ProcessSettings
 from runtime.serve import EmptySystem, serve
-from runtime.settings import ProcessSettings, load_settings
+from runtime.settings import load_settings
 from runtime.shutdown import Shutdown
 
 REPO = Path(__file__).resolve().parents[2]

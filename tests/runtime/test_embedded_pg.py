@@ -12,7 +12,8 @@ import trio
 from runtime import db as dbmod
 from runtime.embedded_pg import HOLDERS_FILE, _psql_value, embedded_postgres, tune
 from runtime.errors import DatabaseUnavailable, SettingsError
-from runtime.settings import ProcessSettings, load_settings
+from runtime.process_settings import ProcessSettings
+from runtime.settings import load_settings
 
 
 async def _shared_buffers(url: str) -> str:

@@ -25,7 +25,7 @@ from memory.extraction.claims import ChunkMessage, KnownPattern, NewPattern, par
 from memory.extraction.prompt import EXTRACTION_SYSTEM, user_prompt
 from memory.llm.anthropic_provider import AnthropicLLM
 from memory.patterns.dedup import Adjudication
-from memory.patterns.merge import candidate_pairs
+from memory.patterns.merge_candidates import candidate_pairs
 from memory.tools.memory_tools import memory_registry
 from memory.tools.registry import ToolContext, ToolRegistry
 from runtime.db import Database

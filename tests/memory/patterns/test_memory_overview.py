@@ -12,7 +12,8 @@ import pytest
 from chat_bot import CHAT, NOW, OTHER, TZ, add_messages, add_pattern
 
 from actors.chat.command_base import CommandCall
-from actors.chat.memory_commands import MemoryServices, profile, stats_text, summary_text
+from actors.chat.memory_commands import MemoryServices, profile
+from actors.chat.summary_stats import stats_text, summary_text
 from memory.embeddings.providers import LocalEmbedder
 from memory.extraction.claims import KINDS
 from memory.patterns.views import profile_view

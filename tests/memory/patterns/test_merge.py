@@ -23,8 +23,8 @@ from memory.patterns.merge import (
     combine,
     merge_patterns,
     merge_reason,
-    similar_pairs,
 )
+from memory.patterns.merge_candidates import similar_pairs
 from runtime.db import Database
 
 T0 = datetime(2026, 10, 1, tzinfo=UTC)

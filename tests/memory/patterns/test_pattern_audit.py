@@ -17,12 +17,11 @@ from memory.patterns.canonical import canonical_hash
 from memory.patterns.controls import forget_pattern, link_patterns, merge_two, pin_pattern
 from memory.patterns.maintenance import PatternTtlJob, cap_patterns, expire_stale_patterns
 from memory.patterns.merge import merge_pair
+from memory.patterns.relations import contradict_pattern, supersede_pattern
 from memory.patterns.writes import (
     Evidence,
     Vectors,
-    contradict_pattern,
     insert_pattern,
-    supersede_pattern,
 )
 from memory.tools.memory_tools import memory_registry
 from memory.tools.registry import ToolContext
