@@ -43,7 +43,7 @@ from zoneinfo import ZoneInfo
 import attrs
 import trio
 
-from actors.agent.context import PERSONA, TurnContext, build_context, context_tokens
+from actors.agent.context import PERSONA, TurnContext, build_context
 from actors.agent.routine_turn import (
     DECLINE,
     DECLINE_SPEC,
@@ -61,8 +61,9 @@ from actors.agent.tool_loop import (
     transcript_rows,
 )
 from actors.agent.turn import AskFactory, TurnInput, TurnReply
+from actors.agent.turn_budget import compaction_reason, log_turn
 from actors.agent.turn_links import link_cited_entries
-from actors.agent.window_text import BLOCK_ROWS, RECENT_ROWS, format_window
+from actors.agent.window_text import BLOCK_ROWS, RECENT_ROWS
 from actors.errors import ModelUnavailable
 from memory.conversation.episodes import (
     EPISODE_BUDGET_TOKENS,
@@ -78,7 +79,7 @@ from memory.conversation.messages import (
     ConversationStore,
     SqlConversationStore,
 )
-from memory.conversation.window import CompactionRule, WindowState
+from memory.conversation.window import CompactionRule
 from memory.journal.tools import JOURNAL_TOOLS
 from memory.llm.protocol import LLM, CacheTTL, Message
 from memory.patterns.stats import TurnRecorder, record_turn
@@ -89,9 +90,6 @@ from memory.tools.registry import QueryEmbedder, Tool, ToolContext, ToolRegistry
 from runtime.concurrency import both
 from runtime.db import Connection, Database, Queries
 from runtime.logs import get_logger
-
-#: tokens added to the after-turn estimate (see ``Agent._over_budget``)
-ESTIMATE_MARGIN_TOKENS = 32
 
 log = get_logger(__name__)
 
@@ -328,75 +326,24 @@ class Agent:
         return RetrievedMemory(degraded=True)
 
     def _log(self, turn: TurnInput, state: LoopState, memory: RetrievedMemory) -> None:
-        fields: dict[str, Any] = {
-            "chat_id": turn.chat_id,
-            "inbox_ids": list(turn.inbox_ids),
-            "llm_calls": state.llm_calls,
-            "tool_calls": state.tool_calls,
-            "input_tokens": state.input_tokens,
-            "output_tokens": state.output_tokens,
-            "cost_usd": round(state.cost_usd, 6),
-            "memory_degraded": memory.degraded,
-        }
-        if state.error is not None:
-            exc = state.error
-            log.warning(
-                "agent.turn_failed",
-                cause=type(exc).__name__,
-                status=exc.status,
-                error_type=exc.error_type,
-                error=exc.message,
-                retry_after=exc.retry_after,
-                **fields,
-            )
-        elif state.tripped is not None:
-            log.warning(
-                "agent.guardrail",
-                guardrail=state.tripped,
-                partial_answer=bool(state.last_text),
-                **fields,
-            )
-        else:
-            log.info("agent.turn", **fields)
+        log_turn(turn, state, memory)
 
     def _over_budget(
         self, chat_id: int, context: TurnContext, shown: int, new_rows: Sequence[ChatMessage]
     ) -> bool:
-        """Whether the compaction rule says the chat must be compacted after this turn: its
-        ``shown`` window rows and the turn's own rows against the next window, and this
-        turn's context (already formatted) with the turn's own rows after it against the
-        budget."""
+        """Whether the compaction rule says the chat must be compacted after this turn
+        (:func:`actors.agent.turn_budget.compaction_reason`)."""
         if self.on_over_budget is None:
             return False
-        added = format_window(new_rows, self.timezone, self.clock())
-        window = f"{context.window}\n{added}"
-        tokens = context_tokens(
-            system=context.base,
-            patterns=context.patterns,
-            window=window,
-            tools=context.tools,
-            episodes=context.episodes,
-        )
         rule = CompactionRule(
             token_budget=self.context_token_budget, keep_recent=0, window_limit=self.window_limit
         )
-        # the turn's rows formatted on their own differ by a few characters from how the next
-        # turn shows them (a day separator, the split into stamped and aged rows): a margin
-        # keeps this estimate from landing a token under the budget the next context exceeds
-        reason = rule.reason(
-            WindowState(rows=shown + len(new_rows), tokens=tokens + ESTIMATE_MARGIN_TOKENS)
+        return (
+            compaction_reason(
+                rule, chat_id, context, shown, new_rows, timezone=self.timezone, now=self.clock()
+            )
+            is not None
         )
-        if reason is None:
-            return False
-        log.info(
-            "agent.over_budget",
-            chat_id=chat_id,
-            reason=reason,
-            tokens=tokens,
-            rows=shown + len(new_rows),
-            budget=self.context_token_budget,
-        )
-        return True
 
     async def _request_compaction(self, chat_id: int) -> None:
         """Call ``on_over_budget`` (run by the chat actor once the turn's rows are committed,
