@@ -31,6 +31,7 @@ from actors.chat.deps import Transcriber
 from actors.chat.memory_commands import MemoryServices
 from actors.chat.model_asks import model_asks
 from actors.compactor import CompactorActor, sql_compactor
+from actors.scheduler.heartbeat import Heartbeat, check_config, sql_heartbeat
 from actors.settings import Settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
@@ -105,6 +106,11 @@ JOBS: tuple[PeriodicJob, ...] = (
     PeriodicJob("compaction_sweep", "maintenance_interval", lambda p, every: CompactionSweep(
         SqlBacklog(p.db), p.compactor.compact, CompactionRule.from_settings(p.settings),
         interval=_every(every),
+    )),
+    PeriodicJob("heartbeat", "heartbeat_interval", lambda p, every: sql_heartbeat(
+        p.db, check_config(p.settings, p.embedder.model), interval=_every(every),
+        alert_chat_id=p.settings.alert_chat_id,
+        allowed_chat_ids=p.settings.telegram_allowed_chat_ids,
     )),
     PeriodicJob("pattern_ttl", "maintenance_interval", lambda p, every: PatternTtlJob(
         p.db, interval=_every(every), max_per_chat=p.settings.max_patterns_per_chat,
@@ -245,6 +251,7 @@ async def open_bot(
             callbacks=taps,
             commands=command_table(services, taps),
             background=[job.run for job in jobs],
+            reports=[("heartbeat", job.report) for job in jobs if isinstance(job, Heartbeat)],
             compactor=compactor,
             **system_options,
         )
