@@ -127,6 +127,7 @@ class Heartbeat:
     latest: list[Check] = attrs.field(factory=list, init=False)
     checked_at: datetime | None = attrs.field(default=None, init=False)
     passes: int = attrs.field(default=0, init=False)
+    failures: int = attrs.field(default=0, init=False)
     _alerted: frozenset[str] | None = attrs.field(default=None, init=False)
 
     async def run(
@@ -137,6 +138,7 @@ class Heartbeat:
             try:
                 await self.beat()
             except Exception as exc:  # a database hiccup must not end the heartbeat
+                self.failures += 1
                 log.warning("heartbeat.failed", error=f"{type(exc).__name__}: {exc}")
             await trio.sleep(self.interval)
 
