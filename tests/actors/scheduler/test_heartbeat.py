@@ -143,7 +143,9 @@ async def test_alerts_go_to_the_alert_chat_through_the_outbox(db: Database) -> N
     alerts = SqlAlerts(db, alert_chat_id=-100123, allowed_chat_ids={5, 7})
     await alerts.send("⚠️ engram health\ninbox: warning")
     rows = await db.fetch("SELECT chat_id, text, status FROM outbox")
-    assert [tuple(r) for r in rows] == [(-100123, "⚠️ engram health\ninbox: warning", "pending")]
+    assert [(r["chat_id"], r["text"], r["status"]) for r in rows] == [
+        (-100123, "⚠️ engram health\ninbox: warning", "pending")
+    ]
 
 
 async def test_the_owner_is_the_first_paired_chat_else_the_first_allowed(db: Database) -> None:
