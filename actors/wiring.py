@@ -31,6 +31,7 @@ from actors.chat.deps import Transcriber
 from actors.chat.memory_commands import MemoryServices
 from actors.chat.model_asks import model_asks
 from actors.compactor import CompactorActor, sql_compactor
+from actors.scheduler.health_checks import Contact
 from actors.scheduler.heartbeat import Heartbeat, check_config, sql_heartbeat
 from actors.settings import Settings
 from actors.system import BotSystem
@@ -111,6 +112,7 @@ JOBS: tuple[PeriodicJob, ...] = (
         p.db, check_config(p.settings, p.embedder.model), interval=_every(every),
         alert_chat_id=p.settings.alert_chat_id,
         allowed_chat_ids=p.settings.telegram_allowed_chat_ids,
+        bot_api=lambda: Contact(p.bot.last_ok, p.bot.last_failure),
     )),
     PeriodicJob("pattern_ttl", "maintenance_interval", lambda p, every: PatternTtlJob(
         p.db, interval=_every(every), max_per_chat=p.settings.max_patterns_per_chat,

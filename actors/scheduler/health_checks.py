@@ -12,7 +12,9 @@ Each check grades one thing ``ok`` | ``warning`` | ``critical`` with a one-line 
     model, embedder   the last successful and failed call (``api_usage`` rows: every call is
                  recorded there, failures with ``ok = false``)
     bot_api      the last reply Telegram accepted (``outbox.sent_at``) against open replies
-                 whose last attempt failed (the sender is retrying them: Telegram is failing)
+                 whose last attempt failed (the sender is retrying them: Telegram is failing);
+                 in the running bot also the client's last answered and failed call (getUpdates
+                 every 30 s in polling mode: an outage shows while nobody writes)
 
 The thresholds are the constants below; the grading is pure (:func:`grade`,
 :func:`service_check`), the reads are :func:`run_checks`. Used by the heartbeat
@@ -186,8 +188,15 @@ GROUP BY 1
 """
 
 
-async def run_checks(db: Queries, config: CheckConfig, now: datetime) -> list[Check]:
-    """Every check, read from ``db`` at ``now`` (database errors propagate)."""
+def latest(*times: datetime | None) -> datetime | None:
+    return max((t for t in times if t is not None), default=None)
+
+
+async def run_checks(
+    db: Queries, config: CheckConfig, now: datetime, bot_api: Contact | None = None
+) -> list[Check]:
+    """Every check, read from ``db`` at ``now`` (database errors propagate). ``bot_api``: the
+    running process's own record of its Bot API calls (the client's), joined to the outbox's."""
     q = await db.fetchrow(_QUEUES, now - config.replies_window, now - DAY, now - SERVICE_LOOKBACK)
     services = {
         bool(r["embedder"]): Contact(r["last_ok"], r["last_failure"])
@@ -200,7 +209,11 @@ async def run_checks(db: Queries, config: CheckConfig, now: datetime) -> list[Ch
     )
     # the Bot API is failing while a retried reply's last attempt failed: since when is not
     # stored, so the failure is "now" (its age shows in the outbox check)
-    bot = Contact(q["bot_ok"], now if q["bot_failing"] is not None else None)
+    seen = bot_api or Contact(None, None)
+    bot = Contact(
+        latest(q["bot_ok"], seen.last_ok),
+        latest(now if q["bot_failing"] is not None else None, seen.last_failure),
+    )
     none = Contact(None, None)
     return [
         queue_check("inbox", q["inbox_open"], q["inbox_oldest"], now),

@@ -25,7 +25,7 @@ import attrs
 import trio
 
 from actors.queues import outbox
-from actors.scheduler.health_checks import Check, CheckConfig, run_checks, worst
+from actors.scheduler.health_checks import Check, CheckConfig, Contact, run_checks, worst
 from actors.telegram.access import stored_chats
 from runtime.db import Queries
 from runtime.logs import get_logger
@@ -179,12 +179,14 @@ def sql_heartbeat(
     interval: float,
     alert_chat_id: int | None = None,
     allowed_chat_ids: Collection[int] = (),
+    bot_api: Callable[[], Contact] | None = None,
     clock: Callable[[], datetime] = _utcnow,
 ) -> Heartbeat:
-    """The heartbeat on the real database (the composition root builds it)."""
+    """The heartbeat on the real database (the composition root builds it); ``bot_api``: the
+    Bot API client's record of its last answered and failed calls."""
 
     async def checks() -> list[Check]:
-        return await run_checks(db, config, clock())
+        return await run_checks(db, config, clock(), None if bot_api is None else bot_api())
 
     alerts = SqlAlerts(db, alert_chat_id, allowed_chat_ids)
     return Heartbeat(checks, alerts, interval, clock)

@@ -204,3 +204,14 @@ def test_service_grading(ok_ago: float | None, fail_ago: float | None, severity:
     check = service_check("model", Contact(at(ok_ago), at(fail_ago)), now)
     assert check.severity == severity
     assert worst([Check("a", "ok", ""), check]) == severity
+
+
+async def test_bot_api_from_the_running_clients_record(db: Database) -> None:
+    """Nobody writes, the outbox is empty, and getUpdates fails: the client's record shows it."""
+    now = await db.fetchval("SELECT now()")
+    failing = Contact(now - timedelta(hours=1), now - timedelta(seconds=5))
+    found = {c.name: c for c in await run_checks(db, config(), now, failing)}
+    assert found["bot_api"].severity == "critical"
+    polling = Contact(now - timedelta(seconds=5), now - timedelta(hours=1))
+    found = {c.name: c for c in await run_checks(db, config(), now, polling)}
+    assert found["bot_api"] == Check("bot_api", "ok", "last success 5 s ago")
