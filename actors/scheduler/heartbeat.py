@@ -192,7 +192,18 @@ def sql_heartbeat(
     return Heartbeat(checks, alerts, interval, clock)
 
 
-def check_config(settings: Any, embedding_model: str) -> CheckConfig:
+class CheckSettings(Protocol):
+    """The settings the checks read (a :class:`~actors.settings.Settings` is one)."""
+
+    @property
+    def timezone(self) -> str: ...
+    @property
+    def daily_cost_alert_usd(self) -> float | None: ...
+    @property
+    def send_deadline(self) -> float: ...
+
+
+def check_config(settings: CheckSettings, embedding_model: str) -> CheckConfig:
     """The checks' configuration from the bot's settings."""
     return CheckConfig(
         embedding_model=embedding_model,
