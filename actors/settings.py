@@ -2,8 +2,9 @@
 
 :class:`~runtime.process_settings.ProcessSettings` (database, HTTP server, logging, actor kernel),
 :class:`~actors.telegram.settings.TelegramSettings`, :class:`~memory.llm.settings.LLMSettings`,
-:class:`~memory.settings.MemorySettings`, :class:`~actors.chat.settings.ChatSettings` and
-:class:`~actors.scheduler.routine_settings.RoutineSettings`, in the
+:class:`~memory.settings.MemorySettings`, :class:`~actors.chat.settings.ChatSettings`,
+:class:`~actors.scheduler.routine_settings.RoutineSettings` and
+:class:`~actors.scheduler.heartbeat_settings.HeartbeatSettings`, in the
 README configuration table's order. Code that needs only one section takes that section's
 type; a ``Settings`` is all of them.
 """
@@ -17,6 +18,7 @@ from typing import ClassVar
 import attrs
 
 from actors.chat.settings import ChatSettings
+from actors.scheduler.heartbeat_settings import HeartbeatSettings
 from actors.scheduler.routine_settings import RoutineSettings
 from actors.telegram.settings import TelegramSettings
 from memory.llm.settings import LLMSettings
@@ -30,7 +32,13 @@ from runtime.settings import load_settings as load_section
 # reverse so the repr starts with the process settings, like ``fields``.
 @attrs.frozen(kw_only=True, slots=False)
 class Settings(
-    RoutineSettings, ChatSettings, MemorySettings, LLMSettings, TelegramSettings, ProcessSettings
+    HeartbeatSettings,
+    RoutineSettings,
+    ChatSettings,
+    MemorySettings,
+    LLMSettings,
+    TelegramSettings,
+    ProcessSettings,
 ):
     """Validated configuration of the whole bot. Build it with :func:`load_settings`."""
 
@@ -41,6 +49,7 @@ class Settings(
         *MemorySettings.fields,
         *ChatSettings.fields,
         *RoutineSettings.fields,
+        *HeartbeatSettings.fields,
     )
 
 

@@ -7,7 +7,8 @@ order, each component ready before the next:
     ├─ SenderActor          (supervised singleton) outbox -> Telegram
     ├─ Registry[chat_id] -> ChatActor   (on demand, idle stop, restart on crash)
     ├─ CompactorActor       (when given) singleton: chats over their context budget -> patterns
-    ├─ background jobs      (actors.wiring.JOBS: embedding backfill, retention purge, ...)
+    ├─ background jobs      (actors.wiring.JOBS: embedding backfill, retention purge, ...,
+    │                        the heartbeat, whose latest checks /readyz shows)
     ├─ Router               inbox notifications -> chat actors; recovery sweep
     ├─ ChatAccess           who may talk: the allowlist (setting + stored), pairing, strangers
     └─ Poller               (only with --polling) getUpdates -> inbox
@@ -63,6 +64,7 @@ from runtime.actor import Address
 from runtime.asgi import AsgiApp
 from runtime.db import Database
 from runtime.errors import ActorError, SettingsError
+from runtime.http import Report
 from runtime.logs import get_logger
 from runtime.registry import Registry
 from runtime.serve import SystemHandle
@@ -96,6 +98,8 @@ class BotSystem:
     #: long-lived jobs started with the system, each ``run(*, task_status)`` (e.g. the
     #: embedding backfill); cancelled with it at shutdown
     background: list[Callable[..., Awaitable[None]]] = attrs.field(factory=list)
+    #: more of ``/readyz``'s body, each a name and its latest report (the heartbeat's checks)
+    reports: list[tuple[str, Report]] = attrs.field(factory=list)
     #: the singleton compactor (its ``request`` is the agent's ``on_over_budget``, given when the
     #: agent is built)
     compactor: CompactorActor | None = None
@@ -176,7 +180,7 @@ class BotSystem:
             if self.compactor is not None:
                 drains.append(("compactor", self.compactor.aclose))
             drains.append(("sender", self._stop_sender))
-            task_status.started(SystemHandle(routes=routes, drains=drains))
+            task_status.started(SystemHandle(routes=routes, drains=drains, reports=self.reports))
 
     # --- the start steps ---------------------------------------------------------------------
 

@@ -31,6 +31,8 @@ from actors.chat.deps import Transcriber
 from actors.chat.memory_commands import MemoryServices
 from actors.chat.model_asks import model_asks
 from actors.compactor import CompactorActor, sql_compactor
+from actors.scheduler.health_checks import Contact
+from actors.scheduler.heartbeat import Heartbeat, check_config, sql_heartbeat
 from actors.scheduler.routines import all_routines
 from actors.settings import Settings
 from actors.system import BotSystem
@@ -125,6 +127,18 @@ JOBS: tuple[PeriodicJob, ...] = (
             p.compactor.compact,
             CompactionRule.from_settings(p.settings),
             interval=_every(every),
+        ),
+    ),
+    PeriodicJob(
+        "heartbeat",
+        "heartbeat_interval",
+        lambda p, every: sql_heartbeat(
+            p.db,
+            check_config(p.settings, p.embedder.model),
+            interval=_every(every),
+            alert_chat_id=p.settings.alert_chat_id,
+            allowed_chat_ids=p.settings.telegram_allowed_chat_ids,
+            bot_api=lambda: Contact(p.bot.last_ok, p.bot.last_failure),
         ),
     ),
     PeriodicJob(
@@ -289,6 +303,7 @@ async def open_bot(
             callbacks=taps,
             commands=command_table(services, taps),
             background=[job.run for job in jobs],
+            reports=[("heartbeat", job.report) for job in jobs if isinstance(job, Heartbeat)],
             compactor=compactor,
             routines={routine.name: routine for routine in all_routines(settings)},
             routine_summarizer=RoutineSummarizer(memory_llm),

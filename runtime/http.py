@@ -5,12 +5,13 @@ from the :class:`~runtime.serve.SystemHandle` it hands back (its readiness check
 blueprints; hot routes such as the Telegram webhook are bare ASGI handlers served in front of
 the app by :class:`runtime.asgi.PathDispatcher`). ``GET /healthz`` says the process is alive;
 ``GET /readyz`` says the database answers, every migration is applied and every check of the
-system passes.
+system passes (503 otherwise); the system's reports (the bot's heartbeat) are added to its body
+and never change its status.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import trio
@@ -23,6 +24,8 @@ from runtime.errors import DatabaseError, DatabaseUnavailable
 from runtime.migrate import migrations_current
 
 ReadinessCheck = Callable[[], Awaitable[tuple[bool, str]]]
+#: a part of ``/readyz``'s body that does not decide readiness (e.g. the bot's heartbeat)
+Report = Callable[[], Mapping[str, Any]]
 
 #: seconds a handler of the app may wait for a request body (quart's BODY_TIMEOUT: 408 past
 #: it); a handler that never reads the body answers at once and the connection closes
@@ -55,13 +58,16 @@ def create_app(
     blueprints: Iterable[Blueprint] = (),
     *,
     max_body_bytes: int = 1024 * 1024,
+    reports: Iterable[tuple[str, Report]] = (),
 ) -> QuartTrio:
-    """Build the app. ``readiness`` is a list of named checks run by ``/readyz``."""
+    """Build the app. ``readiness`` is a list of named checks run by ``/readyz``; ``reports``
+    add named objects to its body without deciding the status."""
     app = QuartTrio("engram")
     app.config["MAX_CONTENT_LENGTH"] = max_body_bytes
     app.config["BODY_TIMEOUT"] = BODY_TIMEOUT
     app.config["PROVIDE_AUTOMATIC_OPTIONS"] = False
     checks = list(readiness)
+    extras = list(reports)
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -75,7 +81,9 @@ def create_app(
             ok, detail = await check()
             results[name] = detail
             ready = ready and ok
-        body = {"status": "ready" if ready else "not ready", "checks": results}
+        body: dict[str, Any] = {"status": "ready" if ready else "not ready", "checks": results}
+        for name, report in extras:
+            body[name] = dict(report())
         return jsonify(body), (200 if ready else 503)
 
     for bp in blueprints:

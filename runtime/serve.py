@@ -24,7 +24,7 @@ from quart import Blueprint
 from runtime.asgi import AsgiApp, PathDispatcher
 from runtime.db import Database
 from runtime.errors import EngramError, leaf_exceptions
-from runtime.http import ReadinessCheck, create_app, database_readiness, hypercorn_config
+from runtime.http import ReadinessCheck, Report, create_app, database_readiness, hypercorn_config
 from runtime.http_server import connection_cap, serve_http
 from runtime.logs import get_logger
 from runtime.migrate import apply_migrations
@@ -41,6 +41,8 @@ class SystemHandle:
     blueprints: Sequence[Blueprint] = ()
     routes: Mapping[str, AsgiApp] = attrs.field(factory=dict)  # exact path -> ASGI handler
     readiness: Sequence[tuple[str, ReadinessCheck]] = ()
+    #: more of ``/readyz``'s body that does not decide readiness (name -> its JSON object)
+    reports: Sequence[tuple[str, Report]] = ()
     drains: Sequence[tuple[str, Callable[[], Awaitable[object]]]] = ()
 
 
@@ -87,7 +89,9 @@ async def serve(
         for name, drain in handle.drains:
             shutdown.add_drain(name, drain)
         app: Any = create_app(  # the quart app, or the dispatcher in front of it
-            [("database", database_readiness(database)), *handle.readiness], handle.blueprints
+            [("database", database_readiness(database)), *handle.readiness],
+            handle.blueprints,
+            reports=handle.reports,
         )
         if handle.routes:
             app = PathDispatcher(app, handle.routes)

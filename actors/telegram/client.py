@@ -16,6 +16,7 @@ import json
 import logging
 import re
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from http import HTTPStatus
 
 import httpx
@@ -126,6 +127,11 @@ class BotApiClient(AsyncClosing):
         self._http = httpx.AsyncClient(timeout=self._timeout, transport=transport)
         self._filter = RedactToken(self.scrub)
         logging.getLogger("httpx").addFilter(self._filter)
+        #: the last call Telegram answered, and the last one that failed on Telegram's side
+        #: (unreachable, 5xx, the token refused; not a 4xx about one chat): the heartbeat's
+        #: view of the Bot API, from every caller (poller, sender, commands)
+        self.last_ok: datetime | None = None
+        self.last_failure: datetime | None = None
 
     def __repr__(self) -> str:
         return f"BotApiClient(base_url={self._base!r}, token={REDACTED!r})"
@@ -219,14 +225,20 @@ class BotApiClient(AsyncClosing):
             )
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
             error = self._network_error(method, exc)
+            self.last_failure = datetime.now(UTC)
         else:
             try:
                 body: object = response.json()
             except (ValueError, UnicodeDecodeError):
                 body = None
             if response.is_success and isinstance(body, Mapping) and body.get("ok") is True:
+                self.last_ok = datetime.now(UTC)
                 return body.get("result")
             error = self._api_error(method, response)
+            if response.status_code >= 500 or response.status_code == 401:
+                self.last_failure = datetime.now(UTC)
+            else:  # Telegram answered: a refusal about this call (400, 403, 429) is no outage
+                self.last_ok = datetime.now(UTC)
         raise error  # raised outside the except block: no __context__ holding the URL
 
     # --- methods -------------------------------------------------------------------------------

@@ -171,6 +171,17 @@ async def missing_owner_ids(
     return [int(r["id"]) for r in rows]
 
 
+async def missing_count(db: Queries, model: str, cap: int) -> int:
+    """Rows of every side table's owners without a ``model`` vector (the backfill's backlog),
+    counted up to ``cap`` per table: a bounded query however large the backlog."""
+    check_model(model)
+    total = 0
+    for table in ALL_TABLES:
+        query = _missing_sql(vector_table(table), "1")
+        total += int(await db.fetchval(f"SELECT count(*) FROM ({query}) m", model, cap, 0))
+    return total
+
+
 async def _missing_rows(
     db: Queries, spec: VectorTable, model: str, limit: int, after_id: int
 ) -> list[tuple[int, str, int | None]]:

@@ -12,6 +12,7 @@ import attrs
 import pytest
 
 from actors.chat.settings import ChatSettings
+from actors.scheduler.heartbeat_settings import HeartbeatSettings
 from actors.scheduler.routine_settings import RoutineSettings
 from actors.settings import Settings, load_settings
 from actors.telegram.settings import TelegramSettings
@@ -28,6 +29,7 @@ SECTIONS: tuple[type[SettingsSection], ...] = (
     MemorySettings,
     ChatSettings,
     RoutineSettings,
+    HeartbeatSettings,
 )
 
 

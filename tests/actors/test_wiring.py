@@ -93,13 +93,16 @@ async def test_every_periodic_job_starts_with_its_interval_setting(
 ) -> None:
     codes: list[int] = []
     async with run_fake_bot_api() as fake:
-        settings = bot_settings(fake, fake_claude, MAINTENANCE_INTERVAL="4321")
+        settings = bot_settings(
+            fake, fake_claude, MAINTENANCE_INTERVAL="4321", HEARTBEAT_INTERVAL="4321"
+        )
         async with serving(settings, db, codes) as bot:
             assert [job.name for job in JOBS] == [
                 "embedding_backfill",
                 "purge",
                 "chat_indexes",
                 "compaction_sweep",
+                "heartbeat",
                 "pattern_ttl",
             ]
             assert bot.system.background == [job.run for job in bot.jobs]

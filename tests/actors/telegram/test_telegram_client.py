@@ -540,3 +540,22 @@ async def test_lone_surrogate_and_unicode_reach_the_server(
 ) -> None:
     await bot.send_message(3, "naïve 😀 你好 \ud800 end")
     assert fake.sent_texts(3) == ["naïve 😀 你好 \ud800 end"]
+
+
+async def test_the_client_records_its_last_answered_and_failed_call(
+    bot: BotApiClient, fake: FakeBotApi
+) -> None:
+    assert (bot.last_ok, bot.last_failure) == (None, None)
+    await bot.get_me()
+    answered = bot.last_ok
+    assert answered is not None and bot.last_failure is None
+    fake.fail_next("getMe", Failure.server_error(502, "Bad Gateway"))
+    with pytest.raises(TelegramError):
+        await bot.get_me()
+    assert bot.last_failure is not None and bot.last_ok == answered  # Telegram failing
+    failed = bot.last_failure
+    fake.fail_next("sendMessage", Failure.blocked())
+    with pytest.raises(TelegramError):
+        await bot.send_message(5, "hi")
+    # a refusal about one chat is an answer: Telegram is up
+    assert bot.last_failure == failed and bot.last_ok is not None and bot.last_ok >= failed

@@ -1,0 +1,59 @@
+"""The heartbeat settings section (:mod:`actors.scheduler.heartbeat`): how often the bot checks
+itself, the day's cost that raises an alert, and which chat hears the alerts."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import attrs
+
+from actors.chat.settings import cost_limit
+from runtime.parsers import float_range
+from runtime.settings import Field, SettingsSection
+
+
+def optional_chat_id(raw: str) -> int | None:
+    """A Telegram chat id (negative for groups), or empty for none."""
+    value = raw.strip()
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"expected a chat id (an integer, or empty), got {value!r}") from None
+
+
+@attrs.frozen(kw_only=True, slots=False)
+class HeartbeatSettings(SettingsSection):
+    """The self-check's period, the daily cost alert and the alerts' chat."""
+
+    fields: ClassVar[tuple[Field, ...]] = (
+        Field(
+            "HEARTBEAT_INTERVAL",
+            "heartbeat_interval",
+            "60",
+            float_range(1.0, 86_400.0),
+            "Seconds between two self-checks of the running bot (database, queues, outside "
+            "services, cost; no model call).",
+        ),
+        Field(
+            "DAILY_COST_ALERT_USD",
+            "daily_cost_alert_usd",
+            "",
+            cost_limit,
+            "The whole bot's model cost today (in TIMEZONE) that raises an alert (a warning "
+            "from 80%); empty: no cost alert.",
+        ),
+        Field(
+            "ALERT_CHAT_ID",
+            "alert_chat_id",
+            "",
+            optional_chat_id,
+            "The chat that hears health alerts; empty: the first paired chat, else the first "
+            "of TELEGRAM_ALLOWED_CHAT_IDS.",
+        ),
+    )
+
+    heartbeat_interval: float
+    daily_cost_alert_usd: float | None
+    alert_chat_id: int | None
