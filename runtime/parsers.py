@@ -169,3 +169,17 @@ def optional_unit(raw: str) -> float | None:
     if not 0.0 <= number <= 1.0:
         raise ValueError(f"must be between 0 and 1, got {value!r}")
     return number
+
+
+def cost_limit(raw: str) -> float | None:
+    """An amount of US dollars (a cost limit or alert), or empty for none."""
+    value = raw.strip()
+    if not value:
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"expected an amount in US dollars (or empty), got {value!r}") from None
+    if not 0.0 < number <= 1_000_000.0:
+        raise ValueError(f"must be above 0 and at most 1000000 (or empty), got {value!r}")
+    return number

@@ -7,22 +7,8 @@ from typing import ClassVar
 
 import attrs
 
-from runtime.parsers import int_range
+from runtime.parsers import cost_limit, int_range
 from runtime.settings import Field, SettingsSection
-
-
-def cost_limit(raw: str) -> float | None:
-    """US dollars a chat's model calls may cost per day, or empty for no limit."""
-    value = raw.strip()
-    if not value:
-        return None
-    try:
-        number = float(value)
-    except ValueError:
-        raise ValueError(f"expected an amount in US dollars (or empty), got {value!r}") from None
-    if not 0.0 < number <= 1_000_000.0:
-        raise ValueError(f"must be above 0 and at most 1000000 (or empty), got {value!r}")
-    return number
 
 
 @attrs.frozen(kw_only=True, slots=False)

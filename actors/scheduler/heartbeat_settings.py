@@ -7,8 +7,7 @@ from typing import ClassVar
 
 import attrs
 
-from actors.chat.settings import cost_limit
-from runtime.parsers import float_range
+from runtime.parsers import cost_limit, float_range
 from runtime.settings import Field, SettingsSection
 
 

@@ -127,9 +127,8 @@ class BotApiClient(AsyncClosing):
         self._http = httpx.AsyncClient(timeout=self._timeout, transport=transport)
         self._filter = RedactToken(self.scrub)
         logging.getLogger("httpx").addFilter(self._filter)
-        #: the last call Telegram answered, and the last one that failed on Telegram's side
-        #: (unreachable, 5xx, the token refused; not a 4xx about one chat): the heartbeat's
-        #: view of the Bot API, from every caller (poller, sender, commands)
+        #: the last call Telegram answered, the last one failed on its side (unreachable, 5xx,
+        #: token refused): the heartbeat's view of the Bot API, from every caller
         self.last_ok: datetime | None = None
         self.last_failure: datetime | None = None
 
