@@ -2,7 +2,8 @@
 
 :class:`~runtime.settings.ProcessSettings` (database, HTTP server, logging, actor kernel),
 :class:`~actors.telegram.settings.TelegramSettings`, :class:`~memory.llm.settings.LLMSettings`,
-:class:`~memory.settings.MemorySettings` and :class:`~actors.chat.settings.ChatSettings`, in the
+:class:`~memory.settings.MemorySettings` and :class:`~actors.chat.settings.ChatSettings` and
+:class:`~actors.scheduler.settings.ProactiveSettings`, in the
 README configuration table's order. Code that needs only one section takes that section's
 type; a ``Settings`` is all of them.
 """
@@ -16,6 +17,7 @@ from typing import ClassVar
 import attrs
 
 from actors.chat.settings import ChatSettings
+from actors.scheduler.settings import ProactiveSettings
 from actors.telegram.settings import TelegramSettings
 from memory.llm.settings import LLMSettings
 from memory.settings import MemorySettings
@@ -26,7 +28,8 @@ from runtime.settings import load_settings as load_section
 # attrs orders inherited attributes from the last base to the first: the bases are listed in
 # reverse so the repr starts with the process settings, like ``fields``.
 @attrs.frozen(kw_only=True, slots=False)
-class Settings(ChatSettings, MemorySettings, LLMSettings, TelegramSettings, ProcessSettings):
+class Settings(
+    ProactiveSettings, ChatSettings, MemorySettings, LLMSettings, TelegramSettings, ProcessSettings):
     """Validated configuration of the whole bot. Build it with :func:`load_settings`."""
 
     fields: ClassVar[tuple[Field, ...]] = (
@@ -35,6 +38,7 @@ class Settings(ChatSettings, MemorySettings, LLMSettings, TelegramSettings, Proc
         *LLMSettings.fields,
         *MemorySettings.fields,
         *ChatSettings.fields,
+        *ProactiveSettings.fields,
     )
 
 
