@@ -11,6 +11,15 @@ from zoneinfo import ZoneInfo
 from cronsim import CronSim, CronSimError
 
 
+#: the local hour of a date given without a time ("Sunday")
+DEFAULT_HOUR = 9
+
+
+def _has_time(text: str) -> bool:
+    lowered = text.lower()
+    return any(c.isdigit() for c in lowered) or "midnight" in lowered
+
+
 def valid_cron(expr: str) -> bool:
     """Whether ``expr`` is a cron expression cronsim accepts."""
     try:
@@ -32,17 +41,21 @@ def parse_when(text: str, timezone: str, now: datetime) -> datetime | None:
     None when it is not a date or not in the future."""
     import dateparser  # imported on first use: its language data is large
 
-    local_now = now.astimezone(ZoneInfo(timezone)).replace(tzinfo=None)
+    zone = ZoneInfo(timezone)
+    local_now = now.astimezone(zone).replace(tzinfo=None)
     when = dateparser.parse(
         text,
         settings={
             "TIMEZONE": timezone,
-            "RETURN_AS_TIMEZONE_AWARE": True,
+            # naive local wall time, given its zone below: the offset of *that* day (DST)
+            "RETURN_AS_TIMEZONE_AWARE": False,
             "PREFER_DATES_FROM": "future",
             "RELATIVE_BASE": local_now,
         },
     )
     if when is None:
         return None
-    when = when.astimezone(UTC)
+    if (when.hour, when.minute, when.second) == (0, 0, 0) and not _has_time(text):
+        when = when.replace(hour=DEFAULT_HOUR)  # "Sunday": in the morning, not at midnight
+    when = when.replace(tzinfo=zone).astimezone(UTC)
     return when if when > now else None
