@@ -155,7 +155,7 @@ async def test_a_missed_run_runs_once_within_its_grace_else_is_skipped(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     store = MemoryStore([
-        routine_job(1, "recent", "0 1 * * *", START - timedelta(minutes=30)),
+        routine_job(1, "recent", "30 0 * * *", START - timedelta(minutes=30)),
         reminder_job(2, START - timedelta(hours=2)),
     ])  # fmt: skip
     await play(sched(store, Limits(quiet_hours=None)), 60)  # 01:00 in Madrid
