@@ -9,6 +9,7 @@ order, each component ready before the next:
     ├─ CompactorActor       (when given) singleton: chats over their context budget -> patterns
     ├─ background jobs      (actors.wiring.JOBS: embedding backfill, retention purge, ...)
     ├─ Router               inbox notifications -> chat actors; recovery sweep
+    ├─ Scheduler            (when given) singleton: due jobs -> inbox rows, chats woken
     ├─ ChatAccess           who may talk: the allowlist (setting + stored), pairing, strangers
     └─ Poller               (only with --polling) getUpdates -> inbox
        or InboxWriter       (only with the webhook) group commit of webhook updates -> inbox
@@ -24,7 +25,7 @@ The inbox writer has no drain: like the HTTP server it serves until the final ca
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
 from functools import partial
@@ -47,6 +48,8 @@ from actors.queues.dedupe import DedupeCache
 from actors.queues.inbox_writer import InboxWriter
 from actors.queues.outbox import OutboxRow
 from actors.router import Router
+from actors.scheduler.jobs import pause_chat
+from actors.scheduler.scheduler import Scheduler
 from actors.sender.actor import OutboxReady, SenderActor
 from actors.sender.policy import SenderLedger, SenderSettings
 from actors.settings import Settings
@@ -58,7 +61,7 @@ from actors.telegram.webhook import WEBHOOK_PATH, webhook_handler
 from memory.patterns.stats import cost_today, next_day_start
 from runtime.actor import Address
 from runtime.asgi import AsgiApp
-from runtime.db import Database
+from runtime.db import Database, Queries
 from runtime.errors import ActorError, SettingsError
 from runtime.logs import get_logger
 from runtime.registry import Registry
@@ -96,6 +99,10 @@ class BotSystem:
     #: the singleton compactor (its ``request`` is the agent's ``on_over_budget``, given when the
     #: agent is built)
     compactor: CompactorActor | None = None
+    #: the singleton scheduler (due jobs -> inbox rows; started once the router can wake chats)
+    scheduler: Scheduler | None = None
+    #: the message offered after pairing (the check-ins' button): ChatAccess's ``offer``
+    pair_offer: Callable[[Queries, int], Awaitable[tuple[str, Mapping[str, Any]]]] | None = None
     #: shared by the sender and its restarts: rows in flight, replies given up (heartbeat)
     sender_ledger: SenderLedger = attrs.field(factory=SenderLedger)
     #: the handlers of inline buttons (action name -> handler), filled before :meth:`run`
@@ -155,6 +162,8 @@ class BotSystem:
             for job in self.background:
                 await nursery.start(job)
             router: Router = await nursery.start(self._router(bot, registry, deps).run)
+            if self.scheduler is not None:
+                await nursery.start(partial(self.scheduler.run, wake_chat=router.wake))
             chats: ChatAccess = await nursery.start(self._access(router, username).run)
             self.chat_access = chats
             routes: dict[str, AsgiApp] = {}
@@ -196,11 +205,18 @@ class BotSystem:
     ) -> None:
         settings = self.settings
         sending = SenderSettings(retry_cap=settings.send_retry_cap, deadline=settings.send_deadline)
-        actor = SenderActor(self.db, bot, settings=sending, ledger=self.sender_ledger)
+        actor = SenderActor(
+            self.db, bot, settings=sending, ledger=self.sender_ledger, on_blocked=self._blocked
+        )
         try:
             await actor.run(task_status=task_status)
         finally:
             self._sender_done.set()
+
+    async def _blocked(self, chat_id: int, why: str) -> None:
+        """The chat blocked the bot: its proactive jobs wait until the person writes again."""
+        await pause_chat(self.db, chat_id, why)
+        log.info("system.chat_paused", chat_id=chat_id)
 
     async def _stop_sender(self) -> None:
         assert self._sender is not None
@@ -259,6 +275,7 @@ class BotSystem:
             self._outbox_ready,
             announce=self.announce,
             username=username,
+            offer=self.pair_offer,
             **self.access_options,
         )
 

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -40,7 +41,10 @@ REMIND_USAGE = (
     "Usage: /remind <when> <what>, e.g. /remind tomorrow 9:00 call mum "
     "(when: a time in the future, like “in 2 hours” or “Sunday”)"
 )
-OFFER = "I can also check in now and then (never at night, at most twice a day)."
+OFFER = (
+    "I can also check in now and then: never at night, at most twice a day, never while we "
+    "talk. It stays off until you turn it on (/active off stops it again)."
+)
 OFFER_BUTTON = "Turn on check-ins"
 #: the words of a "when" tried before the "what" (longest first)
 MAX_WHEN_WORDS = 6
@@ -87,7 +91,7 @@ class Controls:
         return None if digest == "off" else daily(routine.default_schedule)
 
     async def activate(self, chat_id: int, now: datetime) -> str:
-        await jobs.set_prefs(self.db, chat_id, active=True)
+        await jobs.set_prefs(self.db, chat_id, active=True, paused_at=None, paused_reason=None)
         digest = (await jobs.prefs(self.db, chat_id)).digest
         made: list[Job] = []
         for r in self.routines:
@@ -199,6 +203,12 @@ class Controls:
         )
 
     # --- buttons --------------------------------------------------------------------------
+
+    async def pair_offer(self, db: Queries, chat_id: int) -> tuple[str, dict[str, Any]]:
+        """The message after "Paired": check-ins offered, with a [Turn on check-ins] button
+        (``/active on``)."""
+        kb = await keyboard(db, chat_id, [[(OFFER_BUTTON, {"name": "active_on"})]])
+        return OFFER, kb.to_json()
 
     async def tap_routine_off(self, ctx: CallbackContext) -> None:
         name = await jobs.set_enabled(ctx.db, ctx.chat_id, int(ctx.action["job_id"]), False)

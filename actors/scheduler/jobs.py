@@ -212,7 +212,8 @@ async def set_prefs(db: Queries, chat_id: int, **values: Any) -> None:
 
 
 async def pause_chat(db: Queries, chat_id: int, reason: str) -> None:
-    """The chat blocked the bot: its jobs wait (the gates skip them) until it writes again."""
+    """The chat blocked the bot: its jobs wait (the gates skip them) until the person writes
+    again (a message after ``paused_at`` lifts it, :func:`gate_states`)."""
     await db.execute(
         "INSERT INTO chat_proactive (chat_id, paused_at, paused_reason) VALUES ($1, now(), $2) "
         "ON CONFLICT (chat_id) DO UPDATE SET paused_at = COALESCE(chat_proactive.paused_at, "
@@ -265,7 +266,9 @@ async def gate_states(
             quiet=quiet,
             max_per_day=r["max_per_day"],
             cooldown_s=r["cooldown_s"],
-            paused=r["paused_at"] is not None,
+            # a message from the person after the 403 un-pauses the chat
+            paused=r["paused_at"] is not None
+            and (r["last_person_message"] is None or r["last_person_message"] < r["paused_at"]),
             sends_today=r["sends_today"],
             last_send=r["last_send"],
             last_person_message=r["last_person_message"],

@@ -32,7 +32,7 @@ import hmac
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -42,7 +42,7 @@ from actors.queues import outbox
 from actors.queues.outbox import OutboxRow
 from actors.telegram import access
 from actors.telegram.types import Update, dedupe_keys
-from runtime.db import Database
+from runtime.db import Database, Queries
 from runtime.errors import DatabaseError
 from runtime.logs import get_logger
 
@@ -205,6 +205,9 @@ class ChatAccess:
     clock: Callable[[], float] = time.monotonic
     refresh_interval: float = REFRESH_INTERVAL
     notice_interval: float = access.NOTICE_INTERVAL
+    #: a message offered after "Paired" (text, reply markup), written in the pairing's
+    #: transaction: the proactive check-ins with their button (:mod:`actors.scheduler.controls`)
+    offer: Callable[[Queries, int], Awaitable[tuple[str, Mapping[str, Any]]]] | None = None
     allowlist: Allowlist = attrs.field(init=False)
     code: PairingCode | None = attrs.field(init=False, default=None)
     bucket: TokenBucket = attrs.field(init=False)
@@ -370,6 +373,9 @@ class ChatAccess:
                 await access.allow_chat(conn, chat_id, "pairing", user_id)
                 released = await access.release_held(conn, chat_id)
                 await outbox.enqueue_reply(conn, chat_id, PAIRED)
+                if self.offer is not None:
+                    text, markup = await self.offer(conn, chat_id)
+                    await outbox.enqueue_reply(conn, chat_id, text, reply_markup=markup)
         except BaseException:
             if self.code is not None:
                 self.code.used = False  # not stored: Telegram's retry may still pair
