@@ -25,7 +25,7 @@ The inbox writer has no drain: like the HTTP server it serves until the final ca
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
 from functools import partial
@@ -102,7 +102,7 @@ class BotSystem:
     #: the singleton scheduler (due jobs -> inbox rows; started once the router can wake chats)
     scheduler: Scheduler | None = None
     #: the message offered after pairing (the check-ins' button): ChatAccess's ``offer``
-    pair_offer: Callable[[Queries, int], Awaitable[tuple[str, Mapping[str, Any]]]] | None = None
+    pair_offer: Callable[[Queries, int], Awaitable[object]] | None = None
     #: shared by the sender and its restarts: rows in flight, replies given up (heartbeat)
     sender_ledger: SenderLedger = attrs.field(factory=SenderLedger)
     #: the handlers of inline buttons (action name -> handler), filled before :meth:`run`

@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo
 
@@ -25,6 +24,7 @@ import attrs
 from actors.agent.turn import TurnReply
 from actors.chat.callbacks import CallbackContext, CallbackTable, keyboard
 from actors.chat.command_base import Command, CommandCall
+from actors.queues import outbox
 from actors.scheduler import jobs
 from actors.scheduler.jobs import Digest, Job
 from actors.scheduler.routine import Routine
@@ -204,11 +204,11 @@ class Controls:
 
     # --- buttons --------------------------------------------------------------------------
 
-    async def pair_offer(self, db: Queries, chat_id: int) -> tuple[str, dict[str, Any]]:
-        """The message after "Paired": check-ins offered, with a [Turn on check-ins] button
-        (``/active on``)."""
+    async def pair_offer(self, db: Queries, chat_id: int) -> None:
+        """The message after "Paired" (in the pairing's transaction): check-ins offered, with
+        a [Turn on check-ins] button (``/active on``)."""
         kb = await keyboard(db, chat_id, [[(OFFER_BUTTON, {"name": "active_on"})]])
-        return OFFER, kb.to_json()
+        await outbox.enqueue_reply(db, chat_id, OFFER, reply_markup=kb.to_json())
 
     async def tap_routine_off(self, ctx: CallbackContext) -> None:
         name = await jobs.set_enabled(ctx.db, ctx.chat_id, int(ctx.action["job_id"]), False)

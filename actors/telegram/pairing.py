@@ -205,9 +205,7 @@ class ChatAccess:
     clock: Callable[[], float] = time.monotonic
     refresh_interval: float = REFRESH_INTERVAL
     notice_interval: float = access.NOTICE_INTERVAL
-    #: a message offered after "Paired" (text, reply markup), written in the pairing's
-    #: transaction: the proactive check-ins with their button (:mod:`actors.scheduler.controls`)
-    offer: Callable[[Queries, int], Awaitable[tuple[str, Mapping[str, Any]]]] | None = None
+    offer: Callable[[Queries, int], Awaitable[object]] | None = None  # after "Paired" (+ button)
     allowlist: Allowlist = attrs.field(init=False)
     code: PairingCode | None = attrs.field(init=False, default=None)
     bucket: TokenBucket = attrs.field(init=False)
@@ -320,11 +318,8 @@ class ChatAccess:
             "pairing.refused", chat_id=attempt.chat_id, outcome=outcome, tries_left=tries_left
         )
         if outcome == "wrong" and tries_left == 0:
-            log.warning(
-                "pairing.chat_locked",
-                chat_id=attempt.chat_id,
-                reason=f"{self.max_tries} wrong codes",
-            )
+            locked = f"{self.max_tries} wrong codes"
+            log.warning("pairing.chat_locked", chat_id=attempt.chat_id, reason=locked)
         return False
 
     def _wait(self, attempt: Attempt) -> None:
@@ -335,12 +330,8 @@ class ChatAccess:
         queued = self.waiting_by_chat.get(chat_id, 0)
         full = len(self.waiting) >= self.max_waiting
         if full or queued >= self.code.tries_left(chat_id):
-            log.warning(
-                "pairing.refused",
-                chat_id=chat_id,
-                waiting=len(self.waiting),
-                outcome="queue full" if full else "no tries left",
-            )
+            why = "queue full" if full else "no tries left"
+            log.warning("pairing.refused", chat_id=chat_id, waiting=len(self.waiting), outcome=why)
             return
         self.waiting.append(attempt)
         self.waiting_by_chat[chat_id] = queued + 1
@@ -373,9 +364,8 @@ class ChatAccess:
                 await access.allow_chat(conn, chat_id, "pairing", user_id)
                 released = await access.release_held(conn, chat_id)
                 await outbox.enqueue_reply(conn, chat_id, PAIRED)
-                if self.offer is not None:
-                    text, markup = await self.offer(conn, chat_id)
-                    await outbox.enqueue_reply(conn, chat_id, text, reply_markup=markup)
+                if self.offer is not None:  # the check-ins offered: actors.scheduler.controls
+                    await self.offer(conn, chat_id)
         except BaseException:
             if self.code is not None:
                 self.code.used = False  # not stored: Telegram's retry may still pair

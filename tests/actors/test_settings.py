@@ -12,6 +12,7 @@ import attrs
 import pytest
 
 from actors.chat.settings import ChatSettings
+from actors.scheduler.settings import ProactiveSettings
 from actors.settings import Settings, load_settings
 from actors.telegram.settings import TelegramSettings
 from memory.llm.settings import LLMSettings
@@ -25,6 +26,7 @@ SECTIONS: tuple[type[SettingsSection], ...] = (
     LLMSettings,
     MemorySettings,
     ChatSettings,
+    ProactiveSettings,
 )
 
 
