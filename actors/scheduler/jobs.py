@@ -211,25 +211,17 @@ async def set_prefs(db: Queries, chat_id: int, **values: Any) -> None:
     )  # fmt: skip
 
 
-async def pause_chat(db: Queries, chat_id: int, reason: str) -> None:
+async def pause_chat(
+    db: Queries, chat_id: int, reason: str, *, at: datetime | None = None
+) -> None:
     """The chat blocked the bot: its jobs wait (the gates skip them) until the person writes
     again (a message after ``paused_at`` lifts it, :func:`gate_states`)."""
     await db.execute(
-        "INSERT INTO chat_proactive (chat_id, paused_at, paused_reason) VALUES ($1, now(), $2) "
-        "ON CONFLICT (chat_id) DO UPDATE SET paused_at = COALESCE(chat_proactive.paused_at, "
-        "now()), paused_reason = $2, updated_at = now()",
-        chat_id, reason,
+        "INSERT INTO chat_proactive (chat_id, paused_at, paused_reason) "
+        "VALUES ($1, COALESCE($3, now()), $2) ON CONFLICT (chat_id) DO UPDATE SET "
+        "paused_at = EXCLUDED.paused_at, paused_reason = $2, updated_at = now()",
+        chat_id, reason, at,
     )  # fmt: skip
-
-
-async def unpause_chat(db: Queries, chat_id: int) -> bool:
-    """The person wrote again: whether the chat was paused."""
-    status = await db.execute(
-        "UPDATE chat_proactive SET paused_at = NULL, paused_reason = NULL, updated_at = now() "
-        "WHERE chat_id = $1 AND paused_at IS NOT NULL",
-        chat_id,
-    )
-    return status.split()[-1] != "0"
 
 
 _GATES = """
