@@ -29,7 +29,8 @@ from runtime.settings import load_settings as load_section
 # reverse so the repr starts with the process settings, like ``fields``.
 @attrs.frozen(kw_only=True, slots=False)
 class Settings(
-    ProactiveSettings, ChatSettings, MemorySettings, LLMSettings, TelegramSettings, ProcessSettings):
+    ProactiveSettings, ChatSettings, MemorySettings, LLMSettings, TelegramSettings, ProcessSettings
+):
     """Validated configuration of the whole bot. Build it with :func:`load_settings`."""
 
     fields: ClassVar[tuple[Field, ...]] = (

@@ -212,10 +212,12 @@ async def open_bot(
         embedder = await stack.enter_async_context(open_embedder(settings, usage))
         thresholds = thresholds_for(embedder.model, settings)
         lexicons = LexiconCache()  # per-chat BM25 statistics, shared by retrieval and recall
-        tools = agent_tools([
-            *memory_tools(LLMAdjudicator(memory_llm), thresholds=thresholds, lexicons=lexicons),
-            *REMINDER_TOOLS,
-        ])  # fmt: skip
+        tools = agent_tools(
+            [
+                *memory_tools(LLMAdjudicator(memory_llm), thresholds=thresholds, lexicons=lexicons),
+                *REMINDER_TOOLS,
+            ]
+        )
         scheduler = Scheduler(
             SqlDueStore(db), Limits.from_settings(settings), tick=settings.proactive_tick
         )

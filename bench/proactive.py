@@ -70,8 +70,9 @@ class NightlyReflection:
         wrote = await ctx.db.fetchval(
             "SELECT EXISTS (SELECT 1 FROM chat_messages WHERE chat_id = $1 AND role = 'user' "
             "AND created_at >= $2 AND compacted_at IS NULL)",
-            ctx.chat_id, day_start(ctx.now, ctx.timezone),
-        )  # fmt: skip
+            ctx.chat_id,
+            day_start(ctx.now, ctx.timezone),
+        )
         return None if wrote else Brief(prompt="The person did not write today: a reflection?")
 
 
@@ -87,8 +88,9 @@ class WeightTrend:
             "SELECT (SELECT weight_kg FROM daily_metrics WHERE chat_id = $1 AND date <= $2 "
             "ORDER BY date DESC LIMIT 1) AS last, (SELECT weight_kg FROM daily_metrics WHERE "
             "chat_id = $1 AND date <= $2 - 7 ORDER BY date DESC LIMIT 1) AS before",
-            ctx.chat_id, today,
-        )  # fmt: skip
+            ctx.chat_id,
+            today,
+        )
         if r["last"] is None or r["before"] is None:
             return None
         change = r["last"] - r["before"]
@@ -105,8 +107,9 @@ class WeeklyRecap:
         n = await ctx.db.fetchval(
             "SELECT count(*) FROM chat_messages WHERE chat_id = $1 AND role = 'user' "
             "AND created_at >= $2",
-            ctx.chat_id, ctx.now - timedelta(days=7),
-        )  # fmt: skip
+            ctx.chat_id,
+            ctx.now - timedelta(days=7),
+        )
         return Brief(prompt="the week's patterns") if n >= 3 else None
 
 
@@ -172,8 +175,9 @@ def minute(t: datetime) -> datetime:
     return t.replace(second=0, microsecond=0)
 
 
-async def people_act(db: dbmod.Database, ev: Events, frm: datetime, to: datetime,
-                     controls: Controls) -> None:  # fmt: skip
+async def people_act(
+    db: dbmod.Database, ev: Events, frm: datetime, to: datetime, controls: Controls
+) -> None:
     """Store what the people did in (frm, to]."""
     t = minute(frm) + timedelta(minutes=1)
     rows: list[tuple[int, datetime]] = []
@@ -188,8 +192,9 @@ async def people_act(db: dbmod.Database, ev: Events, frm: datetime, to: datetime
         await db.execute(
             "INSERT INTO chat_messages (chat_id, role, content, created_at) "
             "SELECT c, 'user', 'hello', t FROM unnest($1::bigint[], $2::timestamptz[]) AS u(c, t)",
-            [c for c, _ in rows], [t for _, t in rows],
-        )  # fmt: skip
+            [c for c, _ in rows],
+            [t for _, t in rows],
+        )
     if weights:
         await db.executemany(
             "INSERT INTO daily_metrics (chat_id, date, weight_kg) VALUES ($1, $2, $3) "
@@ -210,8 +215,14 @@ class Tally:
     due_to_turn_ms: list[float] = attrs.field(factory=list)
 
 
-async def chat_actors(db: dbmod.Database, now: datetime, enqueued_at: float,
-                      model: FakeModel, tally: Tally, limits: Limits) -> None:  # fmt: skip
+async def chat_actors(
+    db: dbmod.Database,
+    now: datetime,
+    enqueued_at: float,
+    model: FakeModel,
+    tally: Tally,
+    limits: Limits,
+) -> None:
     """Stand-in for the chat actors' step 2: each pending run of a routine or reminder."""
     rows = await db.fetch(
         "SELECT id, payload FROM inbox WHERE kind = 'routine' AND status = 'pending' ORDER BY id"
@@ -240,8 +251,16 @@ async def chat_actors(db: dbmod.Database, now: datetime, enqueued_at: float,
                 hours = limits.quiet_hours
                 if in_quiet(hours, now.astimezone(ZoneInfo(TZ))):
                     tally.quiet_sends += 1
-        await jobs.record_run(db, run.chat_id, run.job_id, run.name, run.due_at, outcome,  # type: ignore[arg-type]
-                              model_calls=calls, at=now)  # fmt: skip
+        await jobs.record_run(
+            db,
+            run.chat_id,
+            run.job_id,
+            run.name,
+            run.due_at,
+            outcome,  # type: ignore[arg-type]
+            model_calls=calls,
+            at=now,
+        )
         await db.execute("UPDATE inbox SET status = 'done' WHERE id = $1", row["id"])
 
 
@@ -272,8 +291,11 @@ async def measure(db: dbmod.Database, args: argparse.Namespace, rng: random.Rand
     cpu = 0.0
     step = timedelta(seconds=args.step)
     end = START + timedelta(days=args.days)
-    print(f"{args.chats} chats ({len(active)} with check-ins on), {args.days} days, "
-          f"step {args.step:.0f} s", flush=True)  # fmt: skip
+    print(
+        f"{args.chats} chats ({len(active)} with check-ins on), {args.days} days, "
+        f"step {args.step:.0f} s",
+        flush=True,
+    )
     wall = time.perf_counter()
     while clock.now < end:
         before = clock.now
@@ -289,8 +311,10 @@ async def measure(db: dbmod.Database, args: argparse.Namespace, rng: random.Rand
     minutes = args.days * 1440
     outcomes = await db.fetch("SELECT outcome, count(*) AS n FROM proactive_runs GROUP BY 1")
     print("  runs: " + ", ".join(f"{r['outcome']} {r['n']}" for r in outcomes))
-    print(f"  rules said no {tally.skipped_by_rule}, model declined {tally.declined}, "
-          f"reminders sent {tally.reminder_sends}; {time.perf_counter() - wall:.0f} s wall")  # fmt: skip
+    print(
+        f"  rules said no {tally.skipped_by_rule}, model declined {tally.declined}, "
+        f"reminders sent {tally.reminder_sends}; {time.perf_counter() - wall:.0f} s wall"
+    )
     p95 = pct(tally.due_to_turn_ms, 0.95) if tally.due_to_turn_ms else 0.0
     print(
         f"proactive model_calls_per_chat_day={model.calls / chat_days:.3f} "

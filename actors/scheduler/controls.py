@@ -97,17 +97,29 @@ class Controls:
         for r in self.routines:
             schedule = self._schedule(r, digest)
             if schedule is not None:
-                made.append(await jobs.upsert_routine(
-                    self.db, chat_id, r.name, schedule, self.timezone, now, grace_s=self.grace_s,
-                ))  # fmt: skip
+                made.append(
+                    await jobs.upsert_routine(
+                        self.db,
+                        chat_id,
+                        r.name,
+                        schedule,
+                        self.timezone,
+                        now,
+                        grace_s=self.grace_s,
+                    )
+                )
         self.poke()
         titles = {r.name: r.title for r in self.routines}
         lines = [f"• {titles[j.name]} — next {self._next(j)}" for j in made]
-        return "\n".join([
-            "Check-ins are on. Never in your quiet hours, at most a few a day, and never "
-            "while we are talking.", *lines,
-            "/routines to see or switch them off, /quiet to set quiet hours, /active off to stop.",
-        ])  # fmt: skip
+        return "\n".join(
+            [
+                "Check-ins are on. Never in your quiet hours, at most a few a day, and never "
+                "while we are talking.",
+                *lines,
+                "/routines to see or switch them off, /quiet to set quiet hours, "
+                "/active off to stop.",
+            ]
+        )
 
     def _next(self, job: Job) -> str:
         return "—" if job.next_run_at is None else local_text(job.next_run_at, job.timezone)
@@ -131,12 +143,14 @@ class Controls:
         if hours == (-1, -1):
             return TurnReply(QUIET_USAGE)
         if hours is None:
-            await jobs.set_prefs(self.db, call.chat_id, quiet_off=True,
-                                 quiet_start=None, quiet_end=None)  # fmt: skip
+            await jobs.set_prefs(
+                self.db, call.chat_id, quiet_off=True, quiet_start=None, quiet_end=None
+            )
             return TurnReply("No quiet hours: check-ins may come at any hour.")
         start, end = hours
-        await jobs.set_prefs(self.db, call.chat_id, quiet_off=False,
-                             quiet_start=start, quiet_end=end)  # fmt: skip
+        await jobs.set_prefs(
+            self.db, call.chat_id, quiet_off=False, quiet_start=start, quiet_end=end
+        )
         return TurnReply(f"Quiet hours: no check-ins from {start:02d}:00 to {end:02d}:00.")
 
     async def digest(self, call: CommandCall) -> TurnReply:
@@ -151,16 +165,30 @@ class Controls:
             if schedule is None:
                 await jobs.disable_routines(self.db, call.chat_id, [WEEKLY_RECAP])
             else:
-                await jobs.upsert_routine(self.db, call.chat_id, WEEKLY_RECAP, schedule,
-                                          self.timezone, call.now, grace_s=self.grace_s)  # fmt: skip
-        return TurnReply({"daily": "The recap comes every day.",
-                          "weekly": "The recap comes once a week.",
-                          "off": "No recap."}[arg])  # fmt: skip
+                await jobs.upsert_routine(
+                    self.db,
+                    call.chat_id,
+                    WEEKLY_RECAP,
+                    schedule,
+                    self.timezone,
+                    call.now,
+                    grace_s=self.grace_s,
+                )
+        return TurnReply(
+            {
+                "daily": "The recap comes every day.",
+                "weekly": "The recap comes once a week.",
+                "off": "No recap.",
+            }[arg]
+        )
 
     async def routines_text(self, chat_id: int) -> tuple[str, list[Job]]:
         listed = await jobs.list_jobs(self.db, chat_id)
         if not listed:
-            return "Nothing is scheduled. /active on turns check-ins on; /remind sets a reminder.", []
+            return (
+                "Nothing is scheduled. /active on turns check-ins on; /remind sets a reminder.",
+                [],
+            )
         titles = {r.name: r.title for r in self.routines}
         lines = ["Scheduled:"]
         for j in listed:
@@ -174,10 +202,14 @@ class Controls:
         text, listed = await self.routines_text(call.chat_id)
         if not listed:
             return TurnReply(text)
-        kb = await keyboard(self.db, call.chat_id, [
-            [(f"Switch off {j.name}"[:60], {"name": "routine_off", "job_id": j.id})]
-            for j in listed
-        ])  # fmt: skip
+        kb = await keyboard(
+            self.db,
+            call.chat_id,
+            [
+                [(f"Switch off {j.name}"[:60], {"name": "routine_off", "job_id": j.id})]
+                for j in listed
+            ],
+        )
         return TurnReply(text, keyboard=kb)
 
     async def remind_at(self, chat_id: int, text: str, now: datetime) -> Job | str:
@@ -188,8 +220,9 @@ class Controls:
         return await self.create_reminder(chat_id, *parsed)
 
     async def create_reminder(self, chat_id: int, when: datetime, what: str) -> Job:
-        job = await jobs.create_reminder(self.db, chat_id, when, what, self.timezone,
-                                         grace_s=self.grace_s)  # fmt: skip
+        job = await jobs.create_reminder(
+            self.db, chat_id, when, what, self.timezone, grace_s=self.grace_s
+        )
         self.poke()
         return job
 
@@ -213,10 +246,16 @@ class Controls:
     async def tap_routine_off(self, ctx: CallbackContext) -> None:
         name = await jobs.set_enabled(ctx.db, ctx.chat_id, int(ctx.action["job_id"]), False)
         text, listed = await self.routines_text(ctx.chat_id)
-        kb = await ctx.new_keyboard([
-            [(f"Switch off {j.name}"[:60], {"name": "routine_off", "job_id": j.id})]
-            for j in listed
-        ]) if listed else None  # fmt: skip
+        kb = (
+            await ctx.new_keyboard(
+                [
+                    [(f"Switch off {j.name}"[:60], {"name": "routine_off", "job_id": j.id})]
+                    for j in listed
+                ]
+            )
+            if listed
+            else None
+        )
         note = f"Switched off: {name}.\n" if name else ""
         await ctx.edit(note + text, keyboard=kb)
 
@@ -254,5 +293,9 @@ class ChatReminders:
         job = await self.controls.create_reminder(self.chat_id, at, what.strip())
         assert job.run_at is not None
         local = local_text(job.run_at, self.controls.timezone)
-        return {"name": job.name, "at_local": local, "what": what,
-                "say": f"Tell the person the reminder is set for {local}."}  # fmt: skip
+        return {
+            "name": job.name,
+            "at_local": local,
+            "what": what,
+            "say": f"Tell the person the reminder is set for {local}.",
+        }

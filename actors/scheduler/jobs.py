@@ -42,10 +42,18 @@ class Job:
     def from_record(cls, r: Any) -> Job:
         payload = r["payload"]
         return cls(
-            r["id"], r["chat_id"], r["name"], r["kind"], r["schedule"], r["run_at"],
-            r["timezone"], json.loads(payload) if isinstance(payload, str) else dict(payload),
-            r["enabled"], r["grace_s"], r["next_run_at"],
-        )  # fmt: skip
+            r["id"],
+            r["chat_id"],
+            r["name"],
+            r["kind"],
+            r["schedule"],
+            r["run_at"],
+            r["timezone"],
+            json.loads(payload) if isinstance(payload, str) else dict(payload),
+            r["enabled"],
+            r["grace_s"],
+            r["next_run_at"],
+        )
 
     def after(self, due_at: datetime) -> datetime | None:
         """The next run after the run due at ``due_at``: a cron job's next, a one-shot's none."""
@@ -80,8 +88,13 @@ async def upsert_routine(
         "ON CONFLICT (chat_id, name) DO UPDATE SET schedule = $3, timezone = $4, "
         "enabled = true, next_run_at = $6 "
         f"RETURNING {_COLS}",
-        chat_id, name, schedule, timezone, grace_s, nxt,
-    )  # fmt: skip
+        chat_id,
+        name,
+        schedule,
+        timezone,
+        grace_s,
+        nxt,
+    )
     return Job.from_record(rec)
 
 
@@ -94,8 +107,12 @@ async def create_reminder(
         "next_run_at) SELECT n, $1, 'reminder-' || n, 'reminder', $2, $3, $4::jsonb, $5, $2 "
         "FROM nextval('cron_jobs_id_seq') AS n "
         f"RETURNING {_COLS}",
-        chat_id, run_at, timezone, json.dumps({"text": text}), grace_s,
-    )  # fmt: skip
+        chat_id,
+        run_at,
+        timezone,
+        json.dumps({"text": text}),
+        grace_s,
+    )
     return Job.from_record(rec)
 
 
@@ -113,8 +130,10 @@ async def set_enabled(db: Queries, chat_id: int, job_id: int, enabled: bool) -> 
     """Switch one of the chat's jobs on or off; its name, or None when it is not the chat's."""
     name: str | None = await db.fetchval(
         "UPDATE cron_jobs SET enabled = $3 WHERE chat_id = $1 AND id = $2 RETURNING name",
-        chat_id, job_id, enabled,
-    )  # fmt: skip
+        chat_id,
+        job_id,
+        enabled,
+    )
     return name
 
 
@@ -123,8 +142,9 @@ async def disable_routines(db: Queries, chat_id: int, names: Sequence[str] | Non
     status = await db.execute(
         "UPDATE cron_jobs SET enabled = false WHERE chat_id = $1 AND kind = 'routine' "
         "AND enabled AND ($2::text[] IS NULL OR name = ANY($2))",
-        chat_id, None if names is None else list(names),
-    )  # fmt: skip
+        chat_id,
+        None if names is None else list(names),
+    )
     return int(status.split()[-1])
 
 
@@ -134,34 +154,56 @@ async def claim_due(db: Queries, now: datetime, limit: int = 500) -> list[Job]:
     rows = await db.fetch(
         f"SELECT {_COLS} FROM cron_jobs WHERE enabled AND next_run_at IS NOT NULL "
         "AND next_run_at <= $1 ORDER BY next_run_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-        now, limit,
-    )  # fmt: skip
+        now,
+        limit,
+    )
     return [Job.from_record(r) for r in rows]
 
 
 async def advance(
-    db: Queries, job_id: int, next_run_at: datetime | None, *, ran_at: datetime | None,
+    db: Queries,
+    job_id: int,
+    next_run_at: datetime | None,
+    *,
+    ran_at: datetime | None,
     outcome: str,
-) -> None:  # fmt: skip
+) -> None:
     """Move the job to ``next_run_at`` (None: finished); ``ran_at``: the run just handled."""
     await db.execute(
         "UPDATE cron_jobs SET next_run_at = $2, last_run_at = COALESCE($3, last_run_at), "
         "last_outcome = $4 WHERE id = $1",
-        job_id, next_run_at, ran_at, outcome,
-    )  # fmt: skip
+        job_id,
+        next_run_at,
+        ran_at,
+        outcome,
+    )
 
 
 async def record_run(
-    db: Queries, chat_id: int, job_id: int | None, name: str, due_at: datetime,
-    outcome: Outcome, reason: str | None = None, *, model_calls: int = 0,
+    db: Queries,
+    chat_id: int,
+    job_id: int | None,
+    name: str,
+    due_at: datetime,
+    outcome: Outcome,
+    reason: str | None = None,
+    *,
+    model_calls: int = 0,
     at: datetime | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """One ``proactive_runs`` row."""
     await db.execute(
         "INSERT INTO proactive_runs (chat_id, job_id, name, due_at, outcome, reason, "
         "model_calls, at) VALUES ($1, $2, $3, $4, $5, $6, $7, COALESCE($8, now()))",
-        chat_id, job_id, name, due_at, outcome, reason, model_calls, at,
-    )  # fmt: skip
+        chat_id,
+        job_id,
+        name,
+        due_at,
+        outcome,
+        reason,
+        model_calls,
+        at,
+    )
 
 
 # --- preferences ------------------------------------------------------------------------------
@@ -197,8 +239,15 @@ def _quiet(r: Any) -> QuietHours | Literal["default"]:
 async def set_prefs(db: Queries, chat_id: int, **values: Any) -> None:
     """Set some of the chat's preferences (``active``, ``quiet_start``, ``quiet_end``,
     ``quiet_off``, ``digest``, ``paused_at``, ``paused_reason``); the others stay."""
-    allowed = {"active", "quiet_start", "quiet_end", "quiet_off", "digest", "paused_at",
-               "paused_reason"}  # fmt: skip
+    allowed = {
+        "active",
+        "quiet_start",
+        "quiet_end",
+        "quiet_off",
+        "digest",
+        "paused_at",
+        "paused_reason",
+    }
     cols = list(values)
     if not cols or not set(cols) <= allowed:
         raise ValueError(f"unknown preferences: {sorted(set(cols) - allowed)}")
@@ -207,21 +256,22 @@ async def set_prefs(db: Queries, chat_id: int, **values: Any) -> None:
     await db.execute(
         f"INSERT INTO chat_proactive (chat_id, {', '.join(cols)}) VALUES ($1, {marks}) "
         f"ON CONFLICT (chat_id) DO UPDATE SET {sets}, updated_at = now()",
-        chat_id, *values.values(),
-    )  # fmt: skip
+        chat_id,
+        *values.values(),
+    )
 
 
-async def pause_chat(
-    db: Queries, chat_id: int, reason: str, *, at: datetime | None = None
-) -> None:
+async def pause_chat(db: Queries, chat_id: int, reason: str, *, at: datetime | None = None) -> None:
     """The chat blocked the bot: its jobs wait (the gates skip them) until the person writes
     again (a message after ``paused_at`` lifts it, :func:`gate_states`)."""
     await db.execute(
         "INSERT INTO chat_proactive (chat_id, paused_at, paused_reason) "
         "VALUES ($1, COALESCE($3, now()), $2) ON CONFLICT (chat_id) DO UPDATE SET "
         "paused_at = EXCLUDED.paused_at, paused_reason = $2, updated_at = now()",
-        chat_id, reason, at,
-    )  # fmt: skip
+        chat_id,
+        reason,
+        at,
+    )
 
 
 _GATES = """

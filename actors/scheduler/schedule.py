@@ -10,7 +10,6 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
 
-
 #: the local hour of a date given without a time ("Sunday")
 DEFAULT_HOUR = 9
 

@@ -84,22 +84,33 @@ class SqlDueStore:
                 if isinstance(gate, Open):
                     run = DueRun(job.id, job.chat_id, job.name, job.kind, due, _own(job))
                     await inbox.insert_update(
-                        conn, update_key(job.id, due), None, job.chat_id, INBOX_KIND,
+                        conn,
+                        update_key(job.id, due),
+                        None,
+                        job.chat_id,
+                        INBOX_KIND,
                         run.to_payload(),
-                    )  # fmt: skip
+                    )
                     await _move(conn, job, job.after(due), now, "queued", keep_due=None)
                     woken.append(job.chat_id)
                 elif isinstance(gate, Defer):
-                    await jobs.record_run(conn, job.chat_id, job.id, job.name, due, "deferred",
-                                          gate.reason, at=now)  # fmt: skip
+                    await jobs.record_run(
+                        conn, job.chat_id, job.id, job.name, due, "deferred", gate.reason, at=now
+                    )
                     await _move(conn, job, gate.until, None, "deferred", keep_due=due)
                 else:
-                    await jobs.record_run(conn, job.chat_id, job.id, job.name, due, "skipped",
-                                          gate.reason, at=now)  # fmt: skip
-                    await _move(conn, job, job.after(max(due, now)), now, "skipped",
-                                keep_due=None)  # fmt: skip
-                log.info("scheduler.run", job_id=job.id, chat_id=job.chat_id, name=job.name,
-                         outcome=type(gate).__name__.lower(), reason=gate.reason)  # fmt: skip
+                    await jobs.record_run(
+                        conn, job.chat_id, job.id, job.name, due, "skipped", gate.reason, at=now
+                    )
+                    await _move(conn, job, job.after(max(due, now)), now, "skipped", keep_due=None)
+                log.info(
+                    "scheduler.run",
+                    job_id=job.id,
+                    chat_id=job.chat_id,
+                    name=job.name,
+                    outcome=type(gate).__name__.lower(),
+                    reason=gate.reason,
+                )
         return list(dict.fromkeys(woken))
 
 
@@ -108,17 +119,26 @@ def _own(job: Job) -> dict[str, object]:
 
 
 async def _move(
-    db: Queries, job: Job, nxt: datetime | None, ran: datetime | None, outcome: str,
-    *, keep_due: datetime | None,
-) -> None:  # fmt: skip
+    db: Queries,
+    job: Job,
+    nxt: datetime | None,
+    ran: datetime | None,
+    outcome: str,
+    *,
+    keep_due: datetime | None,
+) -> None:
     payload = _own(job)
     if keep_due is not None:
         payload[DUE_KEY] = keep_due.isoformat()
     await db.execute(
         "UPDATE cron_jobs SET next_run_at = $2, last_run_at = COALESCE($3, last_run_at), "
         "last_outcome = $4, payload = $5::jsonb WHERE id = $1",
-        job.id, nxt, ran, outcome, json.dumps(payload),
-    )  # fmt: skip
+        job.id,
+        nxt,
+        ran,
+        outcome,
+        json.dumps(payload),
+    )
 
 
 def wall_clock() -> datetime:

@@ -50,8 +50,7 @@ class ProactiveSettings(SettingsSection):
             "proactive_tick",
             "30",
             float_range(0.05, 3600.0),
-            "Seconds between the scheduler's looks for due jobs (a new reminder wakes it "
-            "at once).",
+            "Seconds between the scheduler's looks for due jobs (a new reminder wakes it at once).",
         ),
         Field(
             "PROACTIVE_QUIET_HOURS",

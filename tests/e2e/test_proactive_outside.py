@@ -58,9 +58,14 @@ async def test_remind_runs_at_its_time_and_active_off_enqueues_nothing(
         httpx.AsyncClient(timeout=10) as client,
     ):
         env = serve_env(
-            tmp_path, bot_api=bot.base_url, model=model.base_url, port=free_port(), chats=[CHAT],
-            DATABASE_URL=database_url, PROACTIVE_TICK="0.5",
-        )  # fmt: skip
+            tmp_path,
+            bot_api=bot.base_url,
+            model=model.base_url,
+            port=free_port(),
+            chats=[CHAT],
+            DATABASE_URL=database_url,
+            PROACTIVE_TICK="0.5",
+        )
         engram = Engram(env, tmp_path / "engram.log")
         await engram.start()
         try:
@@ -71,7 +76,7 @@ async def test_remind_runs_at_its_time_and_active_off_enqueues_nothing(
             run_at = await db.fetchval("SELECT run_at FROM cron_jobs WHERE chat_id = $1", CHAT)
             assert await routine_rows(db) == []  # not before its time
             with trio.fail_after(20):
-                while not await routine_rows(db):
+                while not await routine_rows(db):  # noqa: ASYNC110 - another process's doing
                     await trio.sleep(0.2)
             [(run, received)] = await routine_rows(db)
             assert run["kind"] == "reminder" and run["payload"] == {"text": "test"}
@@ -83,8 +88,9 @@ async def test_remind_runs_at_its_time_and_active_off_enqueues_nothing(
             assert off == "Check-ins are off. Reminders you asked for still come."
             enabled = await db.fetchval(
                 "SELECT count(*) FROM cron_jobs WHERE chat_id = $1 AND kind = 'routine' "
-                "AND enabled", CHAT,
-            )  # fmt: skip
+                "AND enabled",
+                CHAT,
+            )
             assert enabled == 0
             await trio.sleep(2)  # four ticks
             assert len(await routine_rows(db)) == 1  # the reminder's run only

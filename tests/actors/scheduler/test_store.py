@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import attrs
 import pytest
 import trio
+import trio.lowlevel
 
 from actors.chat.command_base import CommandCall
 from actors.scheduler import jobs
@@ -36,8 +37,10 @@ class StandIn:
         return Brief(text=self.title)
 
 
-ROUTINES = [StandIn("nightly-reflection", "Nightly reflection", "0 21 * * *"),
-            StandIn("weekly-recap", "Weekly recap", "0 18 * * 0")]  # fmt: skip
+ROUTINES = [
+    StandIn("nightly-reflection", "Nightly reflection", "0 21 * * *"),
+    StandIn("weekly-recap", "Weekly recap", "0 18 * * 0"),
+]
 
 
 class Clock:
@@ -68,8 +71,9 @@ async def user_message(db: Database, chat_id: int, at: datetime) -> None:
     await db.execute(
         "INSERT INTO chat_messages (chat_id, role, content, created_at) VALUES ($1, 'user', "
         "'hi', $2)",
-        chat_id, at,
-    )  # fmt: skip
+        chat_id,
+        at,
+    )
 
 
 async def test_two_schedulers_claim_each_due_job_once(db: Database, database_url: str) -> None:
@@ -82,7 +86,7 @@ async def test_two_schedulers_claim_each_due_job_once(db: Database, database_url
             s = attrs.evolve(scheduler(database, Clock(NOW)), store=SqlDueStore(database, 7))
             for _ in range(10):
                 woken[i] += await s.run_once()
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(one, 0, db)
@@ -98,8 +102,9 @@ async def test_two_schedulers_claim_each_due_job_once(db: Database, database_url
 
 async def test_a_deferred_run_is_enqueued_when_its_gate_opens(db: Database) -> None:
     await jobs.set_prefs(db, 7, active=True)
-    job = await jobs.upsert_routine(db, 7, "weight-trend", "0 11 * * *", MADRID,
-                                    NOW - timedelta(hours=1))  # fmt: skip
+    job = await jobs.upsert_routine(
+        db, 7, "weight-trend", "0 11 * * *", MADRID, NOW - timedelta(hours=1)
+    )
     assert job.next_run_at == NOW
     await user_message(db, 7, NOW - timedelta(minutes=2))  # the person is talking
     clock = Clock(NOW + timedelta(seconds=10))

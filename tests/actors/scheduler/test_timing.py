@@ -4,6 +4,7 @@ active-conversation guard, the missed-run grace, reminders, the early wake."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import attrs
@@ -11,12 +12,87 @@ import pytest
 import trio
 import trio.testing
 
-from actors.scheduler.gates import GateState, Limits, Open, Skip, check, in_quiet
+from actors.scheduler.gates import Defer, Gate, GateState, Limits, Open, Skip, check, in_quiet
+from actors.scheduler.jobs import Job
 from actors.scheduler.schedule import next_run, parse_when, valid_cron
-from actors.scheduler.scheduler import Scheduler
-from tests.actors.scheduler.fake_store import MemoryStore, reminder_job, routine_job
+from actors.scheduler.scheduler import DUE_KEY, Scheduler, day_start, due_of
 
 MADRID = "Europe/Madrid"
+
+
+# --- an in-memory DueStore: the same plan applied to jobs held in a list -----------------------
+
+
+@attrs.define
+class MemoryStore:
+    jobs: list[Job] = attrs.field(factory=list)
+    states: dict[int, GateState] = attrs.field(factory=dict)
+    #: (chat_id, job name, due time, when it was enqueued)
+    enqueued: list[tuple[int, str, datetime, datetime]] = attrs.field(factory=list)
+    #: (job name, outcome, reason)
+    runs: list[tuple[str, str, str]] = attrs.field(factory=list)
+
+    #: the routine sends of each chat (the chat actor's ``sent`` rows)
+    sent: dict[int, list[datetime]] = attrs.field(factory=dict)
+
+    def state(self, chat_id: int, now: datetime) -> GateState:
+        st = self.states.get(chat_id, GateState("Europe/Madrid", active=True))
+        sends = self.sent.get(chat_id, [])
+        start = day_start(now, st.timezone)
+        return attrs.evolve(
+            st,
+            sends_today=st.sends_today + sum(1 for t in sends if t >= start),
+            last_send=max(sends, default=st.last_send),
+        )
+
+    async def process_due(
+        self, now: datetime, decide: Callable[[Job, GateState, datetime], Gate]
+    ) -> list[int]:
+        woken: list[int] = []
+        for i, job in enumerate(self.jobs):
+            if not job.enabled or job.next_run_at is None or job.next_run_at > now:
+                continue
+            due = due_of(job)
+            gate = decide(job, self.state(job.chat_id, now), now)
+            payload = {k: v for k, v in job.payload.items() if k != DUE_KEY}
+            if isinstance(gate, Open):
+                self.enqueued.append((job.chat_id, job.name, due, now))
+                nxt = job.after(due)
+                woken.append(job.chat_id)
+                if job.kind == "routine":  # a send, as the chat actor would record it
+                    self.sent.setdefault(job.chat_id, []).append(now)
+            elif isinstance(gate, Defer):
+                nxt, payload[DUE_KEY] = gate.until, due.isoformat()
+                self.runs.append((job.name, "deferred", gate.reason))
+            else:
+                nxt = job.after(max(due, now))
+                self.runs.append((job.name, "skipped", gate.reason))
+            self.jobs[i] = attrs.evolve(job, next_run_at=nxt, payload=payload)
+        return woken
+
+
+def routine_job(
+    job_id: int, name: str, schedule: str, first: datetime, *, chat_id: int = 1, grace_s: int = 3600
+) -> Job:
+    return Job(
+        job_id, chat_id, name, "routine", schedule, None, "Europe/Madrid", {}, True, grace_s, first
+    )
+
+
+def reminder_job(job_id: int, at: datetime, *, chat_id: int = 1) -> Job:
+    return Job(
+        job_id,
+        chat_id,
+        f"reminder-{job_id}",
+        "reminder",
+        None,
+        at,
+        "Europe/Madrid",
+        {"text": "x"},
+        True,
+        3600,
+        at,
+    )
 
 
 def test_cron_next_run_across_spring_forward_and_fall_back() -> None:
@@ -58,18 +134,22 @@ def test_reminders_obey_only_paused() -> None:
     assert check("reminder", off, night, Limits()) == Open()
     assert isinstance(check("routine", off, night, Limits()), Skip)
     paused = attrs.evolve(off, paused=True)
-    assert check("reminder", paused, night, Limits()) == Skip(
-        "paused: the chat blocked the bot"
-    )
+    assert check("reminder", paused, night, Limits()) == Skip("paused: the chat blocked the bot")
 
 
 START = datetime(2026, 3, 27, 0, 0, tzinfo=UTC)  # Friday; DST starts on Sunday the 29th
 
 
-def sched(store: MemoryStore, limits: Limits = Limits(), tick: float = 30.0) -> Scheduler:
+DEFAULTS = Limits()
+
+
+def sched(store: MemoryStore, limits: Limits = DEFAULTS, tick: float = 30.0) -> Scheduler:
     base = trio.current_time()
     return Scheduler(
-        store, limits, tick=tick, clock=lambda: START + timedelta(seconds=trio.current_time() - base)
+        store,
+        limits,
+        tick=tick,
+        clock=lambda: START + timedelta(seconds=trio.current_time() - base),
     )
 
 
@@ -92,8 +172,7 @@ async def test_a_daily_routine_runs_at_its_local_time_across_dst(
     await play(sched(store), 4 * 86400)
     sent = [(local_hm(at), at.hour) for _, _, _, at in store.enqueued]
     # once a day at 09:00 local (within a tick), 08:00 UTC before the change, 07:00 after
-    assert [s[0][:11] for s in sent] == ["03-27 09:00", "03-28 09:00", "03-29 09:00",
-                                         "03-30 09:00"]  # fmt: skip
+    assert [s[0][:11] for s in sent] == ["03-27 09:00", "03-28 09:00", "03-29 09:00", "03-30 09:00"]
     assert [s[1] for s in sent] == [8, 8, 7, 7]
 
 
@@ -101,10 +180,12 @@ async def test_quiet_hours_defer_to_their_end_or_skip_past_the_grace(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     first = next_run("0 23 * * *", MADRID, START)
-    store = MemoryStore([
-        routine_job(1, "late", "0 23 * * *", first),
-        routine_job(2, "late-patient", "0 23 * * *", first, grace_s=12 * 3600),
-    ])  # fmt: skip
+    store = MemoryStore(
+        [
+            routine_job(1, "late", "0 23 * * *", first),
+            routine_job(2, "late-patient", "0 23 * * *", first, grace_s=12 * 3600),
+        ]
+    )
     await play(sched(store), 36 * 3600)
     assert ("late", "skipped", "quiet hours 22-08 past the grace") in store.runs
     assert ("late-patient", "deferred", "quiet hours 22-08") in store.runs
@@ -114,10 +195,12 @@ async def test_quiet_hours_defer_to_their_end_or_skip_past_the_grace(
 
 
 async def test_at_most_n_sends_a_day(autojump_clock: trio.testing.MockClock) -> None:
-    store = MemoryStore([
-        routine_job(i, f"r{i}", f"0 {h} * * *", next_run(f"0 {h} * * *", MADRID, START))
-        for i, h in enumerate((9, 12, 15, 18), start=1)
-    ])  # fmt: skip
+    store = MemoryStore(
+        [
+            routine_job(i, f"r{i}", f"0 {h} * * *", next_run(f"0 {h} * * *", MADRID, START))
+            for i, h in enumerate((9, 12, 15, 18), start=1)
+        ]
+    )
     await play(sched(store, Limits(cooldown_s=0)), 86400 - 3600)
     assert [name for _, name, _, _ in store.enqueued] == ["r1", "r2"]
     assert ("r3", "skipped", "daily cap: 2 sent today (max 2)") in store.runs
@@ -125,11 +208,15 @@ async def test_at_most_n_sends_a_day(autojump_clock: trio.testing.MockClock) -> 
 
 
 async def test_the_cooldown_after_a_send_defers(autojump_clock: trio.testing.MockClock) -> None:
-    store = MemoryStore([
-        routine_job(1, "a", "0 9 * * *", next_run("0 9 * * *", MADRID, START)),
-        routine_job(2, "b", "0 10 * * *", next_run("0 10 * * *", MADRID, START), grace_s=5 * 3600),
-        routine_job(3, "c", "0 11 * * *", next_run("0 11 * * *", MADRID, START)),
-    ])  # fmt: skip
+    store = MemoryStore(
+        [
+            routine_job(1, "a", "0 9 * * *", next_run("0 9 * * *", MADRID, START)),
+            routine_job(
+                2, "b", "0 10 * * *", next_run("0 10 * * *", MADRID, START), grace_s=5 * 3600
+            ),
+            routine_job(3, "c", "0 11 * * *", next_run("0 11 * * *", MADRID, START)),
+        ]
+    )
     await play(sched(store), 86400 - 3600)
     got = [(name, local_hm(at)[6:]) for _, name, _, at in store.enqueued]
     assert got == [("a", "09:00"), ("b", "13:00")]  # b waited out the 4 h cooldown
@@ -154,10 +241,12 @@ async def test_the_active_conversation_guard_defers(
 async def test_a_missed_run_runs_once_within_its_grace_else_is_skipped(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    store = MemoryStore([
-        routine_job(1, "recent", "30 0 * * *", START - timedelta(minutes=30)),
-        reminder_job(2, START - timedelta(hours=2)),
-    ])  # fmt: skip
+    store = MemoryStore(
+        [
+            routine_job(1, "recent", "30 0 * * *", START - timedelta(minutes=30)),
+            reminder_job(2, START - timedelta(hours=2)),
+        ]
+    )
     await play(sched(store, Limits(quiet_hours=None)), 60)  # 01:00 in Madrid
     assert [(name, at) for _, name, _, at in store.enqueued] == [("recent", START)]
     assert store.runs == [("reminder-2", "skipped", "missed: 7200 s late")]
