@@ -182,8 +182,8 @@ class Controls:
             }[arg]
         )
 
-    async def routines_text(self, chat_id: int) -> tuple[str, list[Job]]:
-        listed = await jobs.list_jobs(self.db, chat_id)
+    async def routines_text(self, db: Queries, chat_id: int) -> tuple[str, list[Job]]:
+        listed = await jobs.list_jobs(db, chat_id)
         if not listed:
             return (
                 "Nothing is scheduled. /active on turns check-ins on; /remind sets a reminder.",
@@ -199,7 +199,7 @@ class Controls:
         return "\n".join(lines), listed
 
     async def list_routines(self, call: CommandCall) -> TurnReply:
-        text, listed = await self.routines_text(call.chat_id)
+        text, listed = await self.routines_text(self.db, call.chat_id)
         if not listed:
             return TurnReply(text)
         kb = await keyboard(
@@ -245,7 +245,7 @@ class Controls:
 
     async def tap_routine_off(self, ctx: CallbackContext) -> None:
         name = await jobs.set_enabled(ctx.db, ctx.chat_id, int(ctx.action["job_id"]), False)
-        text, listed = await self.routines_text(ctx.chat_id)
+        text, listed = await self.routines_text(ctx.db, ctx.chat_id)  # the tap's transaction
         kb = (
             await ctx.new_keyboard(
                 [

@@ -4,6 +4,7 @@ until the person writes; the chat controls' answers."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -12,12 +13,15 @@ import pytest
 import trio
 import trio.lowlevel
 
+from actors.chat.callbacks import Callbacks, CallbackTable
 from actors.chat.command_base import CommandCall
+from actors.queues import inbox
 from actors.scheduler import jobs
-from actors.scheduler.controls import REMIND_USAGE, Controls, split_when
+from actors.scheduler.controls import OFFER, REMIND_USAGE, Controls, split_when
 from actors.scheduler.gates import Limits
 from actors.scheduler.routine import Brief, DueRun, RoutineContext
 from actors.scheduler.scheduler import Scheduler, SqlDueStore
+from actors.telegram.types import CallbackQuery
 from runtime import db as dbmod
 from runtime.db import Database
 
@@ -56,8 +60,6 @@ def scheduler(db: Database, clock: Clock) -> Scheduler:
 
 
 async def inbox_runs(db: Database) -> list[DueRun]:
-    import json
-
     rows = await db.fetch("SELECT payload FROM inbox WHERE kind = 'routine' ORDER BY id")
     return [DueRun.from_payload(json.loads(r["payload"])) for r in rows]
 
@@ -206,3 +208,48 @@ async def test_remind_without_a_future_time_is_usage(
 def test_split_when_takes_the_longest_date() -> None:
     parsed = split_when("in 3 seconds test", MADRID, NOW)
     assert parsed == (NOW + timedelta(seconds=3), "test")
+
+
+async def tap(db: Database, taps: CallbackTable, chat_id: int, token: str, n: int) -> None:
+    inbox_id = await inbox.insert_update(db, f"update:{n}", n, chat_id, "callback_query", {})
+    assert inbox_id is not None
+    query = CallbackQuery(f"q{n}", chat_id, chat_id, 900 + n, token)
+    await Callbacks(db, taps).tap(chat_id, inbox_id, query)
+
+
+async def last_reply(db: Database, chat_id: int) -> tuple[str, list[str], list[str]]:
+    """The chat's last outbox row: its text, button labels and tokens."""
+    r = await db.fetchrow(
+        "SELECT text, reply_markup FROM outbox WHERE chat_id = $1 ORDER BY id DESC LIMIT 1",
+        chat_id,
+    )
+    rows = json.loads(r["reply_markup"])["inline_keyboard"] if r["reply_markup"] else []
+    buttons = [b for row in rows for b in row]
+    return r["text"], [b["text"] for b in buttons], [b["callback_data"] for b in buttons]
+
+
+async def test_the_pairing_offer_turns_check_ins_on_and_routines_switch_off(
+    db: Database, controls: Controls
+) -> None:
+    taps = CallbackTable()
+    controls.register_taps(taps)
+    async with db.transaction() as conn:
+        await controls.pair_offer(conn, 5)
+    text, labels, tokens = await last_reply(db, 5)
+    assert text == OFFER and labels == ["Turn on check-ins"]
+    assert not (await jobs.prefs(db, 5)).active  # off until the person taps
+    await tap(db, taps, 5, tokens[0], 1)
+    assert (await jobs.prefs(db, 5)).active
+    text, _, _ = await last_reply(db, 5)
+    assert text.startswith("Check-ins are on")
+    assert [j.name for j in await jobs.list_jobs(db, 5)] == ["nightly-reflection", "weekly-recap"]
+    listing = await controls.list_routines(call("routines", ""))
+    assert listing.keyboard is not None
+    first = listing.keyboard.to_json()["inline_keyboard"][0][0]
+    assert first["text"] == "Switch off nightly-reflection"
+    await tap(db, taps, 5, first["callback_data"], 2)
+    assert [j.name for j in await jobs.list_jobs(db, 5)] == ["weekly-recap"]
+    text, labels, _ = await last_reply(db, 5)
+    assert text.startswith("Switched off: nightly-reflection.") and labels == [
+        "Switch off weekly-recap"
+    ]
