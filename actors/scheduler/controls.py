@@ -161,7 +161,7 @@ class Controls:
         recap = next((r for r in self.routines if r.name == WEEKLY_RECAP), None)
         p = await jobs.prefs(self.db, call.chat_id)
         if recap is not None and p.active:
-            schedule = self._schedule(recap, arg)  # type: ignore[arg-type]
+            schedule = self._schedule(recap, p.digest)
             if schedule is None:
                 await jobs.disable_routines(self.db, call.chat_id, [WEEKLY_RECAP])
             else:
