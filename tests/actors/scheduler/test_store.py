@@ -223,6 +223,7 @@ async def last_reply(db: Database, chat_id: int) -> tuple[str, list[str], list[s
         "SELECT text, reply_markup FROM outbox WHERE chat_id = $1 ORDER BY id DESC LIMIT 1",
         chat_id,
     )
+    assert r is not None
     rows = json.loads(r["reply_markup"])["inline_keyboard"] if r["reply_markup"] else []
     buttons = [b for row in rows for b in row]
     return r["text"], [b["text"] for b in buttons], [b["callback_data"] for b in buttons]

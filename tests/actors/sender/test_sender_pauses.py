@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import trio
-from fakes.bot_api import FakeBotApi, Failure
+from fakes.bot_api import Failure, FakeBotApi
 
 from actors.queues import outbox
 from actors.scheduler import jobs
