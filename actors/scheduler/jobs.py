@@ -291,10 +291,10 @@ LEFT JOIN chat_proactive p ON p.chat_id = c.chat_id
 
 
 async def gate_states(
-    db: Queries, day_starts: Mapping[int, datetime], timezone: str
+    db: Queries, day_starts: Mapping[int, datetime], zones: Mapping[int, str]
 ) -> dict[int, GateState]:
-    """The :class:`GateState` of each chat (``day_starts``: chat -> its local day's start), in
-    one query."""
+    """The :class:`GateState` of each chat (``day_starts``: chat -> the start of its local day;
+    ``zones``: chat -> its time zone), in one query."""
     chats = list(day_starts)
     rows = await db.fetch(_GATES, chats, [day_starts[c] for c in chats])
     out: dict[int, GateState] = {}
@@ -303,7 +303,7 @@ async def gate_states(
         if r["active"] is not None:
             quiet = _quiet(r)
         out[r["chat_id"]] = GateState(
-            timezone,
+            zones[r["chat_id"]],
             active=bool(r["active"]),
             quiet=quiet,
             max_per_day=r["max_per_day"],

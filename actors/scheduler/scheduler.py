@@ -75,9 +75,9 @@ class SqlDueStore:
             claimed = await jobs.claim_due(conn, now, self.batch)
             if not claimed:
                 return woken
-            tz = claimed[0].timezone
-            starts = {j.chat_id: day_start(now, j.timezone) for j in claimed}
-            states = await jobs.gate_states(conn, starts, tz)
+            zones = {j.chat_id: j.timezone for j in claimed}
+            starts = {c: day_start(now, tz) for c, tz in zones.items()}
+            states = await jobs.gate_states(conn, starts, zones)
             for job in claimed:
                 due = due_of(job)
                 gate = decide(job, states.get(job.chat_id, GateState(job.timezone)), now)
