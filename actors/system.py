@@ -9,7 +9,8 @@ order, each component ready before the next:
     ├─ CompactorActor       (when given) singleton: chats over their context budget -> patterns
     ├─ background jobs      (actors.wiring.JOBS: embedding backfill, retention purge, ...)
     ├─ Router               inbox notifications -> chat actors; recovery sweep
-    ├─ Scheduler            (when given) singleton: due jobs -> inbox rows, chats woken
+    ├─ Scheduler            (when given) supervised singleton: due jobs -> inbox rows, chats
+    │                       woken; drained first at shutdown (the tick in hand ends)
     ├─ ChatAccess           who may talk: the allowlist (setting + stored), pairing, strangers
     └─ Poller               (only with --polling) getUpdates -> inbox
        or InboxWriter       (only with the webhook) group commit of webhook updates -> inbox
@@ -163,11 +164,14 @@ class BotSystem:
                 await nursery.start(job)
             router: Router = await nursery.start(self._router(bot, registry, deps).run)
             if self.scheduler is not None:
-                await nursery.start(partial(self.scheduler.run, wake_chat=router.wake))
+                run = partial(self.scheduler.run, wake_chat=router.wake)
+                await nursery.start(supervise, "scheduler", run, restart_policy(settings))
             chats: ChatAccess = await nursery.start(self._access(router, username).run)
             self.chat_access = chats
             routes: dict[str, AsgiApp] = {}
             drains: list[tuple[str, Callable[[], Awaitable[object]]]] = []
+            if self.scheduler is not None:  # first: no new runs while the rest drains
+                drains.append(("scheduler", self.scheduler.aclose))
             if self.polling:
                 await nursery.start(self._start_poller, bot, router, chats)
                 drains.append(("poller", self._stop_poller))

@@ -147,7 +147,8 @@ def wall_clock() -> datetime:
 
 @attrs.define(eq=False)
 class Scheduler:
-    """The singleton: a tick of ``tick`` seconds, an early wake on :meth:`poke`."""
+    """The singleton: a tick of ``tick`` seconds, an early wake on :meth:`poke`, stopped
+    between ticks by :meth:`aclose` (a shutdown never cuts a tick's transaction)."""
 
     store: DueStore
     limits: Limits
@@ -155,10 +156,18 @@ class Scheduler:
     clock: Callable[[], datetime] = wall_clock
     wake_chat: Callable[[int], None] = lambda chat_id: None
     _poked: trio.Event = attrs.field(init=False, factory=trio.Event)
+    _stopping: bool = attrs.field(init=False, default=False)
+    _idle: trio.Event = attrs.field(init=False, factory=trio.Event)
 
     def poke(self) -> None:
         """A job was created: look now (never blocks)."""
         self._poked.set()
+
+    async def aclose(self) -> None:
+        """The shutdown drain: no new tick; the tick in hand (its transaction) ends first."""
+        self._stopping = True
+        self._poked.set()
+        await self._idle.wait()
 
     def decide(self, job: Job, state: GateState, now: datetime) -> Gate:
         return plan(job.kind, due_of(job), job.grace_s, state, now, self.limits)
@@ -178,12 +187,16 @@ class Scheduler:
     ) -> None:
         if wake_chat is not None:
             self.wake_chat = wake_chat
+        self._idle = trio.Event()
         task_status.started(self)
-        while True:
-            self._poked = trio.Event()
-            try:
-                await self.run_once()
-            except DatabaseError as exc:  # the next tick tries again
-                log.warning("scheduler.tick_failed", error=str(exc))
-            with trio.move_on_after(self.tick if math.isfinite(self.tick) else 3600):
-                await self._poked.wait()
+        try:
+            while not self._stopping:
+                self._poked = trio.Event()
+                try:
+                    await self.run_once()
+                except DatabaseError as exc:  # the next tick tries again
+                    log.warning("scheduler.tick_failed", error=str(exc))
+                with trio.move_on_after(self.tick if math.isfinite(self.tick) else 3600):
+                    await self._poked.wait()
+        finally:
+            self._idle.set()

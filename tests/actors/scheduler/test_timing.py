@@ -276,3 +276,17 @@ async def test_reminders_ring_in_quiet_hours(
     store = MemoryStore([reminder_job(1, at)], {1: GateState(MADRID, active=False)})
     await play(sched(store, Limits(quiet_hours=hours)), 3600 + 60)
     assert [(name, due) for _, name, due, _ in store.enqueued] == [("reminder-1", at)]
+
+
+async def test_aclose_ends_the_loop_between_ticks(autojump_clock: trio.testing.MockClock) -> None:
+    store = MemoryStore()
+    s = sched(store, tick=3600.0)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(s.run)
+        await trio.sleep(10)
+        with trio.fail_after(1):
+            await s.aclose()
+        store.jobs.append(reminder_job(1, START))
+        s.poke()
+        await trio.sleep(5)
+    assert store.enqueued == []  # stopped: no tick after the drain
