@@ -3,6 +3,7 @@
 :class:`~runtime.process_settings.ProcessSettings` (database, HTTP server, logging, actor kernel),
 :class:`~actors.telegram.settings.TelegramSettings`, :class:`~memory.llm.settings.LLMSettings`,
 :class:`~memory.settings.MemorySettings`, :class:`~actors.chat.settings.ChatSettings`,
+:class:`~actors.scheduler.settings.ProactiveSettings`,
 :class:`~actors.scheduler.routine_settings.RoutineSettings` and
 :class:`~actors.scheduler.heartbeat_settings.HeartbeatSettings`, in the
 README configuration table's order. Code that needs only one section takes that section's
@@ -20,6 +21,7 @@ import attrs
 from actors.chat.settings import ChatSettings
 from actors.scheduler.heartbeat_settings import HeartbeatSettings
 from actors.scheduler.routine_settings import RoutineSettings
+from actors.scheduler.settings import ProactiveSettings
 from actors.telegram.settings import TelegramSettings
 from memory.llm.settings import LLMSettings
 from memory.settings import MemorySettings
@@ -34,6 +36,7 @@ from runtime.settings import load_settings as load_section
 class Settings(
     HeartbeatSettings,
     RoutineSettings,
+    ProactiveSettings,
     ChatSettings,
     MemorySettings,
     LLMSettings,
@@ -48,6 +51,7 @@ class Settings(
         *LLMSettings.fields,
         *MemorySettings.fields,
         *ChatSettings.fields,
+        *ProactiveSettings.fields,
         *RoutineSettings.fields,
         *HeartbeatSettings.fields,
     )

@@ -10,6 +10,8 @@ order, each component ready before the next:
     ├─ background jobs      (actors.wiring.JOBS: embedding backfill, retention purge, ...,
     │                        the heartbeat, whose latest checks /readyz shows)
     ├─ Router               inbox notifications -> chat actors; recovery sweep
+    ├─ Scheduler            (when given) supervised singleton: due jobs -> inbox rows, chats
+    │                       woken; drained first at shutdown (the tick in hand ends)
     ├─ ChatAccess           who may talk: the allowlist (setting + stored), pairing, strangers
     └─ Poller               (only with --polling) getUpdates -> inbox
        or InboxWriter       (only with the webhook) group commit of webhook updates -> inbox
@@ -49,7 +51,9 @@ from actors.queues.dedupe import DedupeCache
 from actors.queues.inbox_writer import InboxWriter
 from actors.queues.outbox import OutboxRow
 from actors.router import Router
+from actors.scheduler.jobs import pause_chat
 from actors.scheduler.routine import Routine
+from actors.scheduler.scheduler import Scheduler
 from actors.sender.actor import OutboxReady, SenderActor
 from actors.sender.policy import SenderLedger, SenderSettings
 from actors.settings import Settings
@@ -62,7 +66,7 @@ from memory.conversation.routine_summary import RoutineSummarizer
 from memory.patterns.stats import cost_today, next_day_start
 from runtime.actor import Address
 from runtime.asgi import AsgiApp
-from runtime.db import Database
+from runtime.db import Database, Queries
 from runtime.errors import ActorError, SettingsError
 from runtime.http import Report
 from runtime.logs import get_logger
@@ -103,6 +107,10 @@ class BotSystem:
     #: the singleton compactor (its ``request`` is the agent's ``on_over_budget``, given when the
     #: agent is built)
     compactor: CompactorActor | None = None
+    #: the singleton scheduler (due jobs -> inbox rows; started once the router can wake chats)
+    scheduler: Scheduler | None = None
+    #: the message offered after pairing (the check-ins' button): ChatAccess's ``offer``
+    pair_offer: Callable[[Queries, int], Awaitable[object]] | None = None
     #: shared by the sender and its restarts: rows in flight, replies given up (heartbeat)
     sender_ledger: SenderLedger = attrs.field(factory=SenderLedger)
     #: the handlers of inline buttons (action name -> handler), filled before :meth:`run`
@@ -166,10 +174,15 @@ class BotSystem:
             for job in self.background:
                 await nursery.start(job)
             router: Router = await nursery.start(self._router(bot, registry, deps).run)
+            if self.scheduler is not None:
+                run = partial(self.scheduler.run, wake_chat=router.wake)
+                await nursery.start(supervise, "scheduler", run, restart_policy(settings))
             chats: ChatAccess = await nursery.start(self._access(router, username).run)
             self.chat_access = chats
             routes: dict[str, AsgiApp] = {}
             drains: list[tuple[str, Callable[[], Awaitable[object]]]] = []
+            if self.scheduler is not None:  # first: no new runs while the rest drains
+                drains.append(("scheduler", self.scheduler.aclose))
             if self.polling:
                 await nursery.start(self._start_poller, bot, router, chats)
                 drains.append(("poller", self._stop_poller))
@@ -207,11 +220,18 @@ class BotSystem:
     ) -> None:
         settings = self.settings
         sending = SenderSettings(retry_cap=settings.send_retry_cap, deadline=settings.send_deadline)
-        actor = SenderActor(self.db, bot, settings=sending, ledger=self.sender_ledger)
+        actor = SenderActor(
+            self.db, bot, settings=sending, ledger=self.sender_ledger, on_blocked=self._blocked
+        )
         try:
             await actor.run(task_status=task_status)
         finally:
             self._sender_done.set()
+
+    async def _blocked(self, chat_id: int, why: str) -> None:
+        """The chat blocked the bot: its proactive jobs wait until the person writes again."""
+        await pause_chat(self.db, chat_id, why)
+        log.info("system.chat_paused", chat_id=chat_id)
 
     async def _stop_sender(self) -> None:
         assert self._sender is not None
@@ -273,6 +293,7 @@ class BotSystem:
             self._outbox_ready,
             announce=self.announce,
             username=username,
+            offer=self.pair_offer,
             **self.access_options,
         )
 

@@ -6,7 +6,8 @@
       -> chat and memory models (:func:`~memory.llm.factory.open_llm`) -> embedder
       (:func:`~memory.embeddings.factory.open_embedder`) -> thresholds, BM25 lexicons -> tool
       registry -> compactor -> agent (``on_over_budget=compactor.request``, model confirmations)
-      -> periodic jobs (:data:`JOBS`) -> chat commands and buttons -> :class:`BotSystem`
+      -> periodic jobs (:data:`JOBS`) -> scheduler and proactive controls
+      (:mod:`actors.scheduler`) -> chat commands and buttons -> :class:`BotSystem`
 
 :meth:`Bot.serve` runs it as a process (:func:`runtime.serve.serve`: migrations, the HTTP app,
 signals) until shutdown; the system's own start steps are in :meth:`BotSystem.run`.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
 from typing import Any
 
 import attrs
@@ -30,10 +32,14 @@ from actors.chat.commands import command_table
 from actors.chat.deps import Transcriber
 from actors.chat.memory_commands import MemoryServices
 from actors.chat.model_asks import model_asks
+from actors.chat.proactive_commands import ChatReminders, Controls
 from actors.compactor import CompactorActor, sql_compactor
+from actors.scheduler.gates import Limits
 from actors.scheduler.health_checks import Contact
 from actors.scheduler.heartbeat import Heartbeat, check_config, sql_heartbeat
+from actors.scheduler.routine import Routine
 from actors.scheduler.routines import all_routines
+from actors.scheduler.scheduler import Scheduler, SqlDueStore
 from actors.settings import Settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
@@ -56,6 +62,7 @@ from memory.retrieval.retriever import SqlPatternRetriever
 from memory.retrieval.sql import LexiconCache
 from memory.tools.memory_tools import memory_tools
 from memory.tools.registry import ToolRegistry
+from memory.tools.reminder_tools import REMINDER_TOOLS
 from runtime.db import Database, Queries
 from runtime.serve import serve
 from runtime.shutdown import Shutdown
@@ -255,7 +262,17 @@ async def open_bot(
         thresholds = thresholds_for(embedder.model, settings)
         lexicons = LexiconCache()  # per-chat BM25 statistics, shared by retrieval and recall
         tools = agent_tools(
-            memory_tools(LLMAdjudicator(memory_llm), thresholds=thresholds, lexicons=lexicons)
+            [
+                *memory_tools(LLMAdjudicator(memory_llm), thresholds=thresholds, lexicons=lexicons),
+                *REMINDER_TOOLS,
+            ]
+        )
+        scheduler = Scheduler(
+            SqlDueStore(db), Limits.from_settings(settings), tick=settings.proactive_tick
+        )
+        routines: list[Routine] = all_routines(settings)
+        controls = Controls(
+            db, settings.timezone, routines, grace_s=settings.proactive_grace, poke=scheduler.poke
         )
         compactor = sql_compactor(db, memory_llm, embedder, settings, tools=tools)
         agent = sql_agent(
@@ -274,6 +291,7 @@ async def open_bot(
             on_over_budget=compactor.request,
             prompt_cache=settings.prompt_cache(),
             confirmations=model_asks,
+            reminders=partial(ChatReminders, controls),
         )
         parts = Parts(
             settings,
@@ -291,6 +309,7 @@ async def open_bot(
         jobs = build_jobs(parts)
         taps = CallbackTable()  # the buttons' handlers, registered by the commands
         services = MemoryServices(db, embedder, settings.timezone, thresholds, lexicons)
+        controls.register_taps(taps)
         system = BotSystem(
             settings,
             db,
@@ -301,12 +320,14 @@ async def open_bot(
             transcribe=transcribe,
             bot=bot,
             callbacks=taps,
-            commands=command_table(services, taps),
+            commands=command_table(services, taps, controls.commands()),
             background=[job.run for job in jobs],
             reports=[("heartbeat", job.report) for job in jobs if isinstance(job, Heartbeat)],
             compactor=compactor,
-            routines={routine.name: routine for routine in all_routines(settings)},
+            routines={routine.name: routine for routine in routines},
             routine_summarizer=RoutineSummarizer(memory_llm),
+            scheduler=scheduler,
+            pair_offer=controls.pair_offer,
             **system_options,
         )
         yield Bot(parts, jobs, system)

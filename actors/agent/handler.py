@@ -86,7 +86,7 @@ from memory.patterns.stats import TurnRecorder, record_turn
 from memory.retrieval.profile import NoProfile, Profile, ProfileSource, SqlProfile
 from memory.retrieval.ranking import local_today
 from memory.retrieval.retriever import NoPatterns, PatternRetriever, RetrievedMemory
-from memory.tools.registry import QueryEmbedder, Tool, ToolContext, ToolRegistry
+from memory.tools.registry import QueryEmbedder, Reminders, Tool, ToolContext, ToolRegistry
 from runtime.concurrency import both
 from runtime.db import Connection, Database, Queries
 from runtime.logs import get_logger
@@ -143,6 +143,8 @@ class Agent:
     block_rows: int = BLOCK_ROWS
     #: how the model's forget/supersede ask the person (None: those tools refuse)
     confirmations: AskFactory | None = None
+    #: a chat's reminders for the model's ``schedule_reminder`` (None: that tool refuses)
+    reminders: Callable[[int], Reminders] | None = None
 
     async def run_turn(self, turn: TurnInput) -> TurnReply:
         """Answer one user message (see the module docstring), or run a routine turn
@@ -180,6 +182,7 @@ class Agent:
             timezone=self.timezone,
             now=now,
             confirm=asks,
+            reminders=None if self.reminders is None else self.reminders(chat_id),
         )
         loop_cache = TOOL_LOOP_CACHE if self.prompt_cache else None
         loop = ToolLoop(

@@ -10,15 +10,17 @@ reply text in the outbox and marks the inbox rows done. The agent (Claude tool l
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import attrs
 
 from actors.queues.outbox import ParseMode
-from actors.scheduler.routine import Reason
 from actors.telegram.keyboards import InlineKeyboard
 from memory.tools.registry import Confirmations
 from runtime.db import Connection
+
+#: why a turn runs: the person wrote, a routine is due, a reminder is due
+Reason = Literal["user_message", "routine", "reminder"]
 
 
 @attrs.frozen

@@ -9,10 +9,13 @@ commands — the table in :mod:`~actors.chat.commands` (what a command is in
 :mod:`~actors.chat.command_base`), the memory commands in :mod:`~actors.chat.memory_commands`
 (``/summary`` and ``/stats`` in :mod:`~actors.chat.summary_stats`) and those confirmed with buttons
 in :mod:`~actors.chat.forget_command`; what the model asked to forget or supersede, confirmed by the
-person (and ``/memory restore``), in :mod:`~actors.chat.model_asks`.
+person (and ``/memory restore``), in :mod:`~actors.chat.model_asks`; the proactive lane's side:
+a due run of a routine or reminder handled in the chat's order (:mod:`~actors.chat.due_runs`,
+:mod:`~actors.chat.proactive`) and the commands that steer it (``/active``, ``/quiet``,
+``/digest``, ``/routines``, ``/remind``) in :mod:`~actors.chat.proactive_commands`.
 
 Imports the turn's interface (:mod:`actors.agent.turn`), the queues, the Telegram types and the
-memory domain (the commands' reads and actions); not the sender, the system or the CLI. Public:
+memory domain (the commands' reads and actions) and the scheduler's store and routines; not the sender, the system or the CLI. Public:
 ``actor.chat_factory``, ``deps.ChatDeps``, ``store.SqlChatStore``, ``wakes.Wake``,
 ``fragments.FragmentBuffer``, ``callbacks.keyboard``, ``callbacks.CallbackTable``,
 ``callbacks.CallbackContext``, ``commands.command_table``, ``memory_commands.MemoryServices``,

@@ -16,6 +16,8 @@ printed by ``engram telegram info``). An unknown command gets "Unknown command /
 ``/forget <topic>``     the memories about a topic, with buttons
 ``/summary``            the episode summaries and the window
 ``/stats``              cost, turns, latency, memory activity of this chat
+``/active`` ``/quiet``  the proactive controls (:mod:`actors.chat.proactive_commands`): ``/digest``,
+                        ``/routines``, ``/remind`` too
 ``/help`` ``/start``    the intro and this list; ``/stop`` cancels the reply being worked on
 ======================  ==================================================================
 
@@ -24,6 +26,8 @@ Without memory services (:func:`command_table` with ``None``: tests, a bot witho
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from actors.agent.turn import TurnReply
 from actors.chat import forget_command as forget
@@ -38,10 +42,13 @@ NOTHING_TO_STOP = "There was nothing to stop."
 
 
 def command_table(
-    services: mem.MemoryServices | None = None, taps: CallbackTable | None = None
+    services: mem.MemoryServices | None = None,
+    taps: CallbackTable | None = None,
+    extra: Sequence[Command] = (),
 ) -> CommandTable:
     """The table; with ``services``, the memory commands too (their buttons' handlers are
-    registered in ``taps``)."""
+    registered in ``taps``); ``extra``: more commands before /help (the proactive controls,
+    :mod:`actors.chat.proactive_commands`)."""
 
     async def start(call: CommandCall) -> TurnReply:
         return TurnReply(table.help_text())
@@ -88,6 +95,7 @@ def command_table(
         (
             Command("start", "start talking to engram", start, menu=False),
             *memory,
+            *extra,
             Command("help", "what engram does and its commands", start),
             Command("stop", "cancel the reply I'm working on", stop),
         )

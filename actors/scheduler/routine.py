@@ -18,10 +18,8 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
+from actors.agent.turn import Reason
 from runtime.db import Queries
-
-#: why a turn runs: the person wrote, a routine is due, a reminder is due
-Reason = Literal["user_message", "routine", "reminder"]
 
 #: the inbox ``kind`` of a due run
 INBOX_KIND = "routine"

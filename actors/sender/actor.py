@@ -65,6 +65,7 @@ from actors.sender.store import (
 from actors.telegram.errors import (
     ApiError,
     BadRequest,
+    Forbidden,
     NetworkError,
     PreConnectError,
     RateLimited,
@@ -74,6 +75,7 @@ from actors.telegram.errors import (
 from runtime.actor import Address, Mailbox, serve
 from runtime.backoff import backoff_delay
 from runtime.db import Queries
+from runtime.errors import DatabaseError
 
 __all__ = ["OutboxReady", "SenderActor"]
 
@@ -113,6 +115,10 @@ class SenderActor:
     ledger: SenderLedger = attrs.field(factory=SenderLedger, kw_only=True)
     wall_clock: Callable[[], datetime] = attrs.field(default=wall_now, kw_only=True)
     rng: random.Random = attrs.field(factory=random.Random, kw_only=True)
+    #: told when a chat blocked the bot (403, or 400 chat not found): its proactive jobs pause
+    on_blocked: Callable[[int, str], Awaitable[object]] | None = attrs.field(
+        default=None, kw_only=True
+    )
     store: OutboxStore = attrs.field(init=False)
     _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
     _workers: set[int] = attrs.field(init=False, factory=set)
@@ -329,6 +335,7 @@ class SenderActor:
                 event = "sender.rate_limited"
             except BadRequest as exc:
                 if not (exc.is_parse_error and mode is not None):
+                    await self._blocked(row.chat_id, exc)
                     return Undelivered("failed", describe(exc))
                 rlog.warning("sender.parse_fallback", parse_mode=mode, error=str(exc))
                 text, mode = plain_fallback(chunk, mode, self.settings.chunk_limit), None
@@ -337,6 +344,7 @@ class SenderActor:
                 error, delay, event = exc, self._backoff(failures), "sender.retrying"
                 failures += 1
             except ApiError as exc:  # 403 blocked, 401, 404, ...: permanent
+                await self._blocked(row.chat_id, exc)
                 return Undelivered("failed", describe(exc))
             except (NetworkError, UnexpectedResponse) as exc:  # may have been delivered
                 return Undelivered("uncertain", describe(exc))
@@ -349,6 +357,16 @@ class SenderActor:
             rlog.warning(event, attempt=attempts, retry_after=delay, error=str(error))
             if not await self._wait(delay):
                 return Undelivered("closed")
+
+    async def _blocked(self, chat_id: int, exc: ApiError) -> None:
+        """A 403, or a 400 "chat not found": the chat cannot be written to (``on_blocked``)."""
+        gone = isinstance(exc, Forbidden) or "chat not found" in exc.description.lower()
+        if not gone or self.on_blocked is None:
+            return
+        try:
+            await self.on_blocked(chat_id, describe(exc))
+        except DatabaseError as err:
+            log.warning("sender.pause_failed", chat_id=chat_id, error=str(err))
 
     def _backoff(self, failures: int) -> float:
         s = self.settings

@@ -32,7 +32,7 @@ import hmac
 import secrets
 import time
 from collections import deque
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -42,7 +42,7 @@ from actors.queues import outbox
 from actors.queues.outbox import OutboxRow
 from actors.telegram import access
 from actors.telegram.types import Update, dedupe_keys
-from runtime.db import Database
+from runtime.db import Database, Queries
 from runtime.errors import DatabaseError
 from runtime.logs import get_logger
 
@@ -205,6 +205,7 @@ class ChatAccess:
     clock: Callable[[], float] = time.monotonic
     refresh_interval: float = REFRESH_INTERVAL
     notice_interval: float = access.NOTICE_INTERVAL
+    offer: Callable[[Queries, int], Awaitable[object]] | None = None  # after "Paired" (+ button)
     allowlist: Allowlist = attrs.field(init=False)
     code: PairingCode | None = attrs.field(init=False, default=None)
     bucket: TokenBucket = attrs.field(init=False)
@@ -317,11 +318,8 @@ class ChatAccess:
             "pairing.refused", chat_id=attempt.chat_id, outcome=outcome, tries_left=tries_left
         )
         if outcome == "wrong" and tries_left == 0:
-            log.warning(
-                "pairing.chat_locked",
-                chat_id=attempt.chat_id,
-                reason=f"{self.max_tries} wrong codes",
-            )
+            locked = f"{self.max_tries} wrong codes"
+            log.warning("pairing.chat_locked", chat_id=attempt.chat_id, reason=locked)
         return False
 
     def _wait(self, attempt: Attempt) -> None:
@@ -332,12 +330,8 @@ class ChatAccess:
         queued = self.waiting_by_chat.get(chat_id, 0)
         full = len(self.waiting) >= self.max_waiting
         if full or queued >= self.code.tries_left(chat_id):
-            log.warning(
-                "pairing.refused",
-                chat_id=chat_id,
-                waiting=len(self.waiting),
-                outcome="queue full" if full else "no tries left",
-            )
+            why = "queue full" if full else "no tries left"
+            log.warning("pairing.refused", chat_id=chat_id, waiting=len(self.waiting), outcome=why)
             return
         self.waiting.append(attempt)
         self.waiting_by_chat[chat_id] = queued + 1
@@ -370,6 +364,8 @@ class ChatAccess:
                 await access.allow_chat(conn, chat_id, "pairing", user_id)
                 released = await access.release_held(conn, chat_id)
                 await outbox.enqueue_reply(conn, chat_id, PAIRED)
+                if self.offer is not None:  # the check-ins offered: actors.chat.proactive_commands
+                    await self.offer(conn, chat_id)
         except BaseException:
             if self.code is not None:
                 self.code.used = False  # not stored: Telegram's retry may still pair

@@ -69,6 +69,15 @@ class Confirmations(Protocol):
     async def ask_supersede(self, old: int, new: int) -> None: ...
 
 
+class Reminders(Protocol):
+    """Creates the one-shot reminders the model promises (``schedule_reminder``): implemented
+    by the scheduler (:class:`actors.chat.proactive_commands.ChatReminders`, same code as
+    ``/remind``). ``when`` in the person's words; the result carries the confirmed local time.
+    Raises :class:`~memory.errors.ToolError` when ``when`` is no time in the future."""
+
+    async def schedule(self, when: str, what: str, now: datetime) -> Mapping[str, str]: ...
+
+
 class QueryEmbedder(Protocol):
     """What the tools need of ``memory.embeddings.providers.Embedder`` (unit-normalised vectors)."""
 
@@ -106,6 +115,8 @@ class ToolContext:
     now: datetime = attrs.field(validator=_aware)
     #: how the model asks the person before forgetting or superseding (None: it cannot)
     confirm: Confirmations | None = None
+    #: how the model sets a reminder it promised (None: it cannot)
+    reminders: Reminders | None = None
 
     @property
     def tz(self) -> ZoneInfo:

@@ -14,6 +14,7 @@ import pytest
 from actors.chat.settings import ChatSettings
 from actors.scheduler.heartbeat_settings import HeartbeatSettings
 from actors.scheduler.routine_settings import RoutineSettings
+from actors.scheduler.settings import ProactiveSettings
 from actors.settings import Settings, load_settings
 from actors.telegram.settings import TelegramSettings
 from memory.llm.settings import LLMSettings
@@ -28,6 +29,7 @@ SECTIONS: tuple[type[SettingsSection], ...] = (
     LLMSettings,
     MemorySettings,
     ChatSettings,
+    ProactiveSettings,
     RoutineSettings,
     HeartbeatSettings,
 )

@@ -67,6 +67,11 @@ async def test_menu_help_suffix_and_unknown(
         "forget",
         "summary",
         "stats",
+        "active",
+        "quiet",
+        "digest",
+        "routines",
+        "remind",
         "help",
         "stop",
     ]
@@ -96,7 +101,7 @@ async def test_menu_help_suffix_and_unknown(
     assert await args.handler(load_settings(env, dotenv=None), args) == 0
     out = capsys.readouterr().out.splitlines()
     menu = out.index("commands (menu):  /memory — what I remember about you (your profile)")
-    assert out[menu + 6] == " " * 18 + "/stop — cancel the reply I'm working on"
+    assert out[menu + 11] == " " * 18 + "/stop — cancel the reply I'm working on"
 
 
 @pytest.mark.slow
