@@ -14,8 +14,9 @@ a due run of a routine or reminder handled in the chat's order (:mod:`~actors.ch
 :mod:`~actors.chat.proactive`) and the commands that steer it (``/active``, ``/quiet``,
 ``/digest``, ``/routines``, ``/remind``) in :mod:`~actors.chat.proactive_commands`.
 
-Imports the turn's interface (:mod:`actors.agent.turn`), the queues, the Telegram types and the
-memory domain (the commands' reads and actions) and the scheduler's store and routines; not the sender, the system or the CLI. Public:
+Imports the turn's interface (:mod:`actors.agent.turn`), the queues, the Telegram types, the
+memory domain (the commands' reads and actions) and the scheduler's store and routines; not the
+sender, the system or the CLI. Public:
 ``actor.chat_factory``, ``deps.ChatDeps``, ``store.SqlChatStore``, ``wakes.Wake``,
 ``fragments.FragmentBuffer``, ``callbacks.keyboard``, ``callbacks.CallbackTable``,
 ``callbacks.CallbackContext``, ``commands.command_table``, ``memory_commands.MemoryServices``,
