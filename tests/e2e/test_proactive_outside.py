@@ -1,11 +1,11 @@
 """The proactive lane from outside: ``engram serve --webhook`` as a subprocess on its own
 PostgreSQL, the strict fake Bot API, a fake model, PROACTIVE_TICK shortened.
 
-* ``/remind in 3 seconds test`` is confirmed with the resolved local time (no model call), and
-  the scheduler puts the reminder's run in the chat's inbox at its time, not before (the chat
-  actor sends it: issue 22 step 2, the turn's part);
-* ``/active on`` then ``/active off``: no routine job is left enabled and no routine run is
-  enqueued.
+* ``/remind in 3 seconds test`` is confirmed with the resolved local time (no model call), the
+  scheduler puts the reminder's run in the chat's inbox at its time, not before, and the chat
+  actor sends it to the Bot API as ``⏰ test`` (no model call), recorded as ``sent``;
+* ``/active on`` creates the chat's routine jobs (every routine of ``all_routines``), then
+  ``/active off``: no routine job is left enabled and no routine run is enqueued.
 """
 
 from __future__ import annotations
@@ -81,9 +81,28 @@ async def test_remind_runs_at_its_time_and_active_off_enqueues_nothing(
             [(run, received)] = await routine_rows(db)
             assert run["kind"] == "reminder" and run["payload"] == {"text": "test"}
             assert run_at <= received < run_at + timedelta(seconds=3), engram.tail()
+            with trio.fail_after(20):
+                while "⏰ test" not in bot.sent_texts(CHAT):  # noqa: ASYNC110
+                    await trio.sleep(0.2)
+            outcome = await db.fetchval(
+                "SELECT outcome FROM proactive_runs WHERE chat_id = $1 AND name LIKE 'reminder%'",
+                CHAT,
+            )
+            assert outcome == "sent"
 
             on = await say(client, bot, port, "/active on")
             assert on.startswith("Check-ins are on"), on
+            names = await db.fetch(
+                "SELECT name FROM cron_jobs WHERE chat_id = $1 AND kind = 'routine' AND enabled",
+                CHAT,
+            )
+            assert {r["name"] for r in names} == {
+                "nightly-reflection",
+                "weekly-recap",
+                "weight-trend",
+                "on-this-day",
+                "event-reminders",
+            }
             off = await say(client, bot, port, "/active off")
             assert off == "Check-ins are off. Reminders you asked for still come."
             enabled = await db.fetchval(
