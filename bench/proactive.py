@@ -12,9 +12,10 @@ is due (gates, inbox rows), and a stand-in chat actor takes each run: the routin
 database (0 model calls when it says no), the fake model only when it says yes (and it may
 decline), a send recorded as ``sent`` (what the cap and the cooldown count).
 
-The rules are stand-ins with the routines' shape (nightly-reflection: the person did not write
-today; weight-trend: a change over a week at or above the threshold; weekly-recap: at least
-three messages this week) until ``actors.scheduler.routines.all_routines`` lands.
+The rules are the product's (``actors.scheduler.routines.all_routines``: nightly reflection,
+weekly recap, weight trend, on this day, event reminders) at their default thresholds; the
+simulated people write, log weights and ask for reminders (no journal entries, patterns or
+events: those rules say no, at the cost of their queries).
 
 Prints model calls and sends per chat per day, routine sends inside quiet hours (must be 0),
 the scheduler's CPU per simulated minute (this process: the tick's Python and driver work) and
@@ -51,8 +52,9 @@ from retrieval import pct, with_database
 from actors.chat.proactive_commands import Controls
 from actors.scheduler import jobs
 from actors.scheduler.gates import Limits, in_quiet
-from actors.scheduler.routine import Brief, DueRun, Routine, RoutineContext
-from actors.scheduler.scheduler import Scheduler, SqlDueStore, day_start
+from actors.scheduler.routine import DueRun, Routine, RoutineContext
+from actors.scheduler.routines import all_routines
+from actors.scheduler.scheduler import Scheduler, SqlDueStore
 from runtime import db as dbmod
 from runtime.logs import configure_logging
 from runtime.migrate import apply_migrations
@@ -63,59 +65,14 @@ THRESHOLD_KG = 1.0
 
 
 @attrs.frozen
-class NightlyReflection:
-    name: str = "nightly-reflection"
-    title: str = "Nightly reflection"
-    default_schedule: str = "0 21 * * *"
+class Thresholds:
+    """The routines' settings (WEIGHT_TREND_* at their defaults)."""
 
-    async def decide(self, ctx: RoutineContext) -> Brief | None:
-        wrote = await ctx.db.fetchval(
-            "SELECT EXISTS (SELECT 1 FROM chat_messages WHERE chat_id = $1 AND role = 'user' "
-            "AND created_at >= $2 AND compacted_at IS NULL)",
-            ctx.chat_id,
-            day_start(ctx.now, ctx.timezone),
-        )
-        return None if wrote else Brief(prompt="The person did not write today: a reflection?")
+    weight_trend_threshold_kg: float = THRESHOLD_KG
+    weight_trend_min_readings: int = 4
 
 
-@attrs.frozen
-class WeightTrend:
-    name: str = "weight-trend"
-    title: str = "Weight trend"
-    default_schedule: str = "0 9 * * *"
-
-    async def decide(self, ctx: RoutineContext) -> Brief | None:
-        today = ctx.now.astimezone(ZoneInfo(ctx.timezone)).date()
-        r = await ctx.db.fetchrow(
-            "SELECT (SELECT weight_kg FROM daily_metrics WHERE chat_id = $1 AND date <= $2 "
-            "ORDER BY date DESC LIMIT 1) AS last, (SELECT weight_kg FROM daily_metrics WHERE "
-            "chat_id = $1 AND date <= $2 - 7 ORDER BY date DESC LIMIT 1) AS before",
-            ctx.chat_id,
-            today,
-        )
-        if r["last"] is None or r["before"] is None:
-            return None
-        change = r["last"] - r["before"]
-        return Brief(prompt=f"weight {change:+.1f} kg in a week") if abs(change) >= 1 else None
-
-
-@attrs.frozen
-class WeeklyRecap:
-    name: str = "weekly-recap"
-    title: str = "Weekly recap"
-    default_schedule: str = "0 18 * * 0"
-
-    async def decide(self, ctx: RoutineContext) -> Brief | None:
-        n = await ctx.db.fetchval(
-            "SELECT count(*) FROM chat_messages WHERE chat_id = $1 AND role = 'user' "
-            "AND created_at >= $2",
-            ctx.chat_id,
-            ctx.now - timedelta(days=7),
-        )
-        return Brief(prompt="the week's patterns") if n >= 3 else None
-
-
-ROUTINES: list[Routine] = [NightlyReflection(), WeightTrend(), WeeklyRecap()]
+ROUTINES: list[Routine] = all_routines(Thresholds())
 ROUTINE_BY_NAME = {r.name: r for r in ROUTINES}
 
 
