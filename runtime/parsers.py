@@ -118,6 +118,18 @@ def chat_ids(raw: str) -> frozenset[int]:
     return frozenset(ids)
 
 
+def optional_chat_id(raw: str) -> int | None:
+    """One Telegram chat id (ASCII digits, ``-`` for groups), or empty for none."""
+    value = raw.strip()
+    if not value:
+        return None
+    if not _CHAT_ID_RE.fullmatch(value):
+        raise ValueError(
+            f"expected a chat id (ASCII digits, - for groups; or empty), got {value!r}"
+        )
+    return int(value)
+
+
 _HOSTNAME_RE = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
 
 

@@ -7,19 +7,8 @@ from typing import ClassVar
 
 import attrs
 
-from runtime.parsers import cost_limit, float_range
+from runtime.parsers import cost_limit, float_range, optional_chat_id
 from runtime.settings import Field, SettingsSection
-
-
-def optional_chat_id(raw: str) -> int | None:
-    """A Telegram chat id (negative for groups), or empty for none."""
-    value = raw.strip()
-    if not value:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"expected a chat id (an integer, or empty), got {value!r}") from None
 
 
 @attrs.frozen(kw_only=True, slots=False)

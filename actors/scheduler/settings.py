@@ -29,16 +29,6 @@ def quiet_hours(raw: str) -> QuietHours:
     return hours
 
 
-def optional_chat_id(raw: str) -> int | None:
-    value = raw.strip()
-    if not value:
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"expected a chat id (or empty), got {value!r}") from None
-
-
 @attrs.frozen(kw_only=True, slots=False)
 class ProactiveSettings(SettingsSection):
     """When engram may speak first."""
