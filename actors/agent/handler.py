@@ -81,7 +81,7 @@ from memory.conversation.messages import (
 )
 from memory.conversation.window import CompactionRule
 from memory.journal.tools import JOURNAL_TOOLS
-from memory.llm.protocol import LLM, CacheTTL, Message
+from memory.llm.protocol import LLM, CacheTTL, Message, ToolSpec
 from memory.patterns.stats import TurnRecorder, record_turn
 from memory.retrieval.profile import NoProfile, Profile, ProfileSource, SqlProfile
 from memory.retrieval.ranking import local_today
@@ -160,27 +160,11 @@ class Agent:
             lambda: self._profile(chat_id, now),
         )
         specs = tool_specs(self.tools)
-        context = build_context(
-            now=now,
-            timezone=self.timezone,
-            memory=memory,
-            window=window,
-            tools=specs,
-            persona=self.persona,
-            episodes=episodes,
-            episode_budget=self.episode_budget,
-            profile=profile,
-            cache=self.prompt_cache,
-            recent_rows=self.recent_rows,
-            block_rows=self.block_rows,
-        )
+        context = self._context(now, memory, window, episodes, profile, specs, self.persona)
         asks = None if self.confirmations is None else self.confirmations(chat_id)
-        tool_ctx = ToolContext(
-            db=self.tool_db,
-            embedder=self.embedder,
-            chat_id=chat_id,
-            timezone=self.timezone,
-            now=now,
+        tool_ctx = self._tool_context(
+            chat_id,
+            now,
             confirm=asks,
             reminders=None if self.reminders is None else self.reminders(chat_id),
         )
@@ -247,27 +231,9 @@ class Agent:
             lambda: self._profile(chat_id, now),
         )
         specs = (*tool_specs(self.tools), DECLINE_SPEC)
-        context = build_context(
-            now=now,
-            timezone=self.timezone,
-            memory=memory,
-            window=window,
-            tools=specs,
-            persona=f"{self.persona}\n\n{ROUTINE_NOTE}",
-            episodes=episodes,
-            episode_budget=self.episode_budget,
-            profile=profile,
-            cache=self.prompt_cache,
-            recent_rows=self.recent_rows,
-            block_rows=self.block_rows,
-        )
-        tool_ctx = ToolContext(
-            db=self.tool_db,
-            embedder=self.embedder,
-            chat_id=chat_id,
-            timezone=self.timezone,
-            now=now,
-        )
+        persona = f"{self.persona}\n\n{ROUTINE_NOTE}"
+        context = self._context(now, memory, window, episodes, profile, specs, persona)
+        tool_ctx = self._tool_context(chat_id, now)
         loop = ToolLoop(
             self.llm,
             self.tools,
@@ -282,6 +248,43 @@ class Agent:
         with trio.move_on_at(deadline) as scope:
             await loop.run(state, deadline)
         return routine_reply(state, scope.cancelled_caught, chat_id, turn.routine)
+
+    def _context(
+        self,
+        now: datetime,
+        memory: RetrievedMemory,
+        window: Sequence[ChatMessage],
+        episodes: Sequence[Episode],
+        profile: Profile,
+        specs: Sequence[ToolSpec],
+        persona: str,
+    ) -> TurnContext:
+        """The turn's context in its cache-friendly order (:func:`build_context`)."""
+        return build_context(
+            now=now,
+            timezone=self.timezone,
+            memory=memory,
+            window=window,
+            tools=specs,
+            persona=persona,
+            episodes=episodes,
+            episode_budget=self.episode_budget,
+            profile=profile,
+            cache=self.prompt_cache,
+            recent_rows=self.recent_rows,
+            block_rows=self.block_rows,
+        )
+
+    def _tool_context(self, chat_id: int, now: datetime, **seams: Any) -> ToolContext:
+        """What the turn's tools may use (``seams``: how they ask the person, reminders)."""
+        return ToolContext(
+            db=self.tool_db,
+            embedder=self.embedder,
+            chat_id=chat_id,
+            timezone=self.timezone,
+            now=now,
+            **seams,
+        )
 
     async def _store_and_recall(
         self, turn: TurnInput, external_id: str | None, now: datetime
