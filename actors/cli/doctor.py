@@ -33,7 +33,13 @@ async def cmd_doctor(settings: Settings, args: argparse.Namespace) -> int:
     model = embedding_model(settings.embedding_provider, settings.openai_api_key.reveal())
     async with open_settings_database(settings) as db:
         if not await migrations_current(db):
-            checks = [Check("database", "critical", "migrations not applied (engram migrate, or engram serve, applies them)")]
+            checks = [
+                Check(
+                    "database",
+                    "critical",
+                    "migrations not applied (engram migrate, or engram serve, applies them)",
+                )
+            ]
         else:
             found = await run_checks(db, check_config(settings, model), datetime.now(UTC))
             checks = [Check("database", "ok", "reachable, migrations current"), *found]
