@@ -23,9 +23,11 @@ from actors.chat.callbacks import Callbacks, CallbackTable
 from actors.chat.commands import command_table
 from actors.chat.deps import ChatDeps
 from actors.chat.memory_commands import USAGE, MemoryServices, parse_ids
+from actors.chat.proactive_commands import Controls
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import Wake
 from actors.queues import inbox
+from actors.scheduler.routines import all_routines
 from memory.embeddings.providers import LocalEmbedder
 from runtime.db import Database
 
@@ -101,6 +103,18 @@ def test_ids_are_1_to_18_ascii_digits() -> None:
         assert parse_ids(bad, 1) is None, bad
 
 
+#: the proactive controls' buttons (their own tests check them; fuzzed here like the others)
+PROACTIVE_TAPS = ("routine_off", "active_on")
+#: the commands whose answer is a list (what is scheduled), not a line or three
+LISTS = ("routines", "active")
+
+
+@attrs.frozen
+class RoutineThresholds:
+    weight_trend_threshold_kg: float = 1.0
+    weight_trend_min_readings: int = 4
+
+
 @attrs.define
 class Echo:
     """Turns are not fuzzed here (a turn's exception is already answered SORRY)."""
@@ -144,7 +158,9 @@ async def test_random_input_through_every_command_and_button(
     db: Database, local: LocalEmbedder
 ) -> None:
     taps = CallbackTable()
-    table = command_table(MemoryServices(db, local, "UTC"), taps)
+    controls = Controls(db, "UTC", all_routines(RoutineThresholds()), grace_s=3600)
+    controls.register_taps(taps)
+    table = command_table(MemoryServices(db, local, "UTC"), taps, controls.commands())
     deps = ChatDeps(
         store=SqlChatStore(db),
         turns=Echo(),
@@ -163,7 +179,8 @@ async def test_random_input_through_every_command_and_button(
     assert {"memory", "remember", "forget", "summary", "stats", "help", "start", "stop"} <= set(
         names
     )
-    assert set(taps.entries) == {
+    assert {"active", "quiet", "digest", "routines", "remind"} <= set(names)
+    assert set(taps.entries) - set(PROACTIVE_TAPS) == {
         "forget_one",
         "forget_all",
         "forget_keep",
@@ -176,7 +193,7 @@ async def test_random_input_through_every_command_and_button(
     counter = itertools.count(1)
     seen: dict[str, int] = {"commands": 0, "live taps": 0, "dead taps": 0, "gave up": 0}
 
-    async def send(chat: int, update: dict[str, Any], kind: str) -> None:
+    async def send(chat: int, update: dict[str, Any], kind: str, *, a_list: bool = False) -> None:
         n = update["update_id"]
         row_id = await inbox.insert_update(db, f"update:{n}", n, chat, kind, update)
         assert row_id is not None
@@ -195,7 +212,7 @@ async def test_random_input_through_every_command_and_button(
         assert len(answers) <= 1, (update, answers)
         for a in answers:
             lines = a["text"].splitlines()
-            assert len(lines) <= 3 or a["text"] in views, (update, a["text"][:500])
+            assert len(lines) <= 3 or a_list or a["text"] in views, (update, a["text"][:500])
             seen["gave up"] += "could not process" in a["text"]
 
     async def command(case: tuple[str, str, str, str]) -> None:
@@ -203,7 +220,7 @@ async def test_random_input_through_every_command_and_button(
         chat = REMEMBER_CHAT if name == "remember" else CHAT  # its memories stay apart
         typed = f"/{name}{suffix} {sub} {arg}" if name == "memory" else f"/{name}{suffix} {arg}"
         seen["commands"] += 1
-        await send(chat, message(next(counter), chat, typed), "message")
+        await send(chat, message(next(counter), chat, typed), "message", a_list=name in LISTS)
 
     async def button(case: tuple[str | None, dict[str, Any], str]) -> None:
         name, data, token = case
@@ -213,7 +230,10 @@ async def test_random_input_through_every_command_and_button(
             seen["live taps"] += 1
         else:
             seen["dead taps"] += 1
-        await send(CHAT, tap(next(counter), CHAT, token), "callback_query")
+        # the check-ins' button answers with what it scheduled, a list like /active on's
+        await send(
+            CHAT, tap(next(counter), CHAT, token), "callback_query", a_list=name == "active_on"
+        )
 
     commands = st.tuples(
         st.sampled_from([*names, "memory", "memory"]),
