@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import Any
 
 import attrs
 import pytest
 import trio
 from fakes.bot_api import FakeBotApi
+from fakes.inbox import insert_text
 from fakes.memory import Quiet
 
 from actors.agent.turn import TurnInput, TurnReply
@@ -79,24 +79,6 @@ async def process(
         nursery.cancel_scope.cancel()
 
 
-async def insert(db: Database, update_id: int, text: str) -> int:
-    payload: dict[str, Any] = {
-        "update_id": update_id,
-        "message": {
-            "message_id": update_id,
-            "date": 0,
-            "text": text,
-            "chat": {"id": CHAT, "type": "private"},
-            "from": {"id": 7, "is_bot": False, "first_name": "A"},
-        },
-    }
-    row_id = await inbox.insert_update(
-        db, f"update:{update_id}", update_id, CHAT, "message", payload
-    )
-    assert row_id is not None
-    return row_id
-
-
 async def wait_sent(db: Database, count: int) -> list[OutboxRow]:
     with trio.fail_after(15):
         while True:
@@ -110,7 +92,7 @@ async def wait_sent(db: Database, count: int) -> list[OutboxRow]:
 async def test_a_restart_after_a_claim_charges_no_attempt_and_answers_once(
     db: Database, fake: FakeBotApi, bot: BotApiClient
 ) -> None:
-    row_id = await insert(db, 1, "hello")
+    row_id = await insert_text(db, CHAT, 1, "hello")
     _, claimed = await inbox.take_open(db, CHAT, 0, 3)  # a process claimed it, then died
     assert claimed == row_id
     turns = Turns()
@@ -124,8 +106,11 @@ async def test_a_restart_after_a_claim_charges_no_attempt_and_answers_once(
 async def test_an_update_that_kills_the_process_every_time_is_skipped_at_the_crash_cap(
     db: Database, fake: FakeBotApi, bot: BotApiClient
 ) -> None:
-    poison = await insert(db, 1, "poison")
-    later = [await insert(db, 2, "after one"), await insert(db, 3, "after two")]
+    poison = await insert_text(db, CHAT, 1, "poison")
+    later = [
+        await insert_text(db, CHAT, 2, "after one"),
+        await insert_text(db, CHAT, 3, "after two"),
+    ]
     turns = Turns()
     for crashes in range(inbox.MAX_CRASHES):
         with trio.fail_after(15), pytest.raises(BaseExceptionGroup) as died:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
-from typing import Any
 
 import attrs
 import trio
 from fakes.bot_api import FakeBotApi
+from fakes.inbox import insert_text
 from fakes.memory import Quiet
 
 from actors.agent.turn import TurnInput, TurnReply
@@ -80,24 +80,6 @@ async def process(db: Database, model: Model, bot: BotApiClient) -> AsyncIterato
         nursery.cancel_scope.cancel()
 
 
-async def insert(db: Database, update_id: int, text: str) -> int:
-    payload: dict[str, Any] = {
-        "update_id": update_id,
-        "message": {
-            "message_id": update_id,
-            "date": 0,
-            "text": text,
-            "chat": {"id": CHAT, "type": "private"},
-            "from": {"id": 7, "is_bot": False, "first_name": "A"},
-        },
-    }
-    row_id = await inbox.insert_update(
-        db, f"update:{update_id}", update_id, CHAT, "message", payload
-    )
-    assert row_id is not None
-    return row_id
-
-
 async def until(condition: Callable[[], bool]) -> None:
     """Poll what other tasks and servers change."""
     with trio.fail_after(15):
@@ -108,7 +90,10 @@ async def until(condition: Callable[[], bool]) -> None:
 async def test_a_model_outage_through_a_restart_is_told_once_and_answered_in_order(
     db: Database, fake: FakeBotApi, bot: BotApiClient
 ) -> None:
-    first, second = await insert(db, 1, "first"), await insert(db, 2, "second")
+    first, second = (
+        await insert_text(db, CHAT, 1, "first"),
+        await insert_text(db, CHAT, 2, "second"),
+    )
     model = Model()
     async with process(db, model, bot):
         await until(lambda: len(model.seen) >= 4 and len(fake.sent_texts(CHAT)) == 1)
@@ -135,11 +120,11 @@ async def test_a_later_outage_is_told_again(
 ) -> None:
     model = Model(down=False)
     async with process(db, model, bot) as router:
-        await insert(db, 1, "fine")
+        await insert_text(db, CHAT, 1, "fine")
         router.wake(CHAT)  # what the webhook does after its insert
         await until(lambda: fake.sent_texts(CHAT) == ["echo:fine"])
         model.down = True
-        await insert(db, 2, "again")
+        await insert_text(db, CHAT, 2, "again")
         router.wake(CHAT)
         await until(lambda: len(model.seen) >= 4)
         model.down = False

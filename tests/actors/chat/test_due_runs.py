@@ -18,6 +18,7 @@ import attrs
 import pytest
 import trio
 from fakes.bot_api import FakeBotApi, run_fake_bot_api
+from fakes.inbox import insert_text
 
 from actors.agent.handler import Agent, sql_agent
 from actors.agent.routine_turn import DECLINE, ROUTINE_NOTE
@@ -162,24 +163,6 @@ async def process(
         nursery.cancel_scope.cancel()
 
 
-async def message(db: Database, update_id: int, text: str) -> int:
-    payload: dict[str, Any] = {
-        "update_id": update_id,
-        "message": {
-            "message_id": update_id,
-            "date": 0,
-            "text": text,
-            "chat": {"id": CHAT, "type": "private"},
-            "from": {"id": 7, "is_bot": False, "first_name": "A"},
-        },
-    }
-    row_id = await inbox.insert_update(
-        db, f"update:{update_id}", update_id, CHAT, "message", payload
-    )
-    assert row_id is not None
-    return row_id
-
-
 async def due(
     db: Database,
     name: str,
@@ -273,9 +256,9 @@ async def test_a_routine_comes_after_the_persons_message_and_never_joins_its_tur
     db: Database, fake: FakeBotApi, bot: BotApiClient
 ) -> None:
     await proactive_on(db)
-    await message(db, 1, "hello")
+    await insert_text(db, CHAT, 1, "hello")
     await due(db, "weekly-recap")
-    await message(db, 2, "and you?")
+    await insert_text(db, CHAT, 2, "and you?")
     routine = FakeRoutine("weekly-recap", Brief(text="Your week: 3 entries, 2 runs."))
     echo = Echo()
     async with process(db, echo, bot, [routine]):
@@ -384,7 +367,7 @@ async def test_unknown_routine_and_bad_payloads_are_skipped_and_the_chat_goes_on
             },
         ),
     ]
-    await message(db, 9, "still there?")
+    await insert_text(db, CHAT, 9, "still there?")
     echo = Echo()
     async with process(db, echo, bot):
         await settled(db, runs=1, sent=1)
@@ -408,7 +391,7 @@ async def test_a_failing_rule_is_recorded_failed_never_a_crash(
 
     await proactive_on(db)
     await due(db, "weight-trend")
-    await message(db, 3, "hi")
+    await insert_text(db, CHAT, 3, "hi")
     async with process(db, Echo(), bot, [Broken("weight-trend", None)]):
         await settled(db, runs=1, sent=1)
     assert await runs(db) == [("weight-trend", "failed", "rule failed: RuntimeError", 0)]
@@ -444,7 +427,7 @@ async def test_a_prompt_runs_a_routine_turn_whose_reply_is_sent_and_stored_as_th
 async def test_the_decline_tool_is_offered_on_routine_turns_only(
     db: Database, fake: FakeBotApi, bot: BotApiClient
 ) -> None:
-    await message(db, 4, "hello")
+    await insert_text(db, CHAT, 4, "hello")
     model = ScriptedModel([says("hi")])
     async with process(db, agent(db, model), bot):
         await settled(db, runs=0, sent=1)
@@ -500,7 +483,7 @@ async def test_a_failing_routine_turn_is_recorded_failed_and_sends_no_apology(
 
     await proactive_on(db)
     await due(db, "nightly-reflection")
-    await message(db, 5, "hi")
+    await insert_text(db, CHAT, 5, "hi")
     routine = FakeRoutine("nightly-reflection", Brief(prompt="Reflect?"))
     async with process(db, Crashes(), bot, [routine]):
         await settled(db, runs=1, sent=1)
