@@ -4,8 +4,9 @@
 :class:`~actors.telegram.settings.TelegramSettings`, :class:`~memory.llm.settings.LLMSettings`,
 :class:`~memory.settings.MemorySettings`, :class:`~actors.chat.settings.ChatSettings`,
 :class:`~actors.scheduler.settings.ProactiveSettings`,
-:class:`~actors.scheduler.routine_settings.RoutineSettings` and
-:class:`~actors.scheduler.heartbeat_settings.HeartbeatSettings`, in the
+:class:`~actors.scheduler.routine_settings.RoutineSettings`,
+:class:`~actors.scheduler.heartbeat_settings.HeartbeatSettings` and
+:class:`~memory.vault.settings.VaultSettings`, in the
 README configuration table's order. Code that needs only one section takes that section's
 type; a ``Settings`` is all of them.
 """
@@ -25,6 +26,7 @@ from actors.scheduler.settings import ProactiveSettings
 from actors.telegram.settings import TelegramSettings
 from memory.llm.settings import LLMSettings
 from memory.settings import MemorySettings
+from memory.vault.settings import VaultSettings
 from runtime.process_settings import ProcessSettings
 from runtime.settings import Field
 from runtime.settings import load_settings as load_section
@@ -34,6 +36,7 @@ from runtime.settings import load_settings as load_section
 # reverse so the repr starts with the process settings, like ``fields``.
 @attrs.frozen(kw_only=True, slots=False)
 class Settings(
+    VaultSettings,
     HeartbeatSettings,
     RoutineSettings,
     ProactiveSettings,
@@ -54,6 +57,7 @@ class Settings(
         *ProactiveSettings.fields,
         *RoutineSettings.fields,
         *HeartbeatSettings.fields,
+        *VaultSettings.fields,
     )
 
 

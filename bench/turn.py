@@ -123,6 +123,7 @@ from memory.llm.cost import DEFAULT_RATES
 from memory.llm.protocol import (
     Completion,
     Message,
+    OnEvent,
     System,
     TextBlock,
     ToolResultBlock,
@@ -505,6 +506,7 @@ class ScriptedLLM:
         max_tokens: int,
         purpose: str,
         chat_id: int | None,
+        on_event: OnEvent | None = None,
     ) -> Completion:
         start = now()
         params: dict[str, Any] = {

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 
 import attrs
 
+from actors.agent.progress import NO_PROGRESS, TurnProgress
 from actors.queues.outbox import ParseMode
 from actors.telegram.keyboards import InlineKeyboard
 from memory.tools.registry import Confirmations
@@ -41,6 +42,8 @@ class TurnInput:
     reason: Reason = "user_message"
     #: the routine's name (``reason`` "routine")
     routine: str | None = None
+    #: where the turn shows its progress (the streamed draft)
+    progress: TurnProgress = attrs.field(default=NO_PROGRESS, eq=False, repr=False)
 
 
 @attrs.frozen

@@ -16,6 +16,7 @@ TTL) are recorded and priced.
 
 from __future__ import annotations
 
+import base64
 import re
 import warnings
 from collections.abc import Sequence
@@ -31,7 +32,9 @@ from memory.llm.protocol import (
     Block,
     CacheTTL,
     Completion,
+    ImageBlock,
     Message,
+    OnEvent,
     StopReason,
     System,
     TextBlock,
@@ -87,6 +90,12 @@ def block_param(block: Block) -> dict[str, Any]:
         return text
     if isinstance(block, ToolUseBlock):
         return {"type": "tool_use", "id": block.id, "name": block.name, "input": dict(block.input)}
+    if isinstance(block, ImageBlock):
+        data = base64.b64encode(block.data).decode("ascii")
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": block.media_type, "data": data},
+        }
     param: dict[str, Any] = {
         "type": "tool_result",
         "tool_use_id": block.tool_use_id,
@@ -209,6 +218,7 @@ class AnthropicLLM(AsyncClosing):
         max_tokens: int,
         purpose: str,
         chat_id: int | None,
+        on_event: OnEvent | None = None,
     ) -> Completion:
         """One Messages API call; raises a :class:`memory.errors.LLMError` subclass on failure."""
         params: dict[str, Any] = {

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from memory.llm.cost import configured_rates
-from memory.llm.protocol import LLM, Completion, Message, System, ToolSpec
+from memory.llm.protocol import LLM, Completion, Message, OnEvent, System, ToolSpec
 from memory.llm.settings import LLMRole, LLMSettings
 from runtime.db import Queries
 from runtime.errors import SettingsError, settings_error
@@ -146,6 +146,7 @@ class DeferredLLM:
         max_tokens: int,
         purpose: str,
         chat_id: int | None,
+        on_event: OnEvent | None = None,
     ) -> Completion:
         llm = await self.provider()
         return await llm.complete(
@@ -155,6 +156,7 @@ class DeferredLLM:
             max_tokens=max_tokens,
             purpose=purpose,
             chat_id=chat_id,
+            on_event=on_event,
         )
 
     async def aclose(self) -> None:

@@ -15,6 +15,7 @@ server reports it, is recorded as the prompt's cache reads.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Sequence
 from typing import Any, Literal, cast
@@ -27,7 +28,9 @@ from memory.llm.cost import DEFAULT_RATES, RateTable
 from memory.llm.protocol import (
     Block,
     Completion,
+    ImageBlock,
     Message,
+    OnEvent,
     StopReason,
     System,
     TextBlock,
@@ -80,9 +83,21 @@ def chat_messages(system: System, messages: Sequence[Message]) -> list[dict[str,
             if isinstance(block, ToolResultBlock):
                 content = ERROR_PREFIX + block.content if block.is_error else block.content
                 out.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
-        if text or not any(isinstance(b, ToolResultBlock) for b in message.blocks):
+        images = [b for b in message.blocks if isinstance(b, ImageBlock)]
+        if images:
+            parts: list[dict[str, Any]] = [image_part(b) for b in images]
+            if text:
+                parts.append({"type": "text", "text": text})
+            out.append({"role": "user", "content": parts})
+        elif text or not any(isinstance(b, ToolResultBlock) for b in message.blocks):
             out.append({"role": "user", "content": text})
     return out
+
+
+def image_part(block: ImageBlock) -> dict[str, Any]:
+    """An image as an ``image_url`` content part (a base64 ``data:`` URL)."""
+    data = base64.b64encode(block.data).decode("ascii")
+    return {"type": "image_url", "image_url": {"url": f"data:{block.media_type};base64,{data}"}}
 
 
 def function_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
@@ -160,6 +175,7 @@ class OpenAICompatibleLLM(AsyncClosing):
         max_tokens: int,
         purpose: str,
         chat_id: int | None,
+        on_event: OnEvent | None = None,
     ) -> Completion:
         """One chat completions call; raises a :class:`memory.errors.LLMError` on failure."""
         params: dict[str, Any] = {

@@ -19,7 +19,7 @@ the caller decides (guardrails, backoff, a reply to the user).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 import attrs
@@ -68,7 +68,16 @@ class ToolResultBlock:
     is_error: bool = False
 
 
-Block = TextBlock | ToolUseBlock | ToolResultBlock
+@attrs.frozen
+class ImageBlock:
+    """An image the person sent (in a user message): its bytes and MIME type
+    (``image/jpeg``, ``image/png``, ``image/gif`` or ``image/webp``)."""
+
+    media_type: str
+    data: bytes = attrs.field(repr=lambda data: f"<{len(data)} bytes>")
+
+
+Block = TextBlock | ToolUseBlock | ToolResultBlock | ImageBlock
 
 
 def _blocks(value: Iterable[Block | str]) -> tuple[Block, ...]:
@@ -161,6 +170,28 @@ class Completion:
         return Message("assistant", self.blocks)
 
 
+# --- streaming --------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class TextDelta:
+    """A piece of the answer's text, as the model writes it."""
+
+    text: str
+
+
+@attrs.frozen
+class ToolStarted:
+    """The model began a call of tool ``name`` (its arguments follow)."""
+
+    name: str
+
+
+StreamEvent = TextDelta | ToolStarted
+#: called (synchronously, never blocking) for each :data:`StreamEvent` of a streamed call
+OnEvent = Callable[[StreamEvent], None]
+
+
 class LLM(Protocol):
     """A chat model that can call tools."""
 
@@ -173,6 +204,9 @@ class LLM(Protocol):
         max_tokens: int,
         purpose: str,
         chat_id: int | None,
+        on_event: OnEvent | None = None,
     ) -> Completion:
-        """One model call; raises a :class:`memory.errors.LLMError` subclass on failure."""
+        """One model call; raises a :class:`memory.errors.LLMError` subclass on failure.
+        ``on_event``: stream the answer, calling it for each :data:`StreamEvent`; the
+        :class:`Completion` returned is the same as without it."""
         ...

@@ -19,6 +19,7 @@ from actors.settings import Settings, load_settings
 from actors.telegram.settings import TelegramSettings
 from memory.llm.settings import LLMSettings
 from memory.settings import MemorySettings
+from memory.vault.settings import VaultSettings
 from runtime.errors import SettingsError
 from runtime.process_settings import ProcessSettings
 from runtime.settings import SettingsSection
@@ -32,6 +33,7 @@ SECTIONS: tuple[type[SettingsSection], ...] = (
     ProactiveSettings,
     RoutineSettings,
     HeartbeatSettings,
+    VaultSettings,
 )
 
 

@@ -42,6 +42,7 @@ from memory.llm.anthropic_provider import message_params
 from memory.llm.protocol import (
     Completion,
     Message,
+    OnEvent,
     System,
     TextBlock,
     ToolResultBlock,
@@ -138,6 +139,7 @@ class ScriptedLLM:
         max_tokens: int,
         purpose: str,
         chat_id: int | None,
+        on_event: OnEvent | None = None,
     ) -> Completion:
         assert purpose == "agent" and chat_id == CHAT
         check_messages(message_params(messages))

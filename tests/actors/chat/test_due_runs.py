@@ -36,7 +36,15 @@ from actors.scheduler.routine import INBOX_KIND, Brief, DueRun, Routine, Routine
 from actors.sender.actor import OutboxReady, SenderActor
 from actors.sender.policy import SenderSettings
 from actors.telegram.client import BotApiClient
-from memory.llm.protocol import Completion, Message, System, TextBlock, ToolSpec, ToolUseBlock
+from memory.llm.protocol import (
+    Completion,
+    Message,
+    OnEvent,
+    System,
+    TextBlock,
+    ToolSpec,
+    ToolUseBlock,
+)
 from runtime.actor import Address
 from runtime.db import Database
 from runtime.errors import ActorError
@@ -106,6 +114,7 @@ class ScriptedModel:
         max_tokens: int,
         purpose: str,
         chat_id: int | None,
+        on_event: OnEvent | None = None,
     ) -> Completion:
         text = system if isinstance(system, str) else "\n".join(b.text for b in system)
         self.requests.append((text, list(messages), [t.name for t in tools]))

@@ -17,6 +17,7 @@ from actors.scheduler import jobs
 from memory.llm.protocol import (
     Completion,
     Message,
+    OnEvent,
     System,
     TextBlock,
     ToolResultBlock,
@@ -49,6 +50,7 @@ class ScriptedModel:
         max_tokens: int,
         purpose: str,
         chat_id: int | None,
+        on_event: OnEvent | None = None,
     ) -> Completion:
         self.systems.append(system_text(system))
         self.tools = [t.name for t in tools]

@@ -26,7 +26,15 @@ from memory.compaction.backlog import ChatBacklog, CompactionSweep
 from memory.compaction.run import CompactionOutcome, select_chunk
 from memory.conversation.messages import ChatMessage, repair_rows
 from memory.conversation.window import MAX_TURN_ROWS, CompactionRule, WindowState
-from memory.llm.protocol import Completion, Message, System, TextBlock, ToolSpec, ToolUseBlock
+from memory.llm.protocol import (
+    Completion,
+    Message,
+    OnEvent,
+    System,
+    TextBlock,
+    ToolSpec,
+    ToolUseBlock,
+)
 from memory.retrieval.retriever import RetrievedMemory
 from memory.tools.registry import Tool, ToolContext, ToolRegistry
 from memory.tools.schema import spec
@@ -187,6 +195,7 @@ class PlayedLLM:
         max_tokens: int,
         purpose: str,
         chat_id: int | None,
+        on_event: OnEvent | None = None,
     ) -> Completion:
         turn = self.turns[0]
         if self.step < len(turn.results):

@@ -25,7 +25,15 @@ from actors.agent.turn import TurnInput
 from actors.agent.window_text import HISTORY_HEADER
 from memory.conversation.episodes import Episode, SqlEpisodes, episodes_to_load
 from memory.conversation.messages import ChatMessage
-from memory.llm.protocol import Completion, Message, System, TextBlock, ToolSpec, system_text
+from memory.llm.protocol import (
+    Completion,
+    Message,
+    OnEvent,
+    System,
+    TextBlock,
+    ToolSpec,
+    system_text,
+)
 from memory.retrieval.retriever import RetrievedMemory
 from memory.tools.registry import ToolRegistry
 from runtime.db import Connection, Database
@@ -171,6 +179,7 @@ class Recorder:
         max_tokens: int,
         purpose: str,
         chat_id: int | None,
+        on_event: OnEvent | None = None,
     ) -> Completion:
         self.systems.append(system_text(system))
         self.at.append(trio.current_time())
