@@ -118,3 +118,13 @@ class JournalFormatError(EngramError):
 
 class MalformedEntry(ValueError):
     """One entry cannot be imported; the message says why."""
+
+
+class SnapshotError(EngramError):
+    """A memory snapshot cannot be imported: ``path`` is the JSON path of the first problem
+    (``$.patterns[3].confidence``), ``problem`` what is wrong there."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = path
+        self.problem = problem
