@@ -13,6 +13,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
+from actors.cli import snapshot as snapshot_cli
 from actors.cli.chats import chat_id_arg
 from memory.embeddings.tables import ALL_TABLES
 from runtime.cli import fail, open_settings_database
@@ -130,6 +131,7 @@ def register(subparsers: Any) -> None:
     )
     _provider_option(p, PROVIDERS)
     p.set_defaults(handler=cmd_journal_import)
+    snapshot_cli.register_journal(sub)
 
 
 def register_backfill(subparsers: Any) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from actors.cli import snapshot as snapshot_cli
 from memory.embeddings.tables import ALL_TABLES
 from runtime.cli import fail, open_settings_database
 
@@ -341,3 +342,4 @@ def register(subparsers: Any) -> None:
     p.add_argument("--table", dest="tables", action="append", choices=ALL_TABLES)
     p.add_argument("--batch", type=_positive, default=64, help="texts per request (64)")
     p.set_defaults(handler=cmd_memory_reembed)
+    snapshot_cli.register_memory(msub)

@@ -155,7 +155,7 @@ async def fill_chat(db: Database, chat_id: int, *, tag: str = "") -> dict[str, i
         db,
         "INSERT INTO cron_jobs (chat_id, name, kind, schedule, timezone, payload, next_run_at) "
         "VALUES ($1, 'nightly-reflection', 'routine', '0 21 * * *', 'Europe/Lisbon', "
-        "'{\"style\": \"short\"}'::jsonb, $2) RETURNING id",
+        '\'{"style": "short"}\'::jsonb, $2) RETURNING id',
         chat_id,
         t + timedelta(days=1),
     )
