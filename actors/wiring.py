@@ -30,6 +30,7 @@ from actors.agent.handler import Agent, agent_tools, sql_agent
 from actors.chat.callbacks import CallbackTable
 from actors.chat.commands import command_table
 from actors.chat.deps import Transcriber
+from actors.chat.export_command import ExportCommand
 from actors.chat.memory_commands import MemoryServices
 from actors.chat.model_asks import model_asks
 from actors.chat.proactive_commands import ChatReminders, Controls
@@ -63,6 +64,8 @@ from memory.retrieval.sql import LexiconCache
 from memory.tools.memory_tools import memory_tools
 from memory.tools.registry import ToolRegistry
 from memory.tools.reminder_tools import REMINDER_TOOLS
+from memory.vault.settings import vault_root
+from runtime.cli import version
 from runtime.db import Database, Queries
 from runtime.serve import serve
 from runtime.shutdown import Shutdown
@@ -235,6 +238,12 @@ async def voice_transcriber(
         await client.close()
 
 
+def export_command(p: Parts) -> ExportCommand:
+    """``/export`` (the snapshot and the vault's zip, sent as documents)."""
+    root = vault_root(p.settings.vault_dir, p.settings.home)
+    return ExportCommand(p.db, p.bot, root, version(), embedding_model=p.embedder.model)
+
+
 @asynccontextmanager
 async def open_bot(
     settings: Settings,
@@ -320,7 +329,9 @@ async def open_bot(
             transcribe=transcribe,
             bot=bot,
             callbacks=taps,
-            commands=command_table(services, taps, controls.commands()),
+            commands=command_table(
+                services, taps, [*controls.commands(), *export_command(parts).commands()]
+            ),
             background=[job.run for job in jobs],
             reports=[("heartbeat", job.report) for job in jobs if isinstance(job, Heartbeat)],
             compactor=compactor,

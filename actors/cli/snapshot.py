@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from actors.cli.chats import chat_id_arg
 from runtime.cli import fail, open_settings_database, version
 
 if TYPE_CHECKING:  # imported by the handlers: building the parser stays fast
@@ -158,7 +157,7 @@ async def cmd_journal_export(settings: Settings, args: argparse.Namespace) -> in
 def register_memory(msub: Any) -> None:
     """Add ``export`` and ``import`` to the ``memory`` command's subparsers."""
     p = msub.add_parser("export", help="write a chat's memory as one JSON document (a snapshot)")
-    p.add_argument("--chat", type=chat_id_arg, required=True, metavar="ID", help="the chat id")
+    p.add_argument("--chat", type=int, required=True, metavar="ID", help="the chat id")
     p.add_argument("-o", "--output", metavar="FILE", help="the file to write (default: stdout)")
     p.add_argument(
         "--with-vectors",
@@ -178,9 +177,7 @@ def register_memory(msub: Any) -> None:
         help="restore a snapshot into an empty chat or merge it into one (nothing is doubled)",
     )
     p.add_argument("file", metavar="FILE", help="a file written by `engram memory export`")
-    p.add_argument(
-        "--chat", type=chat_id_arg, metavar="ID", help="the chat to fill (default: the file's)"
-    )
+    p.add_argument("--chat", type=int, metavar="ID", help="the chat to fill (default: the file's)")
     p.add_argument(
         "--embeddings",
         choices=("auto", "openai", "local", "none"),
@@ -196,7 +193,7 @@ def register_journal(jsub: Any) -> None:
     p.add_argument("--format", choices=("dayone",), default="dayone", help="dayone (the only)")
     p.add_argument(
         "--chat",
-        type=chat_id_arg,
+        type=int,
         metavar="ID",
         help="the chat whose journal it is (required when more than one chat is allowed)",
     )

@@ -18,9 +18,11 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from http import HTTPStatus
+from typing import Any
 
 import httpx
 
+from actors.telegram.capped import read_capped
 from actors.telegram.errors import (
     FileTooLarge,
     NetworkError,
@@ -51,35 +53,13 @@ from actors.telegram.types import (
 from runtime.concurrency import AsyncClosing
 
 DEFAULT_BASE_URL = "https://api.telegram.org"
+_JSON = {"content-type": "application/json"}
+MAX_UPLOAD_BYTES = 50 * 1000 * 1000  # sendDocument: "files of any type of up to 50 MB"
 _FILE_PATH_RE = re.compile(r"[A-Za-z0-9_.\-/]{1,512}")
 #: How Bot API servers and emulators say they lack a method (Telegram itself: 404 "Not Found").
 _NO_SUCH_METHOD = re.compile(
     r"method not found|unknown method|not implemented|no such method", re.IGNORECASE
 )
-
-
-async def _read_capped(response: httpx.Response, max_bytes: int) -> bytes:
-    """The body, or ``FileTooLarge`` as soon as it passes ``max_bytes``.
-
-    Past the limit the response is closed *inside* the loop, so httpx's chain of async
-    generators ends with an error instead of being abandoned half-way (which trio reports
-    as a ResourceWarning, encode/httpx#3686).
-    """
-    data = bytearray()
-    exceeded = False
-    try:
-        async for piece in response.aiter_bytes():
-            if not exceeded:
-                data += piece
-                if len(data) > max_bytes:
-                    exceeded = True
-                    await response.aclose()
-    except (httpx.HTTPError, httpx.StreamError):
-        if not exceeded:
-            raise
-    if exceeded:
-        raise FileTooLarge(None, max_bytes)
-    return bytes(data)
 
 
 def _phrase(status: int) -> str:
@@ -205,8 +185,10 @@ class BotApiClient(AsyncClosing):
         params: Mapping[str, object] | None = None,
         *,
         read_timeout: float | None = None,
+        files: Mapping[str, tuple[str, bytes, str]] | None = None,
     ) -> object:
-        """POST ``params`` as JSON to ``method`` and return its ``result``; raises TelegramError."""
+        """POST ``params`` to ``method`` (JSON; with ``files``, an upload as multipart/form-data)
+        and return its ``result``; raises TelegramError."""
         timeout = self._timeout
         if read_timeout is not None:
             timeout = httpx.Timeout(
@@ -214,14 +196,13 @@ class BotApiClient(AsyncClosing):
             )
         # ASCII-escaped JSON: a stray lone surrogate in a reply cannot break the encoding
         content = json.dumps(dict(params or {}), separators=(",", ":"), ensure_ascii=True)
+        request: dict[str, Any] = {"content": content.encode("ascii"), "headers": _JSON}
+        if files is not None:  # an upload
+            request = {"data": {k: str(v) for k, v in (params or {}).items()}, "files": files}
         error: Exception
         try:
-            response = await self._http.post(
-                f"{self._base}/bot{self._token}/{method}",
-                content=content.encode("ascii"),
-                headers={"content-type": "application/json"},
-                timeout=timeout,
-            )
+            url = f"{self._base}/bot{self._token}/{method}"
+            response = await self._http.post(url, timeout=timeout, **request)
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
             error = self._network_error(method, exc)
             self.last_failure = datetime.now(UTC)
@@ -343,6 +324,17 @@ class BotApiClient(AsyncClosing):
         )
         await self.call("answerCallbackQuery", params)
 
+    async def send_document(
+        self, chat_id: int | str, name: str, data: bytes, *, mime_type: str = "application/json"
+    ) -> int:
+        """sendDocument: ``data`` uploaded as the file ``name`` (a bot may send up to
+        :data:`MAX_UPLOAD_BYTES`); the new message's id."""
+        files = {"document": (name, data, mime_type)}
+        result = await self.call(
+            "sendDocument", {"chat_id": chat_id}, files=files, read_timeout=300
+        )
+        return parse_sent_message_id(result)
+
     async def get_file(self, file_id: str) -> FileInfo:
         """getFile: the file's path for ``download_file`` (valid for at least an hour)."""
         return parse_file_info(await self.call("getFile", {"file_id": file_id}))
@@ -367,7 +359,7 @@ class BotApiClient(AsyncClosing):
                     declared = response.headers.get("content-length")
                     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
                         raise FileTooLarge(int(declared), max_bytes)
-                    return await _read_capped(response, max_bytes)
+                    return await read_capped(response, max_bytes)
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
             error = self._network_error(method, exc)
         raise error

@@ -35,6 +35,13 @@ import attrs
 import h11
 import trio
 
+from fakes.bot_documents import (
+    DOCUMENT_SPECS,
+    DocumentFailure,
+    DocumentMethods,
+    Upload,
+    parse_multipart,
+)
 from fakes.bot_keyboards import KEYBOARD_SPECS, KeyboardFailure, KeyboardMethods, check_markup
 
 DEFAULT_TOKEN = "123456789:AAHfakeTokenForTests_abcdefghijk-XYZ0"
@@ -278,6 +285,7 @@ _TYPES: dict[str, tuple[type | tuple[type, ...], str]] = {
     "chat": ((int, str), "an Integer or String"),
     "obj": (dict, "an Object"),
     "list": (list, "an Array"),
+    "file": ((str, Upload), "an InputFile or String"),
 }
 _SPECS: dict[str, dict[str, str]] = {
     "getMe": {},
@@ -325,6 +333,7 @@ _SPECS: dict[str, dict[str, str]] = {
     "deleteWebhook": {"drop_pending_updates": "bool"},
     "getWebhookInfo": {},
     **KEYBOARD_SPECS,  # editMessageText, editMessageReplyMarkup, set/get/deleteMyCommands
+    **DOCUMENT_SPECS,  # sendDocument (multipart uploads)
 }
 
 
@@ -411,12 +420,13 @@ def _failure_reply(f: ApiFailure) -> _Reply:
     return _json_reply(f.status, body)
 
 
-class FakeBotApi(KeyboardMethods):
+class FakeBotApi(KeyboardMethods, DocumentMethods):
     """State and behaviour of the fake; see the module docstring. Build it with run_fake_bot_api.
     Keyboards, edits, taps and the command menu: :class:`fakes.bot_keyboards.KeyboardMethods`."""
 
     def __init__(self, token: str = DEFAULT_TOKEN, *, known_chats_only: bool = False) -> None:
         KeyboardMethods.__init__(self)
+        DocumentMethods.__init__(self)
         if not _TOKEN_RE.fullmatch(token):
             raise ValueError("fake bot token must look like <digits>:<secret>")
         self.token = token
@@ -641,6 +651,14 @@ class FakeBotApi(KeyboardMethods):
     def chat(self, value: int | str) -> int | str:
         return self._chat(value)
 
+    def new_message(self, chat_id: int | str) -> int:
+        return self._new_message_id(chat_id)
+
+    def message_json(self, chat_id: int | str, message_id: int, **fields: Any) -> dict[str, Any]:
+        return message_object(
+            chat_id, message_id, **{"from": {"id": self.bot_id, "is_bot": True}}, **fields
+        )
+
     def new_query_id(self) -> str:
         return f"cb{next(self._ids)}"
 
@@ -804,6 +822,12 @@ class FakeBotApi(KeyboardMethods):
                 form = not decoded and bool(raw)
             elif body and ctype == b"application/x-www-form-urlencoded":
                 raw.update(parse_qsl(body.decode()))
+            elif body and ctype == b"multipart/form-data":
+                fields, files = parse_multipart(dict(request.headers)[b"content-type"], body)
+                raw.update(fields)
+                spec = _SPECS[method]
+                raw.update({k: v for k, v in files.items() if k in spec})
+                self.take_uploads(files)
             elif body:
                 raise _bad(f"unsupported content type {ctype.decode()!r} in the fake")
             call.params = raw
@@ -822,6 +846,8 @@ class FakeBotApi(KeyboardMethods):
             return _failure_reply(exc)
         except KeyboardFailure as exc:
             return _failure_reply(ApiFailure(400, exc.description))
+        except DocumentFailure as exc:
+            return _failure_reply(ApiFailure(exc.status, exc.description))
         except (ValueError, UnicodeDecodeError):
             return _failure_reply(_bad("can't parse JSON encoded request"))
         payload: dict[str, Any] = {"ok": True, "result": result}

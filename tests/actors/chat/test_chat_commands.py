@@ -72,6 +72,7 @@ async def test_menu_help_suffix_and_unknown(
         "digest",
         "routines",
         "remind",
+        "export",
         "help",
         "stop",
     ]
@@ -101,7 +102,7 @@ async def test_menu_help_suffix_and_unknown(
     assert await args.handler(load_settings(env, dotenv=None), args) == 0
     out = capsys.readouterr().out.splitlines()
     menu = out.index("commands (menu):  /memory — what I remember about you (your profile)")
-    assert out[menu + 11] == " " * 18 + "/stop — cancel the reply I'm working on"
+    assert out[menu + 12] == " " * 18 + "/stop — cancel the reply I'm working on"
 
 
 @pytest.mark.slow

@@ -120,7 +120,8 @@ async def test_import_twice_adds_nothing_and_merges_by_hash(db: dbmod.Database) 
     ]
     # the superseded pattern's audit row now points at the pattern the chat already had
     audit = await db.fetchrow(
-        "SELECT a.pattern_id, p.content FROM pattern_audit a JOIN patterns p ON p.id = a.pattern_id "
+        "SELECT a.pattern_id, p.content FROM pattern_audit a "
+        "JOIN patterns p ON p.id = a.pattern_id "
         "WHERE a.chat_id = $1 AND a.action = 'supersede'",
         other,
     )
