@@ -116,18 +116,17 @@ async def cmd_memory_import(settings: Settings, args: argparse.Namespace) -> int
     except OSError as exc:
         return fail(f"cannot read {args.file}: {exc.strerror or exc}", 1)
     try:
-        doc = parse(data)
-        prepare(doc)  # the whole file checked before the database is opened
+        plan = prepare(parse(data))  # the whole file checked before the database is opened
     except SnapshotError as exc:
         return fail(f"{args.file}: {exc}", 1)
     async with open_settings_database(settings) as db:
         await apply_migrations(db)
         if args.embeddings == "none":
-            report = await import_snapshot(db, doc, chat_id=args.chat)
+            report = await import_snapshot(db, plan, chat_id=args.chat)
             model = None
         else:
             async with open_embedder(settings, db, provider=args.embeddings) as embedder:
-                report = await import_snapshot(db, doc, chat_id=args.chat, embedder=embedder)
+                report = await import_snapshot(db, plan, chat_id=args.chat, embedder=embedder)
                 model = embedder.model
     print_import(report, model)
     return 0

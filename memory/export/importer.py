@@ -11,7 +11,8 @@ a row the chat already holds is kept, not doubled — patterns by canonical hash
 the content), the others by their natural key (:attr:`Section.key`) — so importing into an empty
 chat restores it, importing into a used one merges, and importing twice adds nothing the second
 time. References to purged messages are dropped; an audit row of a forgotten pattern keeps a
-fresh id no pattern will ever get.
+fresh id no pattern will ever get (so a second import of the same file into another database
+adds those rows again: nothing else tells them apart).
 
 Vectors in the file for the target model are stored with their rows; after the commit, the new
 rows still lacking one are embedded (an embedding failure leaves them to the backfill job and is
@@ -210,6 +211,7 @@ async def _write_section(
     phantoms: list[int] = []
     fresh: list[dict[str, Any]] = []
     first_of: dict[tuple[Any, ...], dict[str, Any]] = {}
+    same: list[tuple[dict[str, Any], dict[str, Any]]] = []  # (row, its twin earlier in the file)
     for row in rows:
         _remap(section, row, maps, phantoms)
         key = _key(section, row)
@@ -219,8 +221,7 @@ async def _write_section(
             continue
         if key in first_of:  # twice in the file: once in the chat
             if section.has_id:
-                row["_same_as"] = first_of[key]
-            fresh.append(row)
+                same.append((row, first_of[key]))
             continue
         first_of[key] = row
         fresh.append(row)
@@ -232,14 +233,13 @@ async def _write_section(
             for name in ("pattern_id", "other_pattern_id"):
                 if row[name] is not None and row[name] in unknown:
                     row[name] = maps["patterns"][row[name]]
-    new_rows = [r for r in fresh if "_same_as" not in r]
+    new_rows = fresh
     if section.has_id:
         new_ids = await _new_ids(conn, section.table, len(new_rows))
         for row, new in zip(new_rows, new_ids, strict=True):
             ids[row["id"]] = new
-        for row in fresh:
-            if "_same_as" in row:
-                ids[row["id"]] = ids[row["_same_as"]["id"]]
+        for row, twin in same:
+            ids[row["id"]] = ids[twin["id"]]
     names = [c.name for c in section.cols]
     records = [
         ((ids[r["id"]],) if section.has_id else ())
@@ -278,9 +278,10 @@ async def _store_file_vectors(
 async def import_snapshot(
     db: Database, doc: Any, *, chat_id: int | None = None, embedder: Embedder | None = None
 ) -> ImportReport:
-    """Import ``doc`` (parsed JSON) into ``chat_id`` (default: the chat it was exported from);
-    see the module doc. Nothing is written unless the whole document is good."""
-    plan = prepare(doc)
+    """Import ``doc`` (parsed JSON, or already :func:`prepare` d) into ``chat_id`` (default: the
+    chat it was exported from); see the module doc. Nothing is written unless the whole
+    document is good."""
+    plan = doc if isinstance(doc, Prepared) else prepare(doc)
     target = plan.source_chat if chat_id is None else chat_id
     report = ImportReport(chat_id=target)
     model = embedder.model if embedder is not None else plan.vectors_model

@@ -9,6 +9,7 @@ so a reader outside engram can validate a snapshot without engram. :func:`check`
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -152,9 +153,88 @@ def json_path(parts: Any) -> str:
     return out
 
 
+#: the keywords of a row's schema: what :func:`first_problem` reads (a test keeps them in step)
+ROW_KEYWORDS = frozenset(
+    {"type", "properties", "required", "additionalProperties", "enum", "minimum", "maximum"}
+    | {"pattern", "items", "minItems"}
+)
+_PY: dict[str, type | tuple[type, ...]] = {
+    "string": str,
+    "integer": int,
+    "number": (int, float),
+    "boolean": bool,
+    "array": list,
+    "object": dict,
+    "null": type(None),
+}
+
+
+def _is(value: Any, name: str) -> bool:
+    if isinstance(value, bool) and name in ("integer", "number"):
+        return False
+    if name == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, _PY[name])
+
+
+def first_problem(schema: dict[str, Any], value: Any, path: tuple[Any, ...]) -> Any:
+    """The first ``(path, message)`` where ``value`` breaks ``schema`` (the :data:`ROW_KEYWORDS`
+    subset of JSON Schema, in jsonschema's order and words), or None. jsonschema itself takes
+    ~30 µs a row; a snapshot of 150,000 rows is checked in a second this way."""
+    kind = schema.get("type")
+    if kind is not None:
+        names = [kind] if isinstance(kind, str) else kind
+        if not any(_is(value, n) for n in names):
+            return path, f"{value!r} is not of type {', '.join(repr(n) for n in names)}"
+    if "enum" in schema and value not in schema["enum"]:
+        return path, f"{value!r} is not one of {schema['enum']!r}"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if "minimum" in schema and value < schema["minimum"]:
+            return path, f"{value!r} is less than the minimum of {schema['minimum']!r}"
+        if "maximum" in schema and value > schema["maximum"]:
+            return path, f"{value!r} is greater than the maximum of {schema['maximum']!r}"
+    if isinstance(value, str) and "pattern" in schema and not re.search(schema["pattern"], value):
+        return path, f"{value!r} does not match {schema['pattern']!r}"
+    if isinstance(value, list):
+        if len(value) < schema.get("minItems", 0):
+            return path, f"{value!r} should be non-empty"
+        items = schema.get("items")
+        if items is not None:
+            for i, item in enumerate(value):
+                found = first_problem(items, item, (*path, i))
+                if found is not None:
+                    return found
+    if isinstance(value, dict):
+        props = schema.get("properties", {})
+        for name, sub in props.items():
+            if name in value:
+                found = first_problem(sub, value[name], (*path, name))
+                if found is not None:
+                    return found
+        for name in schema.get("required", ()):
+            if name not in value:
+                return path, f"{name!r} is a required property"
+        if schema.get("additionalProperties") is False:
+            extra = [k for k in value if k not in props]
+            if extra:
+                verb = "was" if len(extra) == 1 else "were"
+                listed = ", ".join(repr(k) for k in extra)
+                return path, f"Additional properties are not allowed ({listed} {verb} unexpected)"
+    return None
+
+
+def _raise(path: Any, message: str) -> None:
+    if len(message) > 300:
+        message = message[:300] + "…"
+    raise SnapshotError(json_path(path), message)
+
+
 def check(doc: Any) -> None:
     """Raise :class:`SnapshotError` at the first problem of ``doc`` against the schema. A
-    snapshot of another schema version says so first (its other differences would follow)."""
+    snapshot of another schema version says so first (its other differences would follow).
+
+    The header and the sections' shape go through jsonschema; the rows through
+    :func:`first_problem` with their ``$defs`` schema (the same schema, read faster)."""
     if isinstance(doc, dict):
         version = doc.get("schema_version")
         if doc.get("format") == FORMAT and version != SCHEMA_VERSION:
@@ -163,9 +243,21 @@ def check(doc: Any) -> None:
                 f"schema version {version!r} is not one this engram reads "
                 f"(it reads {SCHEMA_VERSION}); import it with the engram that wrote it",
             )
-    error = next(iter(_validator().iter_errors(doc)), None)
+    names = [s.name for s in SECTIONS]
+    if not isinstance(doc, dict) or not all(isinstance(doc.get(n), list) for n in names):
+        skeleton = doc  # a section missing or of the wrong type: jsonschema says so
+    else:
+        skeleton = {k: (v[:0] if k in names else v) for k, v in doc.items()}
+    error = next(iter(_validator().iter_errors(skeleton)), None)
     if error is not None:
-        message = error.message
-        if len(message) > 300:
-            message = message[:300] + "…"
-        raise SnapshotError(json_path(error.absolute_path), message)
+        _raise(error.absolute_path, error.message)
+    schema = shipped_schema()
+    for section in SECTIONS:
+        rows = doc[section.name]
+        if section.max_rows is not None and len(rows) > section.max_rows:
+            _raise((section.name,), f"{rows!r} is too long")
+        row_schema = schema["$defs"][section.name]
+        for i, row in enumerate(rows):
+            found = first_problem(row_schema, row, (section.name, i))
+            if found is not None:
+                _raise(*found)

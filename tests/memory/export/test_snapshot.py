@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 from memory.errors import SnapshotError
 from memory.export.document import build_snapshot, dump
 from memory.export.importer import import_snapshot, parse
-from memory.export.schema import shipped_schema, snapshot_schema
+from memory.export.schema import ROW_KEYWORDS, check, shipped_schema, snapshot_schema
 from memory.export.sections import LEFT_OUT, SECTIONS, VECTOR_TABLES
 from runtime import db as dbmod
 
@@ -52,6 +52,65 @@ async def counts(db: dbmod.Database) -> dict[str, int]:
 def test_shipped_schema_is_the_generated_one() -> None:
     assert shipped_schema() == snapshot_schema()
     Draft202012Validator.check_schema(shipped_schema())
+
+
+def _keywords(schema: Any) -> set[str]:
+    found: set[str] = set()
+    if isinstance(schema, dict):
+        for key, value in schema.items():
+            found.add(key)
+            if key == "properties":
+                for sub in value.values():
+                    found |= _keywords(sub)
+            elif key == "items":
+                found |= _keywords(value)
+    return found
+
+
+def test_the_fast_row_check_reads_every_keyword_the_rows_use() -> None:
+    for row_schema in shipped_schema()["$defs"].values():
+        assert _keywords(row_schema) <= ROW_KEYWORDS
+
+
+ROW_CORRUPTIONS: list[tuple[str, int, str, Any]] = [
+    ("patterns", 1, "confidence", "high"),
+    ("patterns", 0, "confidence", 1.5),
+    ("patterns", 2, "kind", "hobby"),
+    ("patterns", 0, "first_seen", "yesterday"),
+    ("patterns", 0, "strength", True),
+    ("messages", 1, "tool_calls", {"any": "json"}),  # JSON columns take any value: fine
+    ("messages", 0, "role", None),
+    ("observations", 0, "chat_message_ids", [1, "2"]),
+    ("journal_entries", 0, "tags", "walk"),
+    ("daily_metrics", 0, "date", "1 March"),
+    ("proactive_settings", 0, "quiet_start", 24),
+    ("scheduled_jobs", 0, "payload", None),
+    ("patterns", 0, "embedding", []),
+    ("patterns", 0, "colour", "red"),
+    ("aliases", 0, "id", 1.0),  # jsonschema: an integral float is an integer
+]
+
+
+@pytest.mark.parametrize(("section", "index", "column", "value"), ROW_CORRUPTIONS)
+async def test_the_fast_row_check_agrees_with_jsonschema(
+    db: dbmod.Database, section: str, index: int, column: str, value: Any
+) -> None:
+    await fill_chat(db, CHAT)
+    doc = await snapshot(db, vectors=False)
+    doc[section][index][column] = value
+    error = next(Draft202012Validator(shipped_schema()).iter_errors(doc), None)
+    if error is None:
+        check(doc)  # neither finds a problem
+        return
+    with pytest.raises(SnapshotError) as caught:
+        check(doc)
+    assert (caught.value.path, caught.value.problem) == (error.json_path, error.message)
+    row = doc[section][index]
+    del row[next(k for k in row if k != column)]  # and a required key missing
+    error = next(Draft202012Validator(shipped_schema()).iter_errors(doc))
+    with pytest.raises(SnapshotError) as caught:
+        check(doc)
+    assert caught.value.path == error.json_path
 
 
 async def test_every_chat_table_is_placed(db: dbmod.Database) -> None:
@@ -221,3 +280,17 @@ async def test_a_bad_file_changes_nothing(
     assert words in caught.value.problem
     assert str(caught.value).startswith(path + ": ")
     assert await counts(db) == before
+
+
+async def test_duplicates_inside_the_file_are_kept_once(db: dbmod.Database) -> None:
+    await fill_chat(db, CHAT)
+    doc = await snapshot(db, vectors=False)
+    twin = {**doc["patterns"][0], "id": 10**9, "content": "RUNS 5 km most mornings!"}
+    doc["patterns"].append(twin)  # the same memory under another id: one pattern
+    doc["observations"].append({**doc["observations"][0], "id": 10**9, "pattern_id": 10**9})
+    doc["daily_metrics"].append(dict(doc["daily_metrics"][0]))  # a day twice: once
+    report = await import_snapshot(db, doc, chat_id=CHAT + 9)
+    assert report.added["patterns"] == 3 and report.kept["patterns"] == 1
+    assert report.added["daily_metrics"] == 1 and report.kept["daily_metrics"] == 1
+    # the twin's observation is the same evidence at the same time on the same pattern: once
+    assert report.added["observations"] == 1
