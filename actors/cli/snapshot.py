@@ -20,8 +20,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import trio
-
 from runtime.cli import fail, open_settings_database, version
 
 if TYPE_CHECKING:  # imported by the handlers: building the parser stays fast
@@ -106,6 +104,8 @@ def print_import(report: ImportReport, model: str | None) -> None:
 
 async def cmd_memory_import(settings: Settings, args: argparse.Namespace) -> int:
     """Restore (or merge) a snapshot into a chat."""
+    import trio
+
     from memory.embeddings.factory import open_embedder
     from memory.errors import SnapshotError
     from memory.export.importer import import_snapshot, parse, prepare
