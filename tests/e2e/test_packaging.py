@@ -10,6 +10,7 @@ current interpreter's site-packages for the dependencies through a ``.pth`` file
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -43,13 +44,15 @@ def _source_packages(root: Path) -> set[str]:
 
 
 def _expected_files(root: Path) -> set[str]:
-    """The wheel's files outside its dist-info: each package's modules, the migrations and the
-    systemd unit (package data)."""
+    """The wheel's files outside its dist-info: each package's modules, the migrations, the
+    systemd unit and the export's schemas with their licence (package data)."""
     files: set[str] = set()
     for package in _source_packages(root):
         files |= {p.relative_to(root).as_posix() for p in (root / package).glob("*.py")}
         files |= {p.relative_to(root).as_posix() for p in (root / package).glob("*.service")}
     files |= {p.relative_to(root).as_posix() for p in (root / "migrations").glob("*.sql")}
+    schemas = root / "memory" / "export" / "schemas"
+    files |= {p.relative_to(root).as_posix() for p in schemas.iterdir() if p.is_file()}
     return files
 
 
@@ -233,6 +236,16 @@ def test_wheel_installs_and_runs(tmp_path: Path, database_url: str) -> None:
     assert migrated == f"applied {len(sql)} migration(s): {files}", migrated
     again = _ok(_run([engram, "migrate"], outside, env)).strip().splitlines()[-1]
     assert again == "applied 0 migration(s)", again
+
+    # the export's schemas are package data: a Letta Agent File is checked against its schema
+    # and an import checks the snapshot against the shipped one
+    af = outside / "empty.af"
+    _ok(_run([engram, "memory", "export", "--chat", "1", "--format", "af", "-o", af], outside, env))
+    assert json.loads(af.read_text())["blocks"][0]["label"] == "human"
+    snap = outside / "empty.json"
+    _ok(_run([engram, "memory", "export", "--chat", "1", "-o", snap], outside, env))
+    restored = _ok(_run([engram, "memory", "import", snap, "--embeddings", "none"], outside, env))
+    assert "chat 1: imported" in restored, restored
 
     # the systemd unit is package data: the installed command prints it, pointing at itself
     unit = _ok(_run([engram, "systemd-unit", "--user", "bot"], outside, env))
