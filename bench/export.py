@@ -2,9 +2,10 @@
 
 Fills one chat with ``--patterns`` patterns (an observation for every other one, an alias for
 one in ten), ``--messages`` messages and their episodes (one per 40 messages), with COPY; then
-times ``build_snapshot`` + ``dump`` (the export, no vectors), ``parse`` + ``import_snapshot``
-into an empty chat of the same database (the import: the schema check, the id remapping, one
-transaction), and a second export of the imported chat, which must hold the same rows.
+times ``build_snapshot`` + ``dump`` (the export, no vectors), ``parse`` + ``prepare`` +
+``import_snapshot`` into an empty chat of the same database (the import: JSON, the checks, then
+the id remapping and the writes in one transaction), and a second export of the imported
+chat, which must hold the same rows.
 
     .venv/bin/python bench/export.py [--patterns 100000] [--messages 50000] [--url URL]
 
@@ -26,7 +27,7 @@ from _db import checkpoint, run_on_database
 from _smoke import add_smoke_flag, shrink
 
 from memory.export.document import build_snapshot, dump
-from memory.export.importer import import_snapshot, parse
+from memory.export.importer import import_snapshot, parse, prepare
 from memory.export.sections import SECTIONS
 from memory.patterns.canonical import canonical_hash
 from runtime import db as dbmod
@@ -144,9 +145,17 @@ async def run(url: str, args: argparse.Namespace) -> None:
         print(f"export: {export_s:.2f} s, {len(data) / 1e6:.1f} MB")
 
         start = time.perf_counter()
-        report = await import_snapshot(db, parse(data), chat_id=TARGET)
+        parsed = parse(data)
+        parse_s = time.perf_counter() - start
+        plan = prepare(parsed)
+        check_s = time.perf_counter() - start - parse_s
+        report = await import_snapshot(db, plan, chat_id=TARGET)
         import_s = time.perf_counter() - start
-        print(f"import into an empty chat: {import_s:.2f} s; added {report.added}")
+        print(
+            f"import into an empty chat: {import_s:.2f} s (JSON {parse_s:.2f} s, checks "
+            f"{check_s:.2f} s, one transaction {import_s - parse_s - check_s:.2f} s); "
+            f"added {report.added}"
+        )
 
         again = await build_snapshot(db, TARGET, engram_version="bench", embedding_model=None)
         for section in SECTIONS:
