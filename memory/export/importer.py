@@ -22,6 +22,7 @@ reported; it never undoes the import).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,9 +35,10 @@ from memory.embeddings.tables import vector_table
 from memory.errors import SnapshotError
 from memory.export.document import from_json
 from memory.export.schema import check
-from memory.export.sections import INTS, SECTIONS, Section
+from memory.export.sections import INTS, JSON, SECTIONS, TEXT, TEXTS, Section
 from memory.patterns.canonical import canonical_hash, lock_key
 from runtime.db import Connection, Database
+from runtime.errors import IntegrityViolation, QueryError
 from runtime.logs import get_logger
 
 log = get_logger(__name__)
@@ -82,6 +84,19 @@ def parse(data: bytes) -> Any:
         ) from None
 
 
+UNSTORABLE = "holds a NUL character or a lone surrogate, which PostgreSQL cannot store"
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _unstorable(value: Any) -> bool:
+    """Does a text, or any text in a JSON value (keys too), hold what PostgreSQL refuses?"""
+    if isinstance(value, str):
+        return _UNSTORABLE.search(value) is not None
+    if isinstance(value, dict):
+        return any(_unstorable(k) or _unstorable(v) for k, v in value.items())
+    return isinstance(value, list) and any(_unstorable(v) for v in value)
+
+
 def _refs_exist(section: Section, col: str, ref: str) -> bool:
     """Must a reference of ``col`` name a row of the file? (No: purged messages, forgotten
     patterns in the audit, deleted jobs.)"""
@@ -125,6 +140,8 @@ def prepare(doc: Any) -> Prepared:
                     row[col.name] = from_json(col.kind, value)
                 except ValueError as exc:
                     raise SnapshotError(f"{where}.{col.name}", str(exc)) from None
+                if col.kind in (TEXT, TEXTS, JSON) and _unstorable(value):
+                    raise SnapshotError(f"{where}.{col.name}", UNSTORABLE)
             if "embedding" in raw:
                 if not vectors:
                     raise SnapshotError(f"{where}.embedding", "a vector, but $.vectors is null")
@@ -292,7 +309,14 @@ async def import_snapshot(
         await conn.execute("SELECT pg_advisory_xact_lock($1)", lock_key("snapshot-import", target))
         maps: dict[str, dict[int, int]] = {}
         for section in SECTIONS:
-            new = await _write_section(conn, section, plan.rows[section.name], target, maps, report)
+            try:
+                new = await _write_section(
+                    conn, section, plan.rows[section.name], target, maps, report
+                )
+            except (IntegrityViolation, QueryError) as exc:  # a CHECK the schema cannot say
+                raise SnapshotError(
+                    f"$.{section.name}", f"the database refused these rows: {exc}"
+                ) from None
             if section.vectors is None:
                 continue
             new_owners[section.vectors] = [i for i, _ in new]

@@ -55,14 +55,23 @@ _BASE: dict[str, dict[str, Any]] = {
 }
 
 
+INT4 = (-(2**31), 2**31 - 1)  # an INT column's range
+INT8 = (-(2**63), 2**63 - 1)  # a BIGINT's: ids and references
+
+
 def _column(col: Col) -> dict[str, Any]:
     spec = dict(_BASE[col.kind])
     if col.enum:
         spec["enum"] = list(col.enum)
-    if col.minimum is not None:
-        spec["minimum"] = col.minimum
-    if col.maximum is not None:
-        spec["maximum"] = col.maximum
+    low, high = INT8 if col.ref is not None else INT4
+    if col.kind == INTS:
+        spec["items"] = {**spec["items"], "minimum": low, "maximum": high}
+    minimum = col.minimum if col.minimum is not None else (low if col.kind == INT else None)
+    maximum = col.maximum if col.maximum is not None else (high if col.kind == INT else None)
+    if minimum is not None:
+        spec["minimum"] = max(minimum, low) if col.kind == INT else minimum
+    if maximum is not None:
+        spec["maximum"] = min(maximum, high) if col.kind == INT else maximum
     if col.null and col.kind != JSON:
         spec["type"] = [spec["type"], "null"]
         if "enum" in spec:
@@ -73,7 +82,7 @@ def _column(col: Col) -> dict[str, Any]:
 def _row(section: Section) -> dict[str, Any]:
     props: dict[str, Any] = {}
     if section.has_id:
-        props["id"] = {"type": "integer"}
+        props["id"] = {"type": "integer", "minimum": INT8[0], "maximum": INT8[1]}
     props.update({c.name: _column(c) for c in section.cols})
     required = list(props)
     if section.vectors is not None:

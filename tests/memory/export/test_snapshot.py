@@ -256,9 +256,30 @@ def _no_date(doc: dict[str, Any]) -> bytes:
     return json.dumps(bad).encode()
 
 
+def _nul(doc: dict[str, Any]) -> bytes:
+    bad = copy.deepcopy(doc)
+    bad["messages"][2]["tool_calls"] = {"note": "a\u0000b"}
+    return json.dumps(bad).encode()
+
+
+def _too_big(doc: dict[str, Any]) -> bytes:
+    bad = copy.deepcopy(doc)
+    bad["patterns"][0]["times_seen"] = 2**31
+    return json.dumps(bad).encode()
+
+
+def _check_the_schema_cannot_say(doc: dict[str, Any]) -> bytes:
+    bad = copy.deepcopy(doc)
+    bad["patterns"][1]["occurs_on"] = None  # an event without its day
+    return json.dumps(bad).encode()
+
+
 @pytest.mark.parametrize(
     ("corrupt", "path", "words"),
     [
+        (_nul, "$.messages[2].tool_calls", "NUL character"),
+        (_too_big, "$.patterns[0].times_seen", "greater than the maximum"),
+        (_check_the_schema_cannot_say, "$.patterns", "the database refused these rows"),
         (_truncated, "$", "truncated"),
         (_wrong_version, "$.schema_version", "schema version 2"),
         (_wrong_type, "$.patterns[1].confidence", "'high' is not of type"),
