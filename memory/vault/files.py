@@ -1,0 +1,135 @@
+"""Writing a chat's vault folder: atomic file writes, only what changed, and what is no longer
+rendered removed (blocking file I/O: run it in a worker thread).
+
+:func:`atomic_write` writes a temporary file beside the target, fsyncs it, renames it over the
+target (``os.replace``: atomic on POSIX) and fsyncs the folder, so a reader or a crash sees the
+old file or the new one, never a part. :func:`sync_folder` brings a folder to a rendered set of
+files: a file whose bytes are unchanged is not touched, a managed file (``MEMORY.md``,
+``daily/*.md``, ``patterns/*.md``) no longer rendered is deleted (a forgotten pattern's page),
+and temporary files a crash left are removed. Anything else in the folder (the person's own
+notes, ``.obsidian/``) is left alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+
+import attrs
+
+#: the folders whose ``*.md`` files the vault owns (besides ``MEMORY.md``)
+MANAGED_DIRS = ("daily", "patterns")
+TEMP_MARK = ".tmp-"
+
+
+@attrs.define
+class SyncStats:
+    """What :func:`sync_folder` did."""
+
+    written: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    bytes: int = 0
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
+    """Replace ``path`` with ``data`` atomically (temp file, fsync, rename, folder fsync)."""
+    temp = path.with_name(f".{path.name}{TEMP_MARK}{secrets.token_hex(4)}")
+    try:
+        with open(temp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
+    if sync_dir:
+        _fsync_dir(path.parent)
+
+
+def _digest(data: bytes) -> bytes:
+    return hashlib.blake2b(data, digest_size=16).digest()
+
+
+def _managed(folder: Path) -> dict[str, Path]:
+    """The vault-owned files now in ``folder``, by relative path."""
+    out: dict[str, Path] = {}
+    if (folder / "MEMORY.md").is_file():
+        out["MEMORY.md"] = folder / "MEMORY.md"
+    for sub in MANAGED_DIRS:
+        d = folder / sub
+        if d.is_dir():
+            for p in d.iterdir():
+                if p.suffix == ".md" and not p.name.startswith("."):
+                    out[f"{sub}/{p.name}"] = p
+    return out
+
+
+def _clear_temps(folder: Path) -> None:
+    for d in (folder, *(folder / sub for sub in MANAGED_DIRS)):
+        if d.is_dir():
+            for p in d.iterdir():
+                if p.name.startswith(".") and TEMP_MARK in p.name:
+                    p.unlink(missing_ok=True)
+
+
+def sync_folder(
+    folder: Path,
+    files: Mapping[str, str],
+    *,
+    force: bool = False,
+    known: dict[str, bytes] | None = None,
+) -> SyncStats:
+    """Make ``folder``'s vault files exactly ``files`` (relative path -> text).
+
+    ``force``: rewrite every file (a rebuild). ``known``: a digest of what was last written
+    per path, kept by the caller between calls, so unchanged files are not read back; updated
+    in place."""
+    stats = SyncStats()
+    folder.mkdir(parents=True, exist_ok=True)
+    for sub in MANAGED_DIRS:
+        (folder / sub).mkdir(exist_ok=True)
+    _clear_temps(folder)
+    present = _managed(folder)
+    touched: set[Path] = set()
+    for rel, text in sorted(files.items()):
+        data = text.encode("utf-8")
+        stats.bytes += len(data)
+        path = folder / rel
+        digest = _digest(data)
+        if not force and rel in present:
+            before = known.get(rel) if known is not None else None
+            if before is None:
+                before = _digest(path.read_bytes())
+            if before == digest:
+                stats.unchanged += 1
+                if known is not None:
+                    known[rel] = digest
+                continue
+        atomic_write(path, data, sync_dir=False)
+        touched.add(path.parent)
+        stats.written += 1
+        if known is not None:
+            known[rel] = digest
+    for rel, path in present.items():
+        if rel not in files:
+            path.unlink(missing_ok=True)
+            touched.add(path.parent)
+            stats.deleted += 1
+            if known is not None:
+                known.pop(rel, None)
+    for d in sorted(touched):
+        _fsync_dir(d)
+    return stats
