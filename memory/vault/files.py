@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import attrs
@@ -91,12 +91,13 @@ def sync_folder(
     *,
     force: bool = False,
     known: dict[str, bytes] | None = None,
+    advance: Callable[[int], object] | None = None,
 ) -> SyncStats:
     """Make ``folder``'s vault files exactly ``files`` (relative path -> text).
 
     ``force``: rewrite every file (a rebuild). ``known``: a digest of what was last written
     per path, kept by the caller between calls, so unchanged files are not read back; updated
-    in place."""
+    in place. ``advance(1)`` is called after each file (a progress bar)."""
     stats = SyncStats()
     folder.mkdir(parents=True, exist_ok=True)
     for sub in MANAGED_DIRS:
@@ -105,6 +106,8 @@ def sync_folder(
     present = _managed(folder)
     touched: set[Path] = set()
     for rel, text in sorted(files.items()):
+        if advance is not None:
+            advance(1)
         data = text.encode("utf-8")
         stats.bytes += len(data)
         path = folder / rel
