@@ -49,13 +49,21 @@ async def add_message(
 async def day_one(db: Queries) -> None:
     """The first day's conversation (nothing compacted yet)."""
     await add_message(
-        db, 1001, "user", "Morning! I switched to green tea, coffee was wrecking my sleep.", at(1, 9, 15)
+        db,
+        1001,
+        "user",
+        "Morning! I switched to green tea, coffee was wrecking my sleep.",
+        at(1, 9, 15),
     )
-    call = {"id": "call-1", "name": "recall_conversation", "input": {"query": "coffee sleep"}}
+    call: dict[str, object] = {"id": "call-1", "name": "recall_conversation", "input": {"query": "coffee sleep"}}
     await add_message(db, 1002, "assistant", "", at(1, 9, 15, 20), calls=[call])
     await add_message(db, 1003, "tool_result", '{"messages": []}', at(1, 9, 15, 21))
     await add_message(
-        db, 1004, "assistant", "Good call. Tea has less caffeine, so evenings get easier.", at(1, 9, 16)
+        db,
+        1004,
+        "assistant",
+        "Good call. Tea has less caffeine, so evenings get easier.",
+        at(1, 9, 16),
     )
     await add_message(
         db,
@@ -69,7 +77,8 @@ async def day_one(db: Queries) -> None:
         db,
         1006,
         "user",
-        "Great. My sister Ana visits on 20 March.\nShe lands at 10:40.\nI want to sleep eight hours before.",
+        "Great. My sister Ana visits on 20 March.\nShe lands at 10:40.\n"
+        "I want to sleep eight hours before.",
         at(1, 18, 5),
     )
 
@@ -118,7 +127,14 @@ async def _pattern(
 
 
 async def _audit(
-    db: Queries, id: int, pattern_id: int, action: str, old: str, new: str, actor: str, when: datetime,
+    db: Queries,
+    id: int,
+    pattern_id: int,
+    action: str,
+    old: str,
+    new: str,
+    actor: str,
+    when: datetime,
     other: int | None = None,
 ) -> None:
     await db.execute(
@@ -152,7 +168,9 @@ async def compaction(db: Queries) -> None:
         at(1, 18, 5),
         at(2, 3, 0),
     )
-    await _pattern(db, 701, "preference", "Prefers green tea over coffee", strength=1.4, confidence=0.85)
+    await _pattern(
+        db, 701, "preference", "Prefers green tea over coffee", strength=1.4, confidence=0.85
+    )
     await _pattern(
         db, 702, "event", "Sister Ana visits on 20 March", occurs=(date(2026, 3, 20), time(10, 40))
     )

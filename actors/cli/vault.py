@@ -22,9 +22,9 @@ async def cmd_vault_rebuild(settings: Settings, args: argparse.Namespace) -> int
     import trio
 
     from memory.vault.data import vault_chats
+    from memory.vault.files import sync_folder
     from memory.vault.render import render_vault
     from memory.vault.settings import chat_folder, vault_root
-    from memory.vault.files import sync_folder
     from memory.vault.write import read_chat
     from runtime.migrate import apply_migrations
     from runtime.progress import Progress

@@ -146,4 +146,3 @@ def sql_vault_writer(settings: Settings, db: Database) -> VaultWriter | None:
         chats=partial(vault_chats, db),
         sweep_interval=settings.maintenance_interval,
     )
-

@@ -29,7 +29,15 @@ from runtime.clock import zone
 
 #: kinds in the order MEMORY.md lists them
 KINDS = (
-    "fact", "event", "preference", "goal", "belief", "behavior", "emotion", "temporal", "causal"
+    "fact",
+    "event",
+    "preference",
+    "goal",
+    "belief",
+    "behavior",
+    "emotion",
+    "temporal",
+    "causal",
 )
 MAX_LINK_TEXT = 80
 MAX_TOOL_INPUT = 100
@@ -227,7 +235,9 @@ def render_memory(data: ChatData) -> str:
     lines += ["## Active patterns", ""]
     for kind in KINDS:
         lines += _section(clock, f"### {kind.capitalize()}", (p for p in active if p.kind == kind))
-    lines += _section(clock, "## Superseded", (p for p in data.patterns if p.status == "superseded"))
+    lines += _section(
+        clock, "## Superseded", (p for p in data.patterns if p.status == "superseded")
+    )
     lines += _section(clock, "## Disputed", (p for p in data.patterns if p.status == "disputed"))
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -235,9 +245,7 @@ def render_memory(data: ChatData) -> str:
 # --- pattern pages --------------------------------------------------------------------------
 
 
-def _front_matter(
-    clock: _Clock, p: Pattern, relations: Mapping[str, list[str]]
-) -> list[str]:
+def _front_matter(clock: _Clock, p: Pattern, relations: Mapping[str, list[str]]) -> list[str]:
     lines = [
         "---",
         f"id: {p.id}",

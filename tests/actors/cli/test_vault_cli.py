@@ -66,4 +66,4 @@ async def test_rebuild_refuses_an_unknown_chat_and_vault_off(
     monkeypatch.setenv("VAULT", "off")
     assert await run("vault", "rebuild") == 2
     assert "VAULT=off" in capsys.readouterr().err
-    assert not cli_env.exists()
+    assert tree(cli_env.parent) == {}  # nothing written anywhere

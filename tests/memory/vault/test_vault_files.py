@@ -57,7 +57,7 @@ async def test_a_scripted_chat_renders_the_golden_files(db: Database, tmp_path: 
     assert stats.written == len(got) and stats.deleted == 0
     # the untrusted tool result is not shown; the call is a one-line note
     day = got["daily/2026-03-14.md"].decode()
-    assert '{"messages": []}' not in day and 'tool `recall_conversation`' in day
+    assert '{"messages": []}' not in day and "tool `recall_conversation`" in day
     # a second write changes nothing
     again = await write_chat(db, tmp_path, CHAT, TZ)
     assert (again.written, again.unchanged, again.deleted) == (0, len(got), 0)
@@ -123,7 +123,9 @@ async def test_rendering_is_pure_and_slugs_are_file_safe(db: Database) -> None:
 
 
 def test_sync_removes_only_vault_files_and_stale_temp_files(tmp_path: Path) -> None:
-    sync_folder(tmp_path, {"MEMORY.md": "a\n", "patterns/1-x.md": "x\n", "daily/2026-01-01.md": "d\n"})
+    sync_folder(
+        tmp_path, {"MEMORY.md": "a\n", "patterns/1-x.md": "x\n", "daily/2026-01-01.md": "d\n"}
+    )
     (tmp_path / "patterns" / ".1-x.md.tmp-dead").write_text("half")  # a crash's leftover
     (tmp_path / "notes.md").write_text("mine")
     (tmp_path / ".obsidian").mkdir()
