@@ -7,9 +7,8 @@ order, each component ready before the next:
     ├─ SenderActor          (supervised singleton) outbox -> Telegram
     ├─ Registry[chat_id] -> ChatActor   (on demand, idle stop, restart on crash)
     ├─ CompactorActor       (when given) singleton: chats over their context budget -> patterns
-    ├─ VaultWriter          (when given: VAULT=on) each chat's markdown vault, after commits
     ├─ background jobs      (actors.wiring.JOBS: embedding backfill, retention purge, ...,
-    │                        the heartbeat, whose latest checks /readyz shows)
+    │                        the heartbeat, whose latest checks /readyz shows; the vault writer)
     ├─ Router               inbox notifications -> chat actors; recovery sweep
     ├─ Scheduler            (when given) supervised singleton: due jobs -> inbox rows, chats
     │                       woken; drained first at shutdown (the tick in hand ends)
@@ -63,7 +62,6 @@ from actors.telegram.errors import BadRequest, TelegramError, TokenRejected, Una
 from actors.telegram.pairing import ChatAccess
 from actors.telegram.types import ALLOWED_UPDATES
 from actors.telegram.webhook import WEBHOOK_PATH, webhook_handler
-from actors.vault.writer import VaultWriter
 from memory.conversation.routine_summary import RoutineSummarizer
 from memory.patterns.stats import cost_today, next_day_start
 from runtime.actor import Address
@@ -109,9 +107,8 @@ class BotSystem:
     #: the singleton compactor (its ``request`` is the agent's ``on_over_budget``, given when the
     #: agent is built)
     compactor: CompactorActor | None = None
-    #: the markdown vault's writer (VAULT=on), marked after every commit that queues a reply
-    #: (turns, commands, buttons) and by the compactor
-    vault: VaultWriter | None = None
+    #: the vault writer's ``mark`` (VAULT=on): after every commit that queues a reply
+    vault_mark: Callable[[int], None] | None = None
     #: the singleton scheduler (due jobs -> inbox rows; started once the router can wake chats)
     scheduler: Scheduler | None = None
     #: the message offered after pairing (the check-ins' button): ChatAccess's ``offer``
@@ -176,8 +173,6 @@ class BotSystem:
             registry: Registry[int, Any] = await nursery.start(self._chats(deps).run)
             if self.compactor is not None:
                 await nursery.start(self.compactor.run)
-            if self.vault is not None:
-                await nursery.start(self.vault.run)
             for job in self.background:
                 await nursery.start(job)
             router: Router = await nursery.start(self._router(bot, registry, deps).run)
@@ -246,8 +241,8 @@ class BotSystem:
         await self._sender_done.wait()
 
     def _outbox_ready(self, chat_id: int, row: OutboxRow | None) -> None:
-        if self.vault is not None:  # a commit: the chat's vault is out of date
-            self.vault.mark(chat_id)
+        if self.vault_mark is not None:  # a commit: the chat's vault is out of date
+            self.vault_mark(chat_id)
         try:
             assert self._sender is not None
             self._sender.send_nowait(OutboxReady(chat_id, row))

@@ -16,6 +16,7 @@ import hashlib
 import os
 import secrets
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import attrs
@@ -23,6 +24,9 @@ import attrs
 #: the folders whose ``*.md`` files the vault owns (besides ``MEMORY.md``)
 MANAGED_DIRS = ("daily", "patterns")
 TEMP_MARK = ".tmp-"
+#: more files to write than this are written by :data:`WRITERS` threads (each file is fsynced)
+PARALLEL_FROM = 32
+WRITERS = 8
 
 
 @attrs.define
@@ -105,9 +109,8 @@ def sync_folder(
     _clear_temps(folder)
     present = _managed(folder)
     touched: set[Path] = set()
+    todo: list[tuple[str, Path, bytes, bytes]] = []
     for rel, text in sorted(files.items()):
-        if advance is not None:
-            advance(1)
         data = text.encode("utf-8")
         stats.bytes += len(data)
         path = folder / rel
@@ -120,8 +123,23 @@ def sync_folder(
                 stats.unchanged += 1
                 if known is not None:
                     known[rel] = digest
+                if advance is not None:
+                    advance(1)
                 continue
-        atomic_write(path, data, sync_dir=False)
+        todo.append((rel, path, data, digest))
+
+    def write(item: tuple[str, Path, bytes, bytes]) -> None:
+        atomic_write(item[1], item[2], sync_dir=False)
+        if advance is not None:
+            advance(1)
+
+    if len(todo) > PARALLEL_FROM:  # a rebuild: the fsyncs overlap
+        with ThreadPoolExecutor(WRITERS) as pool:
+            list(pool.map(write, todo))
+    else:
+        for item in todo:
+            write(item)
+    for rel, path, _, digest in todo:
         touched.add(path.parent)
         stats.written += 1
         if known is not None:

@@ -1,7 +1,7 @@
 """The VaultWriter's timing on a MockClock (in-memory writes, no database): a chat is written
 VAULT_DEBOUNCE after its first mark with every mark in between; a failing write is logged and
 retried with backoff without reaching whoever marked; the sweep marks every chat at start;
-VAULT=off builds no writer at all."""
+the compactor marks a chat it compacted; VAULT=off builds no writer at all."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import pytest
 import trio
 import trio.testing
 
+from actors.compactor import CompactorActor
 from actors.settings import load_settings
 from actors.vault.writer import VaultWriter, sql_vault_writer
+from memory.compaction.run import CompactionOutcome
 
 
 @pytest.fixture
@@ -121,3 +123,20 @@ def test_vault_off_builds_no_writer(tmp_path: Path) -> None:
     assert isinstance(sql_vault_writer(on, db=None), VaultWriter)  # type: ignore[arg-type]
     assert sql_vault_writer(off, db=None) is None  # type: ignore[arg-type]
     assert not (tmp_path / "vault").exists()
+
+
+async def test_the_compactor_marks_the_chat_after_a_round_that_compacted() -> None:
+    rounds = {5: ["ok", "not_needed"], 6: ["failed"]}
+
+    async def compact(chat_id: int) -> CompactionOutcome:
+        return CompactionOutcome(rounds[chat_id].pop(0), chat_id)
+
+    marked: list[int] = []
+    compactor = CompactorActor(compact, on_compacted=marked.append)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(compactor.run)
+        compactor.request(5)
+        compactor.request(6)
+        await compactor.wait_idle()
+        nursery.cancel_scope.cancel()
+    assert marked == [5]  # once for chat 5's compacting round; never for a failed one
