@@ -6,7 +6,8 @@ target (``os.replace``: atomic on POSIX) and fsyncs the folder, so a reader or a
 old file or the new one, never a part. :func:`sync_folder` brings a folder to a rendered set of
 files: a file whose bytes are unchanged is not touched, a managed file (``MEMORY.md``,
 ``daily/*.md``, ``patterns/*.md``) no longer rendered is deleted (a forgotten pattern's page),
-and temporary files a crash left are removed. Anything else in the folder (the person's own
+and temporary files a crash left are removed. Files are made ``0600`` and folders ``0700`` (a
+person's memory). Anything else in the folder (the person's own
 notes, ``.obsidian/``) is left alone.
 """
 
@@ -27,6 +28,8 @@ TEMP_MARK = ".tmp-"
 #: more files to write than this are written by :data:`WRITERS` threads (each file is fsynced)
 PARALLEL_FROM = 32
 WRITERS = 8
+#: a person's memory: readable by the bot's own user only
+FILE_MODE, FOLDER_MODE = 0o600, 0o700
 
 
 @attrs.define
@@ -51,7 +54,7 @@ def atomic_write(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically (temp file, fsync, rename, folder fsync)."""
     temp = path.with_name(f".{path.name}{TEMP_MARK}{secrets.token_hex(4)}")
     try:
-        with open(temp, "wb") as f:
+        with os.fdopen(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE), "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
@@ -103,9 +106,9 @@ def sync_folder(
     per path, kept by the caller between calls, so unchanged files are not read back; updated
     in place. ``advance(1)`` is called after each file (a progress bar)."""
     stats = SyncStats()
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
     for sub in MANAGED_DIRS:
-        (folder / sub).mkdir(exist_ok=True)
+        (folder / sub).mkdir(mode=FOLDER_MODE, exist_ok=True)
     _clear_temps(folder)
     present = _managed(folder)
     touched: set[Path] = set()

@@ -130,6 +130,8 @@ def test_sync_removes_only_vault_files_and_stale_temp_files(tmp_path: Path) -> N
     (tmp_path / "notes.md").write_text("mine")
     (tmp_path / ".obsidian").mkdir()
     (tmp_path / ".obsidian" / "app.json").write_text("{}")
+    assert (tmp_path / "patterns").stat().st_mode & 0o777 == 0o700  # a person's memory
+    assert (tmp_path / "MEMORY.md").stat().st_mode & 0o777 == 0o600
     stats = sync_folder(tmp_path, {"MEMORY.md": "b\n"})
     assert (stats.written, stats.deleted) == (1, 2)
     assert tree(tmp_path) == {
