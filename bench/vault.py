@@ -173,10 +173,13 @@ async def bytes_per_message(db: dbmod.Database, chat: int) -> tuple[float, float
     """``chat_messages``' total size (heap, TOAST, every index) per row, and the mean text."""
     await db.execute("VACUUM ANALYZE chat_messages")
     total = await db.fetchval("SELECT pg_total_relation_size('chat_messages')")
-    rows, chars = await db.fetchrow(
-        "SELECT count(*), avg(octet_length(content)) FROM chat_messages WHERE chat_id = $1", chat
+    row = await db.fetchrow(
+        "SELECT count(*) AS n, avg(octet_length(content)) AS chars FROM chat_messages "
+        "WHERE chat_id = $1",
+        chat,
     )
-    return total / rows, float(chars)
+    assert row is not None
+    return total / row["n"], float(row["chars"])
 
 
 async def turn_lags(
