@@ -55,7 +55,11 @@ async def day_one(db: Queries) -> None:
         "Morning! I switched to green tea, coffee was wrecking my sleep.",
         at(1, 9, 15),
     )
-    call: dict[str, object] = {"id": "call-1", "name": "recall_conversation", "input": {"query": "coffee sleep"}}
+    call: dict[str, object] = {
+        "id": "call-1",
+        "name": "recall_conversation",
+        "input": {"query": "coffee sleep"},
+    }
     await add_message(db, 1002, "assistant", "", at(1, 9, 15, 20), calls=[call])
     await add_message(db, 1003, "tool_result", '{"messages": []}', at(1, 9, 15, 21))
     await add_message(
