@@ -330,5 +330,8 @@ def render_patterns(data: ChatData) -> dict[str, str]:
 
 
 def render_vault(data: ChatData) -> dict[str, str]:
-    """Every file of the chat's vault folder, by path relative to it."""
+    """Every file of the chat's vault folder, by path relative to it; none for a chat with
+    nothing in the database (an erased one)."""
+    if not (data.messages or data.episodes or data.patterns or data.audit):
+        return {}
     return {"MEMORY.md": render_memory(data), **render_daily(data), **render_patterns(data)}

@@ -29,8 +29,12 @@ async def read_chat(db: Database, chat_id: int, timezone: str) -> ChatData:
 def render_and_sync(
     data: ChatData, folder: Path, *, force: bool = False, known: dict[str, bytes] | None = None
 ) -> SyncStats:
-    """Render ``data`` and bring ``folder`` to it (blocking: call in a thread)."""
-    return sync_folder(folder, render_vault(data), force=force, known=known)
+    """Render ``data`` and bring ``folder`` to it (blocking: call in a thread). A chat with
+    nothing to show gets no folder (an erased chat's is not made again)."""
+    files = render_vault(data)
+    if not files and not folder.exists():
+        return SyncStats()
+    return sync_folder(folder, files, force=force, known=known)
 
 
 async def write_chat(

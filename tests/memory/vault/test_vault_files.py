@@ -139,3 +139,19 @@ def test_sync_removes_only_vault_files_and_stale_temp_files(tmp_path: Path) -> N
         "notes.md": b"mine",
         ".obsidian/app.json": b"{}",
     }
+
+
+async def test_a_chat_with_nothing_left_gets_no_folder_and_loses_its_files(
+    db: Database, tmp_path: Path
+) -> None:
+    """An erased chat (no row left) is not given a folder again by a late write, and a folder
+    it still has keeps none of engram's files (the person's own are left)."""
+    stats = await write_chat(db, tmp_path, CHAT, TZ)
+    assert stats.written == 0 and not chat_folder(tmp_path, CHAT).exists()
+    await scripted_chat(db)
+    await write_chat(db, tmp_path, CHAT, TZ)
+    (chat_folder(tmp_path, CHAT) / "mine.md").write_text("mine")
+    for table in ("chat_messages", "episodes", "pattern_audit", "patterns"):
+        await db.execute(f"DELETE FROM {table} WHERE chat_id = $1", CHAT)
+    await write_chat(db, tmp_path, CHAT, TZ)
+    assert tree(chat_folder(tmp_path, CHAT)) == {"mine.md": b"mine"}
