@@ -8,7 +8,7 @@ order, each component ready before the next:
     ├─ Registry[chat_id] -> ChatActor   (on demand, idle stop, restart on crash)
     ├─ CompactorActor       (when given) singleton: chats over their context budget -> patterns
     ├─ background jobs      (actors.wiring.JOBS: embedding backfill, retention purge, ...,
-    │                        the heartbeat, whose latest checks /readyz shows)
+    │                        the heartbeat, whose latest checks /readyz shows; the vault writer)
     ├─ Router               inbox notifications -> chat actors; recovery sweep
     ├─ Scheduler            (when given) supervised singleton: due jobs -> inbox rows, chats
     │                       woken; drained first at shutdown (the tick in hand ends)
@@ -107,6 +107,8 @@ class BotSystem:
     #: the singleton compactor (its ``request`` is the agent's ``on_over_budget``, given when the
     #: agent is built)
     compactor: CompactorActor | None = None
+    #: the vault writer's ``mark`` (VAULT=on): after every commit that queues a reply
+    vault_mark: Callable[[int], None] | None = None
     #: the singleton scheduler (due jobs -> inbox rows; started once the router can wake chats)
     scheduler: Scheduler | None = None
     #: the message offered after pairing (the check-ins' button): ChatAccess's ``offer``
@@ -239,6 +241,8 @@ class BotSystem:
         await self._sender_done.wait()
 
     def _outbox_ready(self, chat_id: int, row: OutboxRow | None) -> None:
+        if self.vault_mark is not None:  # a commit: the chat's vault is out of date
+            self.vault_mark(chat_id)
         try:
             assert self._sender is not None
             self._sender.send_nowait(OutboxReady(chat_id, row))

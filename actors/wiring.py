@@ -45,6 +45,7 @@ from actors.settings import Settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
 from actors.telegram.types import Voice
+from actors.vault.writer import sql_vault_writer
 from memory.compaction.backlog import CompactionSweep, SqlBacklog
 from memory.conversation.purge import PurgeJob
 from memory.conversation.routine_summary import RoutineSummarizer
@@ -284,6 +285,9 @@ async def open_bot(
             db, settings.timezone, routines, grace_s=settings.proactive_grace, poke=scheduler.poke
         )
         compactor = sql_compactor(db, memory_llm, embedder, settings, tools=tools)
+        vault = sql_vault_writer(settings, db)  # None when VAULT=off
+        if vault is not None:
+            compactor.on_compacted = vault.mark
         agent = sql_agent(
             db,
             llm,
@@ -332,9 +336,10 @@ async def open_bot(
             commands=command_table(
                 services, taps, [*controls.commands(), *export_command(parts).commands()]
             ),
-            background=[job.run for job in jobs],
+            background=[job.run for job in jobs] + ([vault.run] if vault is not None else []),
             reports=[("heartbeat", job.report) for job in jobs if isinstance(job, Heartbeat)],
             compactor=compactor,
+            vault_mark=None if vault is None else vault.mark,
             routines={routine.name: routine for routine in routines},
             routine_summarizer=RoutineSummarizer(memory_llm),
             scheduler=scheduler,

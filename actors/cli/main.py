@@ -20,6 +20,7 @@ from actors.cli import journal as journal_commands
 from actors.cli import patterns as patterns_cli
 from actors.cli import systemd as systemd_command
 from actors.cli import telegram as telegram_commands
+from actors.cli import vault as vault_commands
 from runtime.cli import base_parser, run_cli
 from runtime.errors import SettingsError, settings_error
 
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     journal_commands.register(sub)
     patterns_cli.register(sub)
     doctor_command.register(sub)
+    vault_commands.register(sub)
     return parser
 
 
