@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from actors.cli import chats as chats_commands
 from actors.cli import config as config_command
+from actors.cli import dashboard as dashboard_command
 from actors.cli import doctor as doctor_command
 from actors.cli import journal as journal_commands
 from actors.cli import patterns as patterns_cli
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     journal_commands.register(sub)
     patterns_cli.register(sub)
     doctor_command.register(sub)
+    dashboard_command.register(sub)
     return parser
 
 
