@@ -35,6 +35,8 @@ from actors.chat.memory_commands import MemoryServices
 from actors.chat.model_asks import model_asks
 from actors.chat.proactive_commands import ChatReminders, Controls
 from actors.compactor import CompactorActor, sql_compactor
+from actors.dashboard.context import DashboardDeps
+from actors.dashboard.pages import dashboard_blueprint
 from actors.scheduler.gates import Limits
 from actors.scheduler.health_checks import Contact
 from actors.scheduler.heartbeat import Heartbeat, check_config, sql_heartbeat
@@ -70,6 +72,22 @@ from runtime.cli import version
 from runtime.db import Database, Queries
 from runtime.serve import serve
 from runtime.shutdown import Shutdown
+
+
+def dashboard(settings: Settings, db: Database, services: MemoryServices, system: BotSystem) -> Any:
+    """The dashboard's pages (``DASHBOARD_TOKEN`` is set)."""
+    vault = vault_root(settings.vault_dir, settings.home) if settings.vault == "on" else None
+    deps = DashboardDeps(
+        db,
+        settings.dashboard_token.reveal(),
+        services,
+        vault_root=vault,
+        reports=system.reports,
+        allowed=settings.telegram_allowed_chat_ids,
+        live_actors=lambda: system.live_chats(),
+        on_change=system.vault_mark,
+    )
+    return dashboard_blueprint(deps)
 
 
 @attrs.frozen
@@ -346,4 +364,6 @@ async def open_bot(
             pair_offer=controls.pair_offer,
             **system_options,
         )
+        if settings.dashboard_token:
+            system.blueprints.append(dashboard(settings, db, services, system))
         yield Bot(parts, jobs, system)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from actors.cli import chats as chats_commands
 from actors.cli import config as config_command
+from actors.cli import dashboard as dashboard_command
 from actors.cli import doctor as doctor_command
 from actors.cli import journal as journal_commands
 from actors.cli import patterns as patterns_cli
@@ -106,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     patterns_cli.register(sub)
     doctor_command.register(sub)
     vault_commands.register(sub)
+    dashboard_command.register(sub)
     return parser
 
 

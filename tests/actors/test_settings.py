@@ -12,6 +12,7 @@ import attrs
 import pytest
 
 from actors.chat.settings import ChatSettings
+from actors.dashboard.settings import DashboardSettings
 from actors.scheduler.heartbeat_settings import HeartbeatSettings
 from actors.scheduler.routine_settings import RoutineSettings
 from actors.scheduler.settings import ProactiveSettings
@@ -34,6 +35,7 @@ SECTIONS: tuple[type[SettingsSection], ...] = (
     RoutineSettings,
     HeartbeatSettings,
     VaultSettings,
+    DashboardSettings,
 )
 
 
