@@ -110,6 +110,7 @@ class SqlChatStore:
                 )
                 return row if row.status == "sending" else None
         async with self.db.transaction() as conn:
+            await outbox.require_inbox(conn, inbox_ids)  # not for an erased chat's rows
             if reply.persist is not None:
                 await reply.persist(conn)
             if skipped is None:

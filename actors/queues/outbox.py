@@ -133,11 +133,20 @@ async def enqueue_reply(
     return row_id
 
 
+#: the SQLSTATE of a turn's commit refused because its inbox rows are gone: the chat was erased
+#: while the turn ran (``engram memory erase``); nothing of the turn was written
+ERASED_SQLSTATE = "EG001"
+
 _COMMIT_TURN = """
-older AS (
+fence AS (
+    SELECT engram_check(
+        (SELECT count(*) FROM inbox WHERE id = ANY($5::bigint[])) = cardinality($5::bigint[]),
+        'the chat was erased during the turn: its inbox rows are gone'
+    ) AS ok
+), older AS (
     SELECT $6::bool AND NOT EXISTS (
         SELECT 1 FROM outbox WHERE chat_id = $1 AND status = ANY($7::text[])
-    ) AS claim
+    ) AS claim FROM fence WHERE ok
 ), reply AS (
     INSERT INTO outbox (chat_id, text, parse_mode, reply_to_message_id, inbox_ids, status, attempts,
                         chunk_in_flight, reply_markup)
@@ -201,6 +210,10 @@ async def commit_turn(
     reading it back or marking it again. With an older open row it stays ``pending``, for the
     sender to take in order.
 
+    The turn's inbox rows must exist: when the chat was erased meanwhile (:mod:`memory.erase`)
+    the statement fails (:data:`ERASED_SQLSTATE`) and writes nothing, its ``before`` writes
+    included — an erased chat's late turn cannot bring a row of it back.
+
     ``before``: more writes (e.g. a :class:`StatementCollector`'s) run in the same statement,
     as data-modifying CTEs: all or nothing with the reply. They run on one snapshot, so they
     must not depend on each other's effects; ``$n`` in their text must be parameters only.
@@ -216,6 +229,17 @@ async def commit_turn(
     row = await db.fetchrow(f"WITH {' '.join(ctes)} {_COMMIT_TURN}", *args)
     assert row is not None
     return OutboxRow.from_record(row)
+
+
+async def require_inbox(conn: Queries, inbox_ids: Sequence[int]) -> None:
+    """Fail (:data:`ERASED_SQLSTATE`) unless every row of ``inbox_ids`` exists: the check of
+    :func:`commit_turn`, for a commit made of several statements in one transaction."""
+    await conn.execute(
+        "SELECT engram_check((SELECT count(*) FROM inbox WHERE id = ANY($1::bigint[])) = "
+        "cardinality($1::bigint[]), $2)",
+        list(dict.fromkeys(inbox_ids)),
+        "the chat was erased during the turn: its inbox rows are gone",
+    )
 
 
 _NOTICE = """
