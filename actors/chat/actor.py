@@ -58,7 +58,7 @@ from actors.chat.turns import UNSUPPORTED, ChatTurns
 from actors.chat.typing_indicator import typing_while
 from actors.chat.wakes import Wake
 from actors.errors import ChatErased, ModelUnavailable
-from actors.queues import inbox, outbox
+from actors.queues import erased, inbox
 from actors.scheduler.routine import INBOX_KIND
 from actors.telegram.errors import MalformedUpdate, VoiceError
 from actors.telegram.types import Message, Voice, parse_update
@@ -84,7 +84,7 @@ GAVE_UP = "Sorry, I could not process one of your messages, so I skipped it."
 NO_VOICE = "I can't transcribe voice messages here (no speech-to-text is configured). Please type."
 HELP = command_table().help_text()
 #: a turn's commit refused: the chat was erased while it ran (``engram memory erase``)
-ERASED = outbox.ERASED_SQLSTATE  # /start and /help without the memory commands
+ERASED = erased.ERASED_SQLSTATE  # /start and /help without the memory commands
 
 
 @attrs.define

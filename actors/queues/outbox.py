@@ -29,7 +29,7 @@ import attrs
 import structlog
 
 from actors.errors import NotCollectable
-from actors.queues import inbox
+from actors.queues import erased, inbox
 from runtime.db import Queries
 
 log = structlog.get_logger(__name__)
@@ -133,17 +133,8 @@ async def enqueue_reply(
     return row_id
 
 
-#: the SQLSTATE of a turn's commit refused because its inbox rows are gone: the chat was erased
-#: while the turn ran (``engram memory erase``); nothing of the turn was written
-ERASED_SQLSTATE = "EG001"
-
 _COMMIT_TURN = """
-fence AS (
-    SELECT engram_check(
-        (SELECT count(*) FROM inbox WHERE id = ANY($5::bigint[])) = cardinality($5::bigint[]),
-        'the chat was erased during the turn: its inbox rows are gone'
-    ) AS ok
-), older AS (
+fence AS (SELECT {fence} AS ok), older AS (
     SELECT $6::bool AND NOT EXISTS (
         SELECT 1 FROM outbox WHERE chat_id = $1 AND status = ANY($7::text[])
     ) AS claim FROM fence WHERE ok
@@ -159,7 +150,7 @@ fence AS (
     WHERE id = ANY($5::bigint[]) AND status <> 'done' RETURNING id
 )
 SELECT reply.*, (SELECT count(*) FROM done) AS done FROM reply
-""".replace("{columns}", _COLUMNS)
+""".replace("{columns}", _COLUMNS).replace("{fence}", erased.fence(5))
 _WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE)\s", re.IGNORECASE)
 _PARAM = re.compile(r"\$(\d+)")
 
@@ -209,10 +200,7 @@ async def commit_turn(
     committed with the turn): the caller hands the row to the sender, which sends it without
     reading it back or marking it again. With an older open row it stays ``pending``, for the
     sender to take in order.
-
-    The turn's inbox rows must exist: when the chat was erased meanwhile (:mod:`memory.erase`)
-    the statement fails (:data:`ERASED_SQLSTATE`) and writes nothing, its ``before`` writes
-    included — an erased chat's late turn cannot bring a row of it back.
+    The inbox rows must exist (:mod:`actors.queues.erased`): else nothing is written.
 
     ``before``: more writes (e.g. a :class:`StatementCollector`'s) run in the same statement,
     as data-modifying CTEs: all or nothing with the reply. They run on one snapshot, so they
@@ -229,17 +217,6 @@ async def commit_turn(
     row = await db.fetchrow(f"WITH {' '.join(ctes)} {_COMMIT_TURN}", *args)
     assert row is not None
     return OutboxRow.from_record(row)
-
-
-async def require_inbox(conn: Queries, inbox_ids: Sequence[int]) -> None:
-    """Fail (:data:`ERASED_SQLSTATE`) unless every row of ``inbox_ids`` exists: the check of
-    :func:`commit_turn`, for a commit made of several statements in one transaction."""
-    await conn.execute(
-        "SELECT engram_check((SELECT count(*) FROM inbox WHERE id = ANY($1::bigint[])) = "
-        "cardinality($1::bigint[]), $2)",
-        list(dict.fromkeys(inbox_ids)),
-        "the chat was erased during the turn: its inbox rows are gone",
-    )
 
 
 _NOTICE = """
