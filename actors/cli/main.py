@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from actors.cli import chats as chats_commands
 from actors.cli import config as config_command
 from actors.cli import doctor as doctor_command
+from actors.cli import erase as erase_commands
 from actors.cli import journal as journal_commands
 from actors.cli import patterns as patterns_cli
 from actors.cli import systemd as systemd_command
@@ -102,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     config_command.register(sub)
     systemd_command.register(sub)
     journal_commands.register(sub)
-    patterns_cli.register(sub)
+    erase_commands.add_erase(patterns_cli.register(sub))  # engram memory erase
     doctor_command.register(sub)
     return parser
 
