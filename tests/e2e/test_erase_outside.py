@@ -18,12 +18,32 @@ from engram_outside import Engram, free_port, post_update, serve_env
 from fakes.anthropic_api import run_fake_anthropic
 from fakes.bot_api import run_fake_bot_api
 
-from memory.erase.chat import chat_tables, count_chat_rows
 from runtime.db import Database
 
 pytestmark = pytest.mark.slow
 
 CHAT, OTHER = 4024501, 4024502
+
+
+async def chat_tables(db: Database) -> list[str]:
+    """Every table with a ``chat_id`` column, from the catalogue (not from engram's code)."""
+    rows = await db.fetch(
+        "SELECT c.table_name::text AS t FROM information_schema.columns c "
+        "JOIN information_schema.tables t USING (table_schema, table_name) "
+        "WHERE c.table_schema = 'public' AND c.column_name = 'chat_id' "
+        "AND t.table_type = 'BASE TABLE' ORDER BY 1"
+    )
+    return [str(r["t"]) for r in rows]
+
+
+async def count_chat_rows(db: Database, chat: int) -> dict[str, int]:
+    """Per table with ``chat_id``, the chat's rows (only tables with some)."""
+    found = {}
+    for table in await chat_tables(db):
+        n = int(await db.fetchval(f'SELECT count(*) FROM "{table}" WHERE chat_id = $1', chat))
+        if n:
+            found[table] = n
+    return found
 
 
 async def test_forget_everything_leaves_nothing_of_the_chat(
