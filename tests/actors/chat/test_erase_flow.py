@@ -11,14 +11,25 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from chat_bot import CHAT, OTHER, Bot, add_messages, add_pattern, model_silent, running_bot
+from chat_bot import (
+    CHAT,
+    OTHER,
+    Bot,
+    add_messages,
+    add_pattern,
+    model_silent,
+    running_bot,
+    wait_for,
+)
 from fakes.anthropic_api import FakeAnthropic
 from fakes.bot_api import run_fake_bot_api
 
-from actors.chat.erase_command import ASK, CANCELLED, vault_folder
+from actors.chat.erase_command import ASK, CANCELLED, NOT_YOURS, vault_folder
 from memory.embeddings.providers import LocalEmbedder
 from memory.erase.chat import chat_tables, count_chat_rows
 from runtime.db import Database
+
+GROUP = -1008810003
 
 
 @pytest.fixture
@@ -28,7 +39,10 @@ async def bot(
     local: LocalEmbedder,
     tmp_path: Path,
 ) -> AsyncIterator[Bot]:
-    vault = {"VAULT_DIR": str(tmp_path / "vault")}
+    vault = {
+        "VAULT_DIR": str(tmp_path / "vault"),
+        "TELEGRAM_ALLOWED_CHAT_IDS": f"{CHAT},{OTHER},{GROUP}",
+    }
     async with (
         run_fake_bot_api() as fake,
         running_bot(db, fake, fake_claude, local, vault) as running,
@@ -84,3 +98,32 @@ async def test_forget_everything_erases_the_whole_chat(
     # the old Cancel button is dead, and nothing waits for the word any more
     assert await bot.tap(message, "Cancel") == "This button has expired."
     await model_silent(bot)
+
+
+@pytest.mark.slow
+async def test_the_word_alone_or_someone_elses_tap_erases_nothing(
+    bot: Bot, local: LocalEmbedder
+) -> None:
+    db = bot.db
+    await memories(bot, local, CHAT)
+    await memories(bot, local, GROUP)
+    before, group = await count_chat_rows(db, CHAT), await count_chat_rows(db, GROUP)
+    # no request waiting: the word is an ordinary message, for the model
+    [answer] = await bot.say("ERASE")
+    assert answer == bot.claude.default_text
+    assert len(bot.claude.requests) == 1
+    after = await count_chat_rows(db, CHAT)
+    assert after["patterns"] == before["patterns"] == 2
+    assert after["chat_messages"] == before["chat_messages"] + 2
+    # in a group, only who asked may confirm
+    sent = len(bot.texts(GROUP))
+    bot.fake.push_message(GROUP, "/forget everything", user_id=77)
+    await wait_for(lambda: len(bot.texts(GROUP)) > sent)
+    message = bot.last_id(GROUP)
+    assert bot.buttons(message, GROUP) == ["Erase everything…", "Cancel"]
+    await bot.tap(message, "Erase everything…", GROUP)  # tapped by user 1000, not 77
+    assert bot.shown(message, GROUP) == NOT_YOURS
+    assert await db.fetchval("SELECT count(*) FROM erase_requests") == 0
+    [ordinary] = await bot.say("ERASE", GROUP)
+    assert ordinary == bot.claude.default_text
+    assert (await count_chat_rows(db, GROUP))["patterns"] == group["patterns"]
