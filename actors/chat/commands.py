@@ -13,7 +13,8 @@ printed by ``engram telegram info``). An unknown command gets "Unknown command /
                         ``unpin``, ``merge``, ``restore`` (:mod:`actors.chat.memory_commands`,
                         :mod:`actors.chat.forget_command`, :mod:`actors.chat.model_asks`)
 ``/remember <fact>``    an explicit memory, at once (no model)
-``/forget <topic>``     the memories about a topic, with buttons
+``/forget <topic>``     the memories about a topic, with buttons; ``/forget everything``
+                        erases the whole chat (:mod:`actors.chat.erase_command`)
 ``/summary``            the episode summaries and the window
 ``/stats``              cost, turns, latency, memory activity of this chat
 ``/active`` ``/quiet``  the proactive controls (:mod:`actors.chat.proactive_commands`): ``/digest``,

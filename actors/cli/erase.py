@@ -65,6 +65,8 @@ async def cmd_erase(settings: Settings, args: argparse.Namespace) -> int:
     assert done is not None
     print(f"chat {chat_id} erased: {done.total} rows in {len(done.rows)} tables", end="")
     print(", vault folder removed" if done.folder_removed else "")
+    if folder is not None and folder.exists():
+        return fail(f"the vault folder {folder} could not be removed: remove it by hand", 1)
     if chat_id in settings.telegram_allowed_chat_ids:
         print(f"chat {chat_id} is still allowed by TELEGRAM_ALLOWED_CHAT_IDS")
     return 0

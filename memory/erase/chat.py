@@ -226,11 +226,16 @@ async def erase_chat(
 
 
 def remove_folder(folder: Path) -> bool:
-    """Remove the vault ``folder`` and everything in it; False when there was none."""
+    """Remove the vault ``folder`` and everything in it; False when there was none, or when it
+    could not be removed (logged: the rows are erased already, the folder is the operator's)."""
     if not folder.exists() and not folder.is_symlink():
         return False
-    if folder.is_symlink() or not folder.is_dir():
-        folder.unlink()
-    else:
-        shutil.rmtree(folder)
+    try:
+        if folder.is_symlink() or not folder.is_dir():
+            folder.unlink()
+        else:
+            shutil.rmtree(folder)
+    except OSError as exc:
+        log.error("chat.erase_folder_failed", folder=str(folder), error=str(exc))
+        return False
     return True
