@@ -16,3 +16,8 @@ class ModelUnavailable(EngramError):
     def __init__(self, cause: Exception) -> None:
         super().__init__(f"model unavailable: {type(cause).__name__}: {cause}")
         self.cause = cause
+
+
+class ChatErased(EngramError):
+    """The chat was erased (``/forget everything``) while its actor held some of it: the actor
+    forgets what it holds in memory and reads its inbox afresh."""

@@ -42,6 +42,7 @@ from actors.chat.callbacks import Callbacks, CallbackTable
 from actors.chat.command_base import CommandTable
 from actors.chat.commands import command_table
 from actors.chat.deps import ChatDeps, Transcriber
+from actors.chat.erase_command import EraseConfirm, vault_folder
 from actors.chat.proactive import Proactive
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import RunningTurns
@@ -266,6 +267,7 @@ class BotSystem:
             proactive=Proactive(
                 self.db, self.routines, settings.timezone, summarizer=self.routine_summarizer
             ),
+            erase=EraseConfirm(self.db, folder=vault_folder(settings.vault_dir, settings.home)),
         )
 
     def _chats(self, deps: ChatDeps) -> Registry[int, Any]:

@@ -115,10 +115,15 @@ async def wait_for(predicate: Any, limit: float = 15.0) -> None:
 
 @asynccontextmanager
 async def running_bot(
-    db: Database, fake: FakeBotApi, claude: FakeAnthropic, local: LocalEmbedder
+    db: Database,
+    fake: FakeBotApi,
+    claude: FakeAnthropic,
+    local: LocalEmbedder,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[Bot]:
     """The bot as ``engram serve`` composes it (:func:`actors.wiring.open_bot`), polling the
-    fake Bot API with a short poll; ``local`` is the model the bot embeds with."""
+    fake Bot API with a short poll; ``local`` is the model the bot embeds with; ``env``: more
+    settings."""
     from actors.telegram.poller import Poller
 
     settings = load_settings(
@@ -132,6 +137,7 @@ async def running_bot(
             "EMBEDDING_PROVIDER": "local",
             "SHUTDOWN_DEADLINE": "5",
             "TIMEZONE": TZ,
+            **(env or {}),
         },
         dotenv=None,
     )

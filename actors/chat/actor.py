@@ -53,11 +53,12 @@ from actors.chat import fragments
 from actors.chat.commands import command_table
 from actors.chat.deps import ChatDeps
 from actors.chat.due_runs import run_due
+from actors.chat.erase_command import is_word
 from actors.chat.turns import UNSUPPORTED, ChatTurns
 from actors.chat.typing_indicator import typing_while
 from actors.chat.wakes import Wake
-from actors.errors import ModelUnavailable
-from actors.queues import inbox
+from actors.errors import ChatErased, ModelUnavailable
+from actors.queues import erased, inbox
 from actors.scheduler.routine import INBOX_KIND
 from actors.telegram.errors import MalformedUpdate, VoiceError
 from actors.telegram.types import Message, Voice, parse_update
@@ -81,7 +82,9 @@ OUTAGE = (DatabaseUnavailable, DatabaseOutage)
 
 GAVE_UP = "Sorry, I could not process one of your messages, so I skipped it."
 NO_VOICE = "I can't transcribe voice messages here (no speech-to-text is configured). Please type."
-HELP = command_table().help_text()  # /start and /help without the memory commands
+HELP = command_table().help_text()
+#: a turn's commit refused: the chat was erased while it ran (``engram memory erase``)
+ERASED = erased.ERASED_SQLSTATE  # /start and /help without the memory commands
 
 
 @attrs.define
@@ -131,6 +134,10 @@ class ChatActor(ChatTurns):
         except OUTAGE:
             raise
         except Exception as exc:
+            if isinstance(exc, ChatErased) or getattr(exc, "sqlstate", None) == ERASED:
+                log.info("chat.erased", chat_id=self.chat_id, inbox_ids=list(self.in_hand))
+                self._forget()  # nothing it held may come back: read the inbox afresh
+                return
             ids, store = list(self.in_hand), self.deps.store
             if isinstance(exc, NOT_THE_ROWS):
                 log.warning("chat.rows_delayed", inbox_ids=ids, error=type(exc).__name__)
@@ -233,6 +240,8 @@ class ChatActor(ChatTurns):
         elif text is not None and text.startswith("/"):
             await self._command(inbox_id, ext, text, msg)
             return
+        elif text is not None and self.deps.erase is not None and is_word(text):
+            await self._erase(inbox_id, msg)  # raises ChatErased when it erased the chat
         if msg.voice is not None:
             await self._voice(inbox_id, ext, msg, msg.voice)
             return
@@ -264,6 +273,17 @@ class ChatActor(ChatTurns):
             consume_stopped=lambda: deps.running.consume_stopped(self.chat_id),
         )
         await self._commit(reply, [inbox_id])
+
+    async def _erase(self, inbox_id: int, msg: Message) -> None:
+        """``/forget everything``'s typed word: the chat erased if it waits for it from this
+        person (:mod:`actors.chat.erase_command`; the reply is queued by the erase); else the
+        word is an ordinary message."""
+        assert self.deps.erase is not None
+        await self._run_flushed(fragments.flush_all(self.state))
+        self.in_hand = (inbox_id,)
+        if await self.deps.erase.typed(self.chat_id, msg.from_user_id) is not None:
+            self.deps.outbox_ready(self.chat_id, None)
+            raise ChatErased(f"chat {self.chat_id} erased")
 
     async def _voice(self, inbox_id: int, ext: str, msg: Message, voice: Voice) -> None:
         await self._run_flushed(fragments.flush_all(self.state))

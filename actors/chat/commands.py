@@ -13,7 +13,8 @@ printed by ``engram telegram info``). An unknown command gets "Unknown command /
                         ``unpin``, ``merge``, ``restore`` (:mod:`actors.chat.memory_commands`,
                         :mod:`actors.chat.forget_command`, :mod:`actors.chat.model_asks`)
 ``/remember <fact>``    an explicit memory, at once (no model)
-``/forget <topic>``     the memories about a topic, with buttons
+``/forget <topic>``     the memories about a topic, with buttons; ``/forget everything``
+                        erases the whole chat (:mod:`actors.chat.erase_command`)
 ``/summary``            the episode summaries and the window
 ``/stats``              cost, turns, latency, memory activity of this chat
 ``/active`` ``/quiet``  the proactive controls (:mod:`actors.chat.proactive_commands`): ``/digest``,
@@ -30,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from actors.agent.turn import TurnReply
+from actors.chat import erase_command as erase
 from actors.chat import forget_command as forget
 from actors.chat import memory_commands as mem
 from actors.chat import model_asks
@@ -68,6 +70,8 @@ def command_table(
             return await mem.remember_command(s, call)
 
         async def forget_topic(call: CommandCall) -> TurnReply:
+            if erase.is_everything(call.args):
+                return await erase.forget_everything(s.db, call)
             return await forget.forget_topic(s, call)
 
         async def summary(call: CommandCall) -> TurnReply:
@@ -84,12 +88,18 @@ def command_table(
                 usage=tuple(mem.USAGE[k] for k in mem.USAGE if k in subs),
             ),
             Command("remember", "remember a fact about you, at once: /remember <fact>", remember),
-            Command("forget", "forget what I know about a topic: /forget <topic>", forget_topic),
+            Command(
+                "forget",
+                "forget what I know about a topic: /forget <topic>",
+                forget_topic,
+                usage=("/forget everything — erase this whole chat (asks twice)",),
+            ),
             Command("summary", "summaries of our earlier conversations", summary),
             Command("stats", "what I cost and how quickly I answer, in this chat", stats),
         ]
         if taps is not None:
             forget.register_taps(taps)
+            erase.register_taps(taps)
             model_asks.register_taps(taps)
     table = CommandTable(
         (

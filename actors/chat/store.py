@@ -11,7 +11,7 @@ import attrs
 
 from actors.agent.turn import TurnReply
 from actors.errors import NotCollectable
-from actors.queues import inbox, outbox
+from actors.queues import erased, inbox, outbox
 from runtime.db import Connection, Database
 
 __all__ = ["ChatStore", "SqlChatStore"]
@@ -110,6 +110,7 @@ class SqlChatStore:
                 )
                 return row if row.status == "sending" else None
         async with self.db.transaction() as conn:
+            await erased.require_rows(conn, inbox_ids)  # not for an erased chat's rows
             if reply.persist is not None:
                 await reply.persist(conn)
             if skipped is None:

@@ -17,6 +17,7 @@ from actors.cli import chats as chats_commands
 from actors.cli import config as config_command
 from actors.cli import dashboard as dashboard_command
 from actors.cli import doctor as doctor_command
+from actors.cli import erase as erase_commands
 from actors.cli import journal as journal_commands
 from actors.cli import patterns as patterns_cli
 from actors.cli import systemd as systemd_command
@@ -104,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     config_command.register(sub)
     systemd_command.register(sub)
     journal_commands.register(sub)
-    patterns_cli.register(sub)
+    erase_commands.add_erase(patterns_cli.register(sub))  # engram memory erase
     doctor_command.register(sub)
     vault_commands.register(sub)
     dashboard_command.register(sub)

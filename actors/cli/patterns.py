@@ -295,8 +295,9 @@ def _embeddings_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def register(subparsers: Any) -> None:
-    """Add ``patterns list|merge|purge`` and ``memory reembed`` to ``engram``'s subparsers."""
+def register(subparsers: Any) -> Any:
+    """Add ``patterns list|merge|purge`` and ``memory reembed`` to ``engram``'s subparsers; the
+    ``memory`` sub-commands' parser (for more of them)."""
     patterns = subparsers.add_parser("patterns", help="pattern memory maintenance")
     sub = patterns.add_subparsers(dest="patterns_command", metavar="COMMAND")
     sub.required = True
@@ -343,3 +344,4 @@ def register(subparsers: Any) -> None:
     p.add_argument("--batch", type=_positive, default=64, help="texts per request (64)")
     p.set_defaults(handler=cmd_memory_reembed)
     snapshot_cli.register_memory(msub)
+    return msub

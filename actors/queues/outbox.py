@@ -29,7 +29,7 @@ import attrs
 import structlog
 
 from actors.errors import NotCollectable
-from actors.queues import inbox
+from actors.queues import erased, inbox
 from runtime.db import Queries
 
 log = structlog.get_logger(__name__)
@@ -134,10 +134,10 @@ async def enqueue_reply(
 
 
 _COMMIT_TURN = """
-older AS (
+fence AS (SELECT {fence} AS ok), older AS (
     SELECT $6::bool AND NOT EXISTS (
         SELECT 1 FROM outbox WHERE chat_id = $1 AND status = ANY($7::text[])
-    ) AS claim
+    ) AS claim FROM fence WHERE ok
 ), reply AS (
     INSERT INTO outbox (chat_id, text, parse_mode, reply_to_message_id, inbox_ids, status, attempts,
                         chunk_in_flight, reply_markup)
@@ -150,7 +150,7 @@ older AS (
     WHERE id = ANY($5::bigint[]) AND status <> 'done' RETURNING id
 )
 SELECT reply.*, (SELECT count(*) FROM done) AS done FROM reply
-""".replace("{columns}", _COLUMNS)
+""".replace("{columns}", _COLUMNS).replace("{fence}", erased.fence(5))
 _WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE)\s", re.IGNORECASE)
 _PARAM = re.compile(r"\$(\d+)")
 
@@ -200,6 +200,7 @@ async def commit_turn(
     committed with the turn): the caller hands the row to the sender, which sends it without
     reading it back or marking it again. With an older open row it stays ``pending``, for the
     sender to take in order.
+    The inbox rows must exist (:mod:`actors.queues.erased`): else nothing is written.
 
     ``before``: more writes (e.g. a :class:`StatementCollector`'s) run in the same statement,
     as data-modifying CTEs: all or nothing with the reply. They run on one snapshot, so they

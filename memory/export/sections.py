@@ -353,5 +353,8 @@ LEFT_OUT: dict[str, str] = {
     "api_usage": "the operator's cost accounting",
     "chat_pattern_counts": "derived: counted by triggers from patterns",
     "compaction_runs": "a log of compaction attempts (observability)",
+    "erase_requests": "a pending /forget everything confirmation (five minutes)",
+    "dashboard_sessions": "a dashboard login (access, not memory)",
+    "dashboard_links": "a one-time dashboard login link (access, not memory)",
 }
 VECTOR_TABLES = ALL_TABLES

@@ -189,6 +189,8 @@ async def test_random_input_through_every_command_and_button(
         "merge_keep",
         "supersede_confirm",
         "supersede_keep",
+        "erase_ask",
+        "erase_cancel",
     }
     counter = itertools.count(1)
     seen: dict[str, int] = {"commands": 0, "live taps": 0, "dead taps": 0, "gave up": 0}

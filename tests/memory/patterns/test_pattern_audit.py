@@ -289,3 +289,27 @@ async def test_counts_by_status_follow_every_change(db: Database) -> None:
     assert {r["status"]: r["n"] for r in rows}.get("deprecated", 0) == 0
     await db.execute("TRUNCATE patterns CASCADE")
     assert await db.fetchval("SELECT count(*) FROM chat_pattern_counts") == 0
+
+
+async def test_ttl_boundaries_follow_seed_000(db: Database) -> None:
+    """Confidence < 0.3 (not 0.3), seen once, last seen more than 90 days ago (not exactly 90);
+    never a core tenet, only active patterns; run by the maintenance job (``JOBS``)."""
+    from actors.wiring import JOBS
+
+    assert "pattern_ttl" in [job.name for job in JOBS]
+    old = NOW - timedelta(days=90, seconds=1)
+    expired = await add(db, "User may like tango", confidence=0.29, last_seen=old)
+    at_limit = await add(db, "User may like salsa", confidence=0.3, last_seen=old)
+    ninety = await add(
+        db, "User may like swing", confidence=0.1, last_seen=NOW - timedelta(days=90)
+    )
+    core = await add(db, "User may like bachata", confidence=0.1, last_seen=old)
+    await db.execute("UPDATE patterns SET is_core_tenet = true WHERE id = $1", core)
+    disputed = await add(db, "User may like rumba", confidence=0.1, last_seen=old)
+    await db.execute("UPDATE patterns SET status = 'disputed' WHERE id = $1", disputed)
+    other = await add(db, "User may like polka", chat=OTHER, confidence=0.1, last_seen=old)
+    assert await expire_stale_patterns(db, NOW) == 2
+    assert [await status(db, p) for p in (expired, other)] == ["deprecated"] * 2
+    assert [await status(db, p) for p in (at_limit, ninety, core)] == ["active"] * 3
+    assert await status(db, disputed) == "disputed"
+    assert [r[4] for r in await audit_rows(db, other)] == ["maintenance"]
