@@ -16,3 +16,8 @@ class ModelUnavailable(EngramError):
     def __init__(self, cause: Exception) -> None:
         super().__init__(f"model unavailable: {type(cause).__name__}: {cause}")
         self.cause = cause
+
+
+class Unreachable(EngramError):
+    """A chat's own transport (a local chat's socket, :mod:`actors.local`) has no one to deliver
+    to now: the sender leaves the row open until the transport wakes it again."""

@@ -47,6 +47,8 @@ from actors.chat.store import SqlChatStore
 from actors.chat.wakes import RunningTurns
 from actors.compactor import CompactorActor
 from actors.journal_owner import assign_unowned_entries
+from actors.local.endpoint import chat_blueprint
+from actors.local.hub import Edges, LocalHub
 from actors.queues.dedupe import DedupeCache
 from actors.queues.inbox_writer import InboxWriter
 from actors.queues.outbox import OutboxRow
@@ -132,6 +134,10 @@ class BotSystem:
     #: the Bot API client, shared with its owner (the composition root: the voice transcriber
     #: uses it too); when ``None`` the system opens its own (``bot_factory`` or the settings)
     bot: BotApiClient | None = None
+    #: False: no Telegram at all (``engram chat --standalone``): only the local chats
+    telegram: bool = True
+    #: the local chats' clients (``/ws/chat``), the sender's transport to them
+    local: LocalHub = attrs.field(factory=LocalHub)
 
     _sender: Address[OutboxReady] | None = attrs.field(init=False, default=None)
     _sender_done: trio.Event = attrs.field(init=False, factory=trio.Event)
@@ -165,7 +171,8 @@ class BotSystem:
         # entries imported before each chat owned its journal (migration 012)
         await assign_unowned_entries(self.db, settings.telegram_allowed_chat_ids)
         async with self._open_bot() as bot, trio.open_nursery() as nursery:
-            username = await self._introduce(bot)
+            username = await self._introduce(bot) if self.telegram else None
+            self.local.poke = lambda chat_id: self._outbox_ready(chat_id, None)
             self._sender = await nursery.start(self._start_sender, bot)
             deps = self._chat_deps(bot)
             registry: Registry[int, Any] = await nursery.start(self._chats(deps).run)
@@ -177,23 +184,29 @@ class BotSystem:
             if self.scheduler is not None:
                 run = partial(self.scheduler.run, wake_chat=router.wake)
                 await nursery.start(supervise, "scheduler", run, restart_policy(settings))
-            chats: ChatAccess = await nursery.start(self._access(router, username).run)
-            self.chat_access = chats
             routes: dict[str, AsgiApp] = {}
             drains: list[tuple[str, Callable[[], Awaitable[object]]]] = []
             if self.scheduler is not None:  # first: no new runs while the rest drains
                 drains.append(("scheduler", self.scheduler.aclose))
-            if self.polling:
-                await nursery.start(self._start_poller, bot, router, chats)
-                drains.append(("poller", self._stop_poller))
-            else:
-                writer: InboxWriter = await nursery.start(InboxWriter(self.db).run)
-                routes[WEBHOOK_PATH] = self._webhook(router, chats, writer)
+            if self.telegram:
+                chats: ChatAccess = await nursery.start(self._access(router, username).run)
+                self.chat_access = chats
+                if self.polling:
+                    await nursery.start(self._start_poller, bot, router, chats)
+                    drains.append(("poller", self._stop_poller))
+                else:
+                    writer: InboxWriter = await nursery.start(InboxWriter(self.db).run)
+                    routes[WEBHOOK_PATH] = self._webhook(router, chats, writer)
+            local_chat = chat_blueprint(self.db, self.local, settings.home, router.accepted)
             drains += [("router", router.aclose), ("chats", registry.aclose)]
             if self.compactor is not None:
                 drains.append(("compactor", self.compactor.aclose))
             drains.append(("sender", self._stop_sender))
-            task_status.started(SystemHandle(routes=routes, drains=drains, reports=self.reports))
+            task_status.started(
+                SystemHandle(
+                    blueprints=[local_chat], routes=routes, drains=drains, reports=self.reports
+                )
+            )
 
     # --- the start steps ---------------------------------------------------------------------
 
@@ -221,7 +234,12 @@ class BotSystem:
         settings = self.settings
         sending = SenderSettings(retry_cap=settings.send_retry_cap, deadline=settings.send_deadline)
         actor = SenderActor(
-            self.db, bot, settings=sending, ledger=self.sender_ledger, on_blocked=self._blocked
+            self.db,
+            bot,
+            settings=sending,
+            ledger=self.sender_ledger,
+            on_blocked=self._blocked,
+            local=self.local,
         )
         try:
             await actor.run(task_status=task_status)
@@ -250,7 +268,7 @@ class BotSystem:
         return ChatDeps(
             store=SqlChatStore(self.db),
             turns=self.turns,
-            bot=bot,
+            bot=self._edges(bot),
             outbox_ready=self._outbox_ready,
             running=RunningTurns(),
             transcribe=self.transcribe,
@@ -267,6 +285,10 @@ class BotSystem:
             ),
         )
 
+    def _edges(self, bot: BotApiClient) -> Edges:
+        """Typing and buttons' answers: local chats' to their client, others' to Telegram."""
+        return Edges(self.local, bot if self.telegram else None)
+
     def _chats(self, deps: ChatDeps) -> Registry[int, Any]:
         """The chat actors: one per chat, on demand, stopped when idle, restarted on a crash."""
         settings = self.settings
@@ -282,7 +304,12 @@ class BotSystem:
 
     def _router(self, bot: BotApiClient, registry: Registry[int, Any], deps: ChatDeps) -> Router:
         return Router(
-            self.db, registry, bot, deps.running, wakes=deps.wakes, callbacks=deps.callbacks
+            self.db,
+            registry,
+            self._edges(bot),
+            deps.running,
+            wakes=deps.wakes,
+            callbacks=deps.callbacks,
         )
 
     def _access(self, router: Router, username: str | None) -> ChatAccess:

@@ -348,17 +348,38 @@ async def release_in_flight(db: Queries, row_id: int, chunk: int, error: str) ->
     return found is not None
 
 
-async def recover_in_flight(db: Queries, row_ids: Sequence[int] | None = None) -> list[OutboxRow]:
+_RECOVER = f"""
+WITH again AS (
+    UPDATE outbox SET chunk_in_flight = NULL, last_error = 'chunk ' || (chunk_in_flight + 1)
+        || ' was in flight when its sender stopped: sent again (the receiver drops duplicates)'
+    WHERE status = ANY($1::text[]) AND chunk_in_flight IS NOT NULL
+        AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
+        AND chat_id BETWEEN $3::bigint AND $4::bigint
+)
+UPDATE outbox SET status = 'uncertain', last_error = 'chunk ' || (chunk_in_flight + 1)
+    || ' was in flight when its sender stopped: delivery unknown, not resent'
+WHERE status = ANY($1::text[]) AND chunk_in_flight IS NOT NULL
+    AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[]))
+    AND chat_id NOT BETWEEN $3::bigint AND $4::bigint
+RETURNING {_COLUMNS}
+"""
+
+
+async def recover_in_flight(
+    db: Queries, row_ids: Sequence[int] | None = None, *, redeliver: range = range(0)
+) -> list[OutboxRow]:
     """Open rows with a chunk in flight (only ``row_ids``, when given) become ``uncertain``: a
     sender stopped between handing the chunk to the Bot API and recording the outcome, so it
-    may or may not have been delivered, and it is never resent. Returns those rows (final)."""
+    may or may not have been delivered, and it is never resent. Returns those rows (final).
+    Rows of the chats in ``redeliver`` (the local chats, whose client drops what it already
+    has) stay open instead, their chunk to be sent again."""
+    low, high = (redeliver.start, redeliver.stop - 1) if redeliver else (1, 0)
     recs = await db.fetch(
-        "UPDATE outbox SET status = 'uncertain', last_error = 'chunk ' || (chunk_in_flight + 1) "
-        "|| ' was in flight when its sender stopped: delivery unknown, not resent' "
-        "WHERE status = ANY($1::text[]) AND chunk_in_flight IS NOT NULL "
-        f"AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[])) RETURNING {_COLUMNS}",
+        _RECOVER,
         list(OPEN_STATUSES),
         None if row_ids is None else list(row_ids),
+        low,
+        high,
     )
     return sorted((OutboxRow.from_record(r) for r in recs), key=lambda r: r.id)
 

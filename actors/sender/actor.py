@@ -44,6 +44,7 @@ import attrs
 import structlog
 import trio
 
+from actors.errors import Unreachable
 from actors.queues.outbox import OutboxRow
 from actors.sender.db_retry import retry_db
 from actors.sender.policy import (
@@ -55,6 +56,7 @@ from actors.sender.policy import (
     describe,
 )
 from actors.sender.store import (
+    ChunkTransport,
     DbOutbox,
     MessageClient,
     OutboxStore,
@@ -119,6 +121,8 @@ class SenderActor:
     on_blocked: Callable[[int, str], Awaitable[object]] | None = attrs.field(
         default=None, kw_only=True
     )
+    #: the transport of the chats not on Telegram (the local chats), if any
+    local: ChunkTransport | None = attrs.field(default=None, kw_only=True)
     store: OutboxStore = attrs.field(init=False)
     _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
     _workers: set[int] = attrs.field(init=False, factory=set)
@@ -129,7 +133,8 @@ class SenderActor:
     _sweep_scope: trio.CancelScope = attrs.field(init=False, factory=trio.CancelScope)
 
     def __attrs_post_init__(self) -> None:
-        self.store = self.db if isinstance(self.db, OutboxStore) else DbOutbox(self.db)
+        redeliver = self.local.chats if self.local is not None else range(0)
+        self.store = self.db if isinstance(self.db, OutboxStore) else DbOutbox(self.db, redeliver)
         if self.limiter is None:
             self.limiter = SlidingWindowLimiter(
                 self.settings.global_rate, self.settings.global_period
@@ -230,8 +235,11 @@ class SenderActor:
         chunk marked in flight by the chat actor's commit), sent before looking for more."""
         with structlog.contextvars.bound_contextvars(chat_id=chat_id):
             try:
-                if first is not None:
-                    await self._send_row(first)
+                # a row whose transport waits for a receiver ends the worker: the transport
+                # wakes the sender when one comes (unless that happened meanwhile: _again)
+                if first is not None and not await self._send_row(first):
+                    if chat_id not in self._again:
+                        return
                 while not self._stopping:
                     self._again.discard(chat_id)
                     rows = await self._db(
@@ -240,7 +248,8 @@ class SenderActor:
                     if not rows and chat_id not in self._again:
                         return
                     for row in rows:
-                        await self._send_row(row)
+                        if not await self._send_row(row) and chat_id not in self._again:
+                            return
                         if self._stopping:
                             return
             finally:
@@ -248,14 +257,15 @@ class SenderActor:
                 self._again.discard(chat_id)
                 self._pacer.forget_old(self._workers)
 
-    async def _send_row(self, row: OutboxRow) -> None:
+    async def _send_row(self, row: OutboxRow) -> bool:
         """Deliver the row's remaining chunks, each recorded (the last one with the row
-        ``sent``), or end it failed/uncertain, or leave it open (closed, stopping)."""
+        ``sent``), or end it failed/uncertain, or leave it open (closed, stopping). False when
+        it waits for its chat's transport to have a receiver."""
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id)
         plan = plan_row(row, self.settings.chunk_limit)  # an edit is one request
         if not plan.chunks:
             await self._finish(row, 0, 0, Undelivered("failed", "empty reply: nothing to send"))
-            return
+            return True
         if row.chunks_sent:
             rlog.info("sender.resuming", chunks_sent=row.chunks_sent, chunks=len(plan.chunks))
         deadline = self._deadline(row)
@@ -269,12 +279,13 @@ class SenderActor:
             marked = False
             if isinstance(result, Undelivered):
                 await self._finish(row, index, len(plan.chunks), result)
-                return
+                return result.outcome != "waiting"
             message_ids.append(result)
             if not await self._record(row.id, index, result, last=last):
                 rlog.info("sender.row_closed", chunk=index + 1)
-                return
+                return True
         rlog.info("sender.sent", chunks=len(plan.chunks), telegram_message_ids=message_ids)
+        return True
 
     def _deadline(self, row: OutboxRow) -> float:
         """The trio time after which no retry of the row starts (``deadline`` after its
@@ -286,6 +297,8 @@ class SenderActor:
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id, chunk=index + 1, chunks=total)
         if result.outcome == "closed":
             rlog.info("sender.row_closed")
+        elif result.outcome == "waiting":
+            rlog.info("sender.waiting_for_receiver")
         elif result.outcome == "uncertain":
             await self._db("uncertain", partial(self.store.mark_uncertain, row.id, result.error))
             self.ledger.uncertain += 1
@@ -316,8 +329,12 @@ class SenderActor:
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id, chunk=index + 1)
         text, mode = chunk, parse_mode
         failures = attempts = 0
+        local = self.local if self.local is not None and row.chat_id in self.local.chats else None
         while True:
-            await self._pacer.wait(row.chat_id)
+            if local is None:
+                await self._pacer.wait(row.chat_id)
+            elif not local.reachable(row.chat_id):
+                return await self._wait_for_receiver(row, index, marked)
             if not marked:
                 mark = partial(self.store.mark_in_flight, row.id, index)
                 if await self._db("mark_in_flight", mark) is None:
@@ -326,7 +343,11 @@ class SenderActor:
             self.ledger.in_flight.add(row.id)
             attempts += 1
             try:
+                if local is not None:
+                    return await local.deliver(row, index, text, mode, last=last)
                 return await send_chunk(self.client, row, index, text, mode, last=last)
+            except Unreachable:
+                return await self._wait_for_receiver(row, index, True)
             except RateLimited as exc:
                 error: Exception = exc
                 delay = self.settings.default_retry_after
@@ -357,6 +378,15 @@ class SenderActor:
             rlog.warning(event, attempt=attempts, retry_after=delay, error=str(error))
             if not await self._wait(delay):
                 return Undelivered("closed")
+
+    async def _wait_for_receiver(self, row: OutboxRow, index: int, marked: bool) -> Undelivered:
+        """The chat's own transport has no receiver: the chunk is not in flight, the row stays
+        open (the transport wakes the sender when a receiver comes)."""
+        if marked:
+            release = partial(self.store.release_in_flight, row.id, index, "no receiver")
+            await self._db("release", release)
+        self.ledger.in_flight.discard(row.id)
+        return Undelivered("waiting")
 
     async def _blocked(self, chat_id: int, exc: ApiError) -> None:
         """A 403, or a 400 "chat not found": the chat cannot be written to (``on_blocked``)."""

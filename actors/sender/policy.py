@@ -125,7 +125,8 @@ class ChatPacer:
                 del self._last[chat_id]
 
 
-Outcome = Literal["failed", "uncertain", "closed"]
+#: "waiting": the chat's own transport has no one to deliver to (the row stays open)
+Outcome = Literal["failed", "uncertain", "closed", "waiting"]
 
 
 @attrs.frozen

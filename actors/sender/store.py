@@ -29,6 +29,7 @@ from actors.telegram.errors import BadRequest, MalformedHtml
 from runtime.db import Queries
 
 __all__ = [
+    "ChunkTransport",
     "DbOutbox",
     "MessageClient",
     "OutboxStore",
@@ -90,11 +91,30 @@ class OutboxStore(Protocol):
     async def mark_uncertain(self, row_id: int, error: str) -> bool: ...
 
 
+class ChunkTransport(Protocol):
+    """The delivery of the chats not on Telegram (the local chats' sockets,
+    :class:`actors.local.hub.LocalHub`): one transport per chat kind. Its chats (``chats``)
+    are not paced by Telegram's limits; a chunk a stopped sender left in flight is sent again
+    (their receiver drops duplicates); with no one to deliver to (``reachable`` False, or
+    ``deliver`` raising :class:`~actors.errors.Unreachable`) the row stays open until the
+    transport wakes the sender (``OutboxReady``)."""
+
+    chats: range
+
+    def reachable(self, chat_id: int) -> bool: ...
+
+    async def deliver(
+        self, row: OutboxRow, index: int, text: str, mode: str | None, *, last: bool
+    ) -> int: ...
+
+
 @attrs.frozen
 class DbOutbox:
-    """:class:`OutboxStore` over the ``outbox`` table (see :mod:`actors.queues.outbox`)."""
+    """:class:`OutboxStore` over the ``outbox`` table (see :mod:`actors.queues.outbox`);
+    rows of the chats in ``redeliver`` are sent again after a stop (``recover_in_flight``)."""
 
     db: Queries
+    redeliver: range = range(0)
 
     async def chats_with_pending(self) -> list[int]:
         return await outbox.chats_with_pending(self.db)
@@ -116,7 +136,7 @@ class DbOutbox:
         return await outbox.release_in_flight(self.db, row_id, chunk, error)
 
     async def recover_in_flight(self, row_ids: Sequence[int] | None) -> list[OutboxRow]:
-        return await outbox.recover_in_flight(self.db, row_ids)
+        return await outbox.recover_in_flight(self.db, row_ids, redeliver=self.redeliver)
 
     async def mark_failed(self, row_id: int, error: str) -> bool:
         return await outbox.mark_failed(self.db, row_id, error)
