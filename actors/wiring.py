@@ -67,7 +67,6 @@ from runtime.db import Database, Queries
 from runtime.serve import serve
 from runtime.shutdown import Shutdown
 
-
 #: the Bot API client of a bot without Telegram (only local chats): never called, and a call
 #: by mistake fails at once (the discard port of the loopback)
 NO_TELEGRAM_TOKEN = "0:" + "x" * 35

@@ -17,7 +17,7 @@ import argparse
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from runtime.errors import settings_error
 
@@ -31,9 +31,7 @@ LOG_FILE = "chat.log"
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "chat", help="talk to engram from this terminal (no Telegram needed)"
-    )
+    p = subparsers.add_parser("chat", help="talk to engram from this terminal (no Telegram needed)")
     p.add_argument(
         "--standalone",
         action="store_true",
@@ -123,6 +121,12 @@ async def converse(url: str, token: str, terminal: Terminal, read_line: ReadLine
         nursery.cancel_scope.cancel()
 
 
+def open_log(path: Path) -> TextIO:
+    """The standalone bot's log file (appended to), its folder made when missing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("a", encoding="utf-8")
+
+
 async def standalone(
     settings: Settings, terminal: Terminal, token: str, read_line: ReadLine
 ) -> int:
@@ -137,8 +141,7 @@ async def standalone(
 
     settings = attrs.evolve(settings, host="127.0.0.1", port=0)
     log_path = Path(settings.home) / LOG_FILE
-    Path(settings.home).mkdir(parents=True, exist_ok=True)
-    with log_path.open("a", encoding="utf-8") as log_file:
+    with open_log(log_path) as log_file:
         configure_logging(settings.log_level, "json", settings.secrets(), stream=log_file)
         terminal.write(f"Starting engram in this terminal (its log: {log_path})…\n")
         async with (

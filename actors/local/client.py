@@ -10,6 +10,7 @@ server) is acknowledged without being shown again (its delivery key is known).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -58,12 +59,13 @@ class ChatClient:
     _ws: WebSocketConnection | None = None
     _settled: trio.Event = attrs.field(factory=trio.Event)
     _up: trio.Event = attrs.field(factory=trio.Event)
+    _task_status: Any = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect and stay connected until cancelled; :class:`Refused` when the server says
         the token is wrong. ``started`` once the first connection is up."""
         failures = 0
-        started = False
+        self._task_status = task_status
         while True:
             try:
                 async with open_websocket_url(
@@ -73,8 +75,7 @@ class ChatClient:
                     disconnect_timeout=2,
                 ) as ws:
                     failures = 0
-                    await self._serve(ws, started_status=None if started else task_status)
-                    started = True
+                    await self._serve(ws)
             except ConnectionRejected as exc:
                 if exc.status_code in (401, 403):
                     raise Refused(
@@ -91,7 +92,7 @@ class ChatClient:
             )
             failures += 1
 
-    async def _serve(self, ws: WebSocketConnection, started_status: Any) -> None:
+    async def _serve(self, ws: WebSocketConnection) -> None:
         try:
             while True:
                 frame = self._decode(await ws.get_message())
@@ -105,9 +106,9 @@ class ChatClient:
                         await ws.send_message(frames.encode(item))
                     self._up.set()
                     self.on_link(True)
-                    if started_status is not None:
-                        started_status.started()
-                        started_status = None
+                    if self._task_status is not None:
+                        self._task_status.started()
+                        self._task_status = None
                     self.show(frame)
                 elif isinstance(frame, Stored):
                     self.pending.pop(frame.id, None)
@@ -144,10 +145,8 @@ class ChatClient:
         self._settled = trio.Event()
         ws = self._ws
         if ws is not None:
-            try:
-                await ws.send_message(frames.encode(item))
-            except (ConnectionClosed, trio.BrokenResourceError):
-                pass  # sent again on the next connection
+            with contextlib.suppress(ConnectionClosed, trio.BrokenResourceError):
+                await ws.send_message(frames.encode(item))  # else: again on the next connection
         return item.id
 
     async def settled(self) -> None:

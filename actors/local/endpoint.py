@@ -72,9 +72,7 @@ def choice_payload(chat_id: int, client_id: str, message_id: int, data: str) -> 
     }
 
 
-async def store_input(
-    db: Queries, chat_id: int, frame: Send | Choose
-) -> tuple[int, Update] | None:
+async def store_input(db: Queries, chat_id: int, frame: Send | Choose) -> tuple[int, Update] | None:
     """Put a message or a choice in the inbox; its row and update, None when already there."""
     key = f"local:{chat_id}:{frame.id}"
     if isinstance(frame, Send):
@@ -169,8 +167,13 @@ async def _handle(
         return False
     if stored is not None:
         row_id, update = stored
-        log.info("ingest.accepted", chat_id=session.chat_id, kind=update.kind, inbox_id=row_id,
-                 source="local")
+        log.info(
+            "ingest.accepted",
+            chat_id=session.chat_id,
+            kind=update.kind,
+            inbox_id=row_id,
+            source="local",
+        )
         try:
             notify(row_id, update)
         except Exception as exc:  # the row is durable; the router's sweep picks it up

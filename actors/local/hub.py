@@ -15,6 +15,7 @@ router (a button's short answer): local chats get frames, Telegram's chats the B
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -182,18 +183,14 @@ class LocalHub:
     async def typing(self, chat_id: int) -> None:
         session = self.sessions.get(chat_id)
         if session is not None:
-            try:
+            with contextlib.suppress(Unreachable):
                 await session.send(Typing())
-            except Unreachable:
-                pass
 
     async def notice(self, chat_id: int, text: str) -> None:
         session = self.sessions.get(chat_id)
         if session is not None:
-            try:
+            with contextlib.suppress(Unreachable):
                 await session.send(Notice(text))
-            except Unreachable:
-                pass
 
 
 class TelegramEdges(Protocol):

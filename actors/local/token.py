@@ -8,6 +8,7 @@ file that others may read is refused: remove it (a new one is made) or ``chmod 6
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import os
 import secrets
@@ -51,10 +52,8 @@ def load_or_create(home: Path) -> str:
             out.write(secrets.token_urlsafe(32) + "\n")
             out.flush()
             os.fsync(out.fileno())
-        try:
-            os.link(temp, path)  # fails when another process made it first: theirs wins
-        except FileExistsError:
-            pass
+        with contextlib.suppress(FileExistsError):  # another process made it first: theirs wins
+            os.link(temp, path)
     finally:
         temp.unlink(missing_ok=True)
     return _read(path)

@@ -235,6 +235,7 @@ async def insert_numbered(
     )
     return row_id
 
+
 _INSERT_MANY = (
     "INSERT INTO inbox (update_key, update_id, chat_id, kind, payload) "
     "SELECT k, u, c, t, p::jsonb "

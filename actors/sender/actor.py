@@ -237,9 +237,12 @@ class SenderActor:
             try:
                 # a row whose transport waits for a receiver ends the worker: the transport
                 # wakes the sender when one comes (unless that happened meanwhile: _again)
-                if first is not None and not await self._send_row(first):
-                    if chat_id not in self._again:
-                        return
+                if (
+                    first is not None
+                    and not await self._send_row(first)
+                    and chat_id not in self._again
+                ):
+                    return
                 while not self._stopping:
                     self._again.discard(chat_id)
                     rows = await self._db(
