@@ -60,16 +60,15 @@ from actors.sender.actor import OutboxReady, SenderActor
 from actors.sender.policy import SenderLedger, SenderSettings
 from actors.settings import Settings
 from actors.telegram.client import BotApiClient
-from actors.telegram.errors import BadRequest, TelegramError, TokenRejected, Unauthorized
 from actors.telegram.pairing import ChatAccess
-from actors.telegram.types import ALLOWED_UPDATES
+from actors.telegram.startup import introduce
 from actors.telegram.webhook import WEBHOOK_PATH, webhook_handler
 from memory.conversation.routine_summary import RoutineSummarizer
 from memory.patterns.stats import cost_today, next_day_start
 from runtime.actor import Address
 from runtime.asgi import AsgiApp
 from runtime.db import Database, Queries
-from runtime.errors import ActorError, SettingsError
+from runtime.errors import ActorError
 from runtime.http import Report
 from runtime.logs import get_logger
 from runtime.registry import Registry
@@ -134,10 +133,8 @@ class BotSystem:
     #: the Bot API client, shared with its owner (the composition root: the voice transcriber
     #: uses it too); when ``None`` the system opens its own (``bot_factory`` or the settings)
     bot: BotApiClient | None = None
-    #: False: no Telegram at all (``engram chat --standalone``): only the local chats
-    telegram: bool = True
-    #: the local chats' clients (``/ws/chat``), the sender's transport to them
-    local: LocalHub = attrs.field(factory=LocalHub)
+    telegram: bool = True  #: False: no Telegram at all (``engram chat --standalone``)
+    local: LocalHub = attrs.field(factory=LocalHub)  #: the local chats' clients (/ws/chat)
 
     _sender: Address[OutboxReady] | None = attrs.field(init=False, default=None)
     _sender_done: trio.Event = attrs.field(init=False, factory=trio.Event)
@@ -174,13 +171,14 @@ class BotSystem:
             username = await self._introduce(bot) if self.telegram else None
             self.local.poke = lambda chat_id: self._outbox_ready(chat_id, None)
             self._sender = await nursery.start(self._start_sender, bot)
-            deps = self._chat_deps(bot)
+            edges = Edges(self.local, bot if self.telegram else None)  # local chats: frames
+            deps = self._chat_deps(edges)
             registry: Registry[int, Any] = await nursery.start(self._chats(deps).run)
             if self.compactor is not None:
                 await nursery.start(self.compactor.run)
             for job in self.background:
                 await nursery.start(job)
-            router: Router = await nursery.start(self._router(bot, registry, deps).run)
+            router: Router = await nursery.start(self._router(edges, registry, deps).run)
             if self.scheduler is not None:
                 run = partial(self.scheduler.run, wake_chat=router.wake)
                 await nursery.start(supervise, "scheduler", run, restart_policy(settings))
@@ -203,23 +201,14 @@ class BotSystem:
                 drains.append(("compactor", self.compactor.aclose))
             drains.append(("sender", self._stop_sender))
             task_status.started(
-                SystemHandle(
-                    blueprints=[local_chat], routes=routes, drains=drains, reports=self.reports
-                )
+                SystemHandle([local_chat], routes, drains=drains, reports=self.reports)
             )
 
     # --- the start steps ---------------------------------------------------------------------
 
     async def _introduce(self, bot: BotApiClient) -> str | None:
         """getMe, the command menu and (webhook mode) setWebhook; the bot's username."""
-        username = await _check_bot(bot)
-        await _register_commands(bot, self.commands)
-        settings = self.settings
-        if not self.polling and settings.telegram_webhook_url:
-            await _register_webhook(
-                bot, settings.telegram_webhook_url, settings.telegram_secret_token.reveal()
-            )
-        return username
+        return await introduce(bot, self.settings, self.commands, polling=self.polling)
 
     async def _start_sender(
         self, bot: BotApiClient, *, task_status: trio.TaskStatus[Address[OutboxReady]]
@@ -263,12 +252,12 @@ class BotSystem:
         except ActorError:  # the sender's sweep finds the row anyway
             log.warning("system.outbox_notify_failed", chat_id=chat_id)
 
-    def _chat_deps(self, bot: BotApiClient) -> ChatDeps:
+    def _chat_deps(self, edges: Edges) -> ChatDeps:
         settings = self.settings
         return ChatDeps(
             store=SqlChatStore(self.db),
             turns=self.turns,
-            bot=self._edges(bot),
+            bot=edges,
             outbox_ready=self._outbox_ready,
             running=RunningTurns(),
             transcribe=self.transcribe,
@@ -285,10 +274,6 @@ class BotSystem:
             ),
         )
 
-    def _edges(self, bot: BotApiClient) -> Edges:
-        """Typing and buttons' answers: local chats' to their client, others' to Telegram."""
-        return Edges(self.local, bot if self.telegram else None)
-
     def _chats(self, deps: ChatDeps) -> Registry[int, Any]:
         """The chat actors: one per chat, on demand, stopped when idle, restarted on a crash."""
         settings = self.settings
@@ -302,14 +287,9 @@ class BotSystem:
             key_name="chat_id",
         )
 
-    def _router(self, bot: BotApiClient, registry: Registry[int, Any], deps: ChatDeps) -> Router:
+    def _router(self, edges: Edges, registry: Registry[int, Any], deps: ChatDeps) -> Router:
         return Router(
-            self.db,
-            registry,
-            self._edges(bot),
-            deps.running,
-            wakes=deps.wakes,
-            callbacks=deps.callbacks,
+            self.db, registry, edges, deps.running, wakes=deps.wakes, callbacks=deps.callbacks
         )
 
     def _access(self, router: Router, username: str | None) -> ChatAccess:
@@ -363,57 +343,6 @@ class BotSystem:
             insert=writer.insert_update,
             strangers=chats.stranger,
         )
-
-
-async def _check_bot(bot: BotApiClient) -> str | None:
-    """getMe at start-up, for the bot's username: a rejected token stops the start
-    (:class:`TokenRejected`, exit 2); another failure is a warning (webhook mode must not
-    depend on Telegram)."""
-    with trio.move_on_after(10):
-        try:
-            me = await bot.get_me()
-        except Unauthorized:
-            raise TokenRejected() from None
-        except TelegramError as exc:
-            log.warning("system.get_me_failed", error=str(exc))
-            return None
-        log.info("system.bot", username=me.username, bot_id=me.id)
-        return me.username
-    log.warning("system.get_me_timeout")
-    return None
-
-
-async def _register_webhook(bot: BotApiClient, url: str, secret: str) -> None:
-    """setWebhook at start (TELEGRAM_WEBHOOK_URL): a URL Telegram refuses stops the start
-    (exit 2); Telegram unreachable is a warning (the webhook may be registered already)."""
-    with trio.move_on_after(10):
-        try:
-            await bot.set_webhook(url, secret, ALLOWED_UPDATES)
-        except Unauthorized:
-            raise TokenRejected() from None
-        except BadRequest as exc:
-            refused = f"Telegram refused it: {exc.description}"
-            raise SettingsError("TELEGRAM_WEBHOOK_URL", refused) from None
-        except TelegramError as exc:
-            log.warning("system.set_webhook_failed", error=str(exc))
-            return
-        log.info("system.webhook_set", url=url, allowed_updates=list(ALLOWED_UPDATES))
-        return
-    log.warning("system.set_webhook_timeout")
-
-
-async def _register_commands(bot: BotApiClient, commands: CommandTable) -> None:
-    """setMyCommands at start: the command table as Telegram's menu. A failure is a warning
-    (the commands work without the menu)."""
-    with trio.move_on_after(10):
-        try:
-            await bot.set_my_commands(commands.menu())
-        except TelegramError as exc:
-            log.warning("system.set_my_commands_failed", error=str(exc))
-            return
-        log.info("system.commands_registered", commands=[c.command for c in commands.menu()])
-        return
-    log.warning("system.set_my_commands_timeout")
 
 
 def _default_poller() -> Callable[..., Any]:

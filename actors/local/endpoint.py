@@ -12,7 +12,6 @@ not ``stored`` and sends it again when it reconnects.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -22,12 +21,12 @@ from quart import Blueprint, websocket
 
 from actors.local import frames
 from actors.local.errors import BadFrame, TokenProblem
-from actors.local.frames import Ack, Choose, Error, Hello, Send, Stored
-from actors.local.hub import CALLBACK_PREFIX, LocalHub, Session
+from actors.local.frames import Ack, Error, Hello, Stored
+from actors.local.hub import LocalHub, Session
 from actors.local.ids import LOCAL_CHAT_ID
+from actors.local.ingress import store_input
 from actors.local.token import load_or_create, matches
-from actors.queues import inbox
-from actors.telegram.types import Update, parse_update
+from actors.telegram.types import Update
 from runtime.db import Queries
 from runtime.errors import DatabaseError
 from runtime.logs import get_logger
@@ -35,63 +34,6 @@ from runtime.logs import get_logger
 log = get_logger(__name__)
 
 CHAT_PATH = "/ws/chat"
-#: the name the person goes by in the updates of a local chat
-LOCAL_NAME = "you"
-
-
-def message_payload(chat_id: int, text: str) -> dict[str, Any]:
-    """A private-chat text message as Telegram sends it (ids filled in by the inbox)."""
-    person = {"id": chat_id, "is_bot": False, "first_name": LOCAL_NAME}
-    return {
-        "update_id": 0,
-        "message": {
-            "message_id": 0,
-            "date": int(time.time()),
-            "chat": {"id": chat_id, "type": "private", "first_name": LOCAL_NAME},
-            "from": person,
-            "text": text,
-        },
-    }
-
-
-def choice_payload(chat_id: int, client_id: str, message_id: int, data: str) -> dict[str, Any]:
-    """A tap on button ``data`` of message ``message_id``, as Telegram sends it."""
-    return {
-        "update_id": 0,
-        "callback_query": {
-            "id": f"{CALLBACK_PREFIX}{chat_id}:{client_id}",
-            "from": {"id": chat_id, "is_bot": False, "first_name": LOCAL_NAME},
-            "message": {
-                "message_id": message_id,
-                "date": int(time.time()),
-                "chat": {"id": chat_id, "type": "private", "first_name": LOCAL_NAME},
-            },
-            "chat_instance": "local",
-            "data": data,
-        },
-    }
-
-
-async def store_input(db: Queries, chat_id: int, frame: Send | Choose) -> tuple[int, Update] | None:
-    """Put a message or a choice in the inbox; its row and update, None when already there."""
-    key = f"local:{chat_id}:{frame.id}"
-    if isinstance(frame, Send):
-        payload = message_payload(chat_id, frame.text)
-        row_id = await inbox.insert_numbered(
-            db, key, chat_id, "message", payload, number_message=True
-        )
-        if row_id is None:
-            return None
-        payload["message"]["message_id"] = row_id
-    else:
-        payload = choice_payload(chat_id, frame.id, frame.message_id, frame.data)
-        row_id = await inbox.insert_numbered(
-            db, key, chat_id, "callback_query", payload, number_message=False
-        )
-        if row_id is None:
-            return None
-    payload["update_id"] = row_id
-    return row_id, parse_update(payload)
 
 
 def bearer(headers: Any) -> str:

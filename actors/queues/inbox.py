@@ -204,38 +204,6 @@ async def insert_update(
     return row_id
 
 
-_INSERT_NUMBERED = """
-WITH n AS (SELECT nextval(pg_get_serial_sequence('inbox', 'id')) AS v)
-INSERT INTO inbox (id, update_key, update_id, chat_id, kind, payload)
-SELECT v, $1, v, $2, $3,
-    CASE WHEN $5 THEN jsonb_set(jsonb_set($4::jsonb, '{update_id}', to_jsonb(v)),
-                                '{message,message_id}', to_jsonb(v))
-         ELSE jsonb_set($4::jsonb, '{update_id}', to_jsonb(v)) END
-FROM n
-ON CONFLICT (update_key) DO NOTHING RETURNING id
-"""
-
-
-async def insert_numbered(
-    db: Queries,
-    update_key: str,
-    chat_id: int,
-    kind: str,
-    payload: Mapping[str, Any],
-    *,
-    number_message: bool,
-) -> int | None:
-    """Store an update that takes its inbox row id as its ``update_id`` (and, with
-    ``number_message``, as its ``message.message_id``): the updates of local chats
-    (:mod:`actors.local`), which have no Telegram to number them. The row id, or None when
-    ``update_key`` is already stored."""
-    new = new_update(update_key, 0, chat_id, kind, payload)
-    row_id: int | None = await db.fetchval(
-        _INSERT_NUMBERED, new.update_key, new.chat_id, new.kind, new.payload_json, number_message
-    )
-    return row_id
-
-
 _INSERT_MANY = (
     "INSERT INTO inbox (update_key, update_id, chat_id, kind, payload) "
     "SELECT k, u, c, t, p::jsonb "

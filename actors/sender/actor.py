@@ -16,27 +16,18 @@ starting sender marks ``uncertain`` every open row still in flight — left by a
 process, or by this process's crashed sender (:class:`~actors.sender.policy.SenderLedger`):
 it was interrupted between request and record, and is never resent.
 
-Per request:
-
-* 429: wait exactly ``retry_after`` and resend;
-* 400 "can't parse entities": resend the same chunk as plain text;
-* pre-connect network errors and 5xx: retry after ``retry_base`` doubled per failure up to
-  ``retry_cap``, with jitter;
-* retryable failures go on until the row is ``deadline`` seconds old (by its ``created_at``,
-  so across restarts too); then it is ``failed``, logged (``sender.gave_up``) and counted
-  (:attr:`SenderActor.gave_up`);
-* may-have-been-delivered network errors (reset, read timeout...): ``uncertain``, NOT resent;
-* 403 and every other API error (400 chat not found, 401, 404): ``failed`` at once.
-
-A worker waiting out a failure keeps its row open; a closed sender stops waiting and leaves
-the row to the next start.
+Per request, the policy of :mod:`actors.sender.policy` (429, parse errors, retries up to the
+deadline, uncertain, failed). A worker waiting out a failure keeps its row open; a closed
+sender stops waiting and leaves the row to the next start. The local chats (``local``, a
+:class:`~actors.sender.store.ChunkTransport`) are not paced; a row of one waits in the outbox
+while its transport has no receiver (the worker ends; the transport wakes the sender).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 from typing import TypeVar
 
@@ -54,6 +45,7 @@ from actors.sender.policy import (
     SlidingWindowLimiter,
     Undelivered,
     describe,
+    wall_now,
 )
 from actors.sender.store import (
     ChunkTransport,
@@ -87,17 +79,13 @@ T = TypeVar("T")
 
 @attrs.frozen
 class OutboxReady:
-    """Sent by the chat actor after committing a reply: ``chat_id`` has outbox rows to send.
-    ``row``: the new row when the commit already started its first send attempt (it was the
-    chat's only open row; its first chunk is marked in flight): with no worker on the chat, it
-    is sent without reading it back."""
+    """Sent to the sender by the chat actor after committing a reply: ``chat_id`` has outbox
+    rows to send. ``row``: the new row when the commit already started its first send attempt
+    (it was the chat's only open row; its first chunk is marked in flight): with no worker on
+    the chat, it is sent without reading it back."""
 
     chat_id: int
     row: OutboxRow | None = None
-
-
-def wall_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @attrs.define(eq=False)
@@ -235,26 +223,20 @@ class SenderActor:
         chunk marked in flight by the chat actor's commit), sent before looking for more."""
         with structlog.contextvars.bound_contextvars(chat_id=chat_id):
             try:
-                # a row whose transport waits for a receiver ends the worker: the transport
-                # wakes the sender when one comes (unless that happened meanwhile: _again)
-                if (
-                    first is not None
-                    and not await self._send_row(first)
-                    and chat_id not in self._again
-                ):
-                    return
-                while not self._stopping:
+                rows = [] if first is None else [first]
+                while True:
+                    for row in rows:  # a row waiting for a receiver ends the worker (unless
+                        # the transport woke the sender meanwhile: _again)
+                        if not await self._send_row(row) and chat_id not in self._again:
+                            return
+                        if self._stopping:
+                            return
                     self._again.discard(chat_id)
                     rows = await self._db(
                         "read", partial(self.store.next_pending, chat_id, self.settings.batch_size)
                     )
                     if not rows and chat_id not in self._again:
                         return
-                    for row in rows:
-                        if not await self._send_row(row) and chat_id not in self._again:
-                            return
-                        if self._stopping:
-                            return
             finally:
                 self._workers.discard(chat_id)
                 self._again.discard(chat_id)
@@ -336,8 +318,6 @@ class SenderActor:
         while True:
             if local is None:
                 await self._pacer.wait(row.chat_id)
-            elif not local.reachable(row.chat_id):
-                return await self._wait_for_receiver(row, index, marked)
             if not marked:
                 mark = partial(self.store.mark_in_flight, row.id, index)
                 if await self._db("mark_in_flight", mark) is None:
@@ -346,11 +326,11 @@ class SenderActor:
             self.ledger.in_flight.add(row.id)
             attempts += 1
             try:
-                if local is not None:
-                    return await local.deliver(row, index, text, mode, last=last)
-                return await send_chunk(self.client, row, index, text, mode, last=last)
-            except Unreachable:
-                return await self._wait_for_receiver(row, index, True)
+                return await send_chunk(self.client, row, index, text, mode, last=last, via=local)
+            except Unreachable:  # no receiver on the chat's own transport: the row waits
+                await self._db("release", partial(self.store.release_in_flight, row.id, index, "-"))
+                self.ledger.in_flight.discard(row.id)
+                return Undelivered("waiting")
             except RateLimited as exc:
                 error: Exception = exc
                 delay = self.settings.default_retry_after
@@ -381,15 +361,6 @@ class SenderActor:
             rlog.warning(event, attempt=attempts, retry_after=delay, error=str(error))
             if not await self._wait(delay):
                 return Undelivered("closed")
-
-    async def _wait_for_receiver(self, row: OutboxRow, index: int, marked: bool) -> Undelivered:
-        """The chat's own transport has no receiver: the chunk is not in flight, the row stays
-        open (the transport wakes the sender when a receiver comes)."""
-        if marked:
-            release = partial(self.store.release_in_flight, row.id, index, "no receiver")
-            await self._db("release", release)
-        self.ledger.in_flight.discard(row.id)
-        return Undelivered("waiting")
 
     async def _blocked(self, chat_id: int, exc: ApiError) -> None:
         """A 403, or a 400 "chat not found": the chat cannot be written to (``on_blocked``)."""

@@ -95,13 +95,11 @@ class ChunkTransport(Protocol):
     """The delivery of the chats not on Telegram (the local chats' sockets,
     :class:`actors.local.hub.LocalHub`): one transport per chat kind. Its chats (``chats``)
     are not paced by Telegram's limits; a chunk a stopped sender left in flight is sent again
-    (their receiver drops duplicates); with no one to deliver to (``reachable`` False, or
-    ``deliver`` raising :class:`~actors.errors.Unreachable`) the row stays open until the
-    transport wakes the sender (``OutboxReady``)."""
+    (their receiver drops duplicates); with no one to deliver to (``deliver`` raising
+    :class:`~actors.errors.Unreachable`) the row stays open until the transport wakes the
+    sender (``OutboxReady``)."""
 
     chats: range
-
-    def reachable(self, chat_id: int) -> bool: ...
 
     async def deliver(
         self, row: OutboxRow, index: int, text: str, mode: str | None, *, last: bool
@@ -167,12 +165,22 @@ def plan_row(row: OutboxRow, limit: int = MAX_MESSAGE_UTF16) -> ChunkPlan:
 
 
 async def send_chunk(
-    client: MessageClient, row: OutboxRow, index: int, text: str, mode: str | None, *, last: bool
+    client: MessageClient,
+    row: OutboxRow,
+    index: int,
+    text: str,
+    mode: str | None,
+    *,
+    last: bool,
+    via: ChunkTransport | None = None,
 ) -> int:
-    """Hand chunk ``index`` of ``row`` to the Bot API; the Telegram message id it is recorded
-    under. A reply: sendMessage (the first chunk answers ``reply_to_message_id``, the last
-    carries the keyboard). An edit: the edited message's id; "message is not modified" counts
+    """Hand chunk ``index`` of ``row`` to the Bot API (or to ``via``, the transport of the
+    chat's kind when it is not Telegram); the message id it is recorded under. A reply:
+    sendMessage (the first chunk answers ``reply_to_message_id``, the last carries the
+    keyboard). An edit: the edited message's id; "message is not modified" counts
     as done (the message already shows it). Errors are the client's, for the sender's policy."""
+    if via is not None:
+        return await via.deliver(row, index, text, mode, last=last)
     target = row.edit_message_id
     if row.kind == "message" or target is None:
         reply_to = row.reply_to_message_id if index == 0 else None
