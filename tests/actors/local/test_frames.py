@@ -18,6 +18,7 @@ from actors.local.frames import (
     Hello,
     Notice,
     Send,
+    ServerFrame,
     Stored,
     Typing,
     choices_of,
@@ -33,7 +34,7 @@ def test_client_frames_round_trip() -> None:
 
 
 def test_server_frames_round_trip() -> None:
-    frames = [
+    frames: list[ServerFrame] = [
         Hello(2**53 + 1),
         Stored("c1"),
         Delivery(
