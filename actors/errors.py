@@ -21,3 +21,8 @@ class ModelUnavailable(EngramError):
 class ChatErased(EngramError):
     """The chat was erased (``/forget everything``) while its actor held some of it: the actor
     forgets what it holds in memory and reads its inbox afresh."""
+
+
+class Unreachable(EngramError):
+    """A chat's own transport (a local chat's socket, :mod:`actors.local`) has no one to deliver
+    to now: the sender leaves the row open until the transport wakes it again."""

@@ -48,6 +48,8 @@ from actors.chat.store import SqlChatStore
 from actors.chat.wakes import RunningTurns
 from actors.compactor import CompactorActor
 from actors.journal_owner import assign_unowned_entries
+from actors.local.endpoint import chat_blueprint
+from actors.local.hub import Edges, LocalHub
 from actors.queues.dedupe import DedupeCache
 from actors.queues.inbox_writer import InboxWriter
 from actors.queues.outbox import OutboxRow
@@ -59,16 +61,15 @@ from actors.sender.actor import OutboxReady, SenderActor
 from actors.sender.policy import SenderLedger, SenderSettings
 from actors.settings import Settings
 from actors.telegram.client import BotApiClient
-from actors.telegram.errors import BadRequest, TelegramError, TokenRejected, Unauthorized
 from actors.telegram.pairing import ChatAccess
-from actors.telegram.types import ALLOWED_UPDATES
+from actors.telegram.startup import introduce
 from actors.telegram.webhook import WEBHOOK_PATH, webhook_handler
 from memory.conversation.routine_summary import RoutineSummarizer
 from memory.patterns.stats import cost_today, next_day_start
 from runtime.actor import Address
 from runtime.asgi import AsgiApp
 from runtime.db import Database, Queries
-from runtime.errors import ActorError, SettingsError
+from runtime.errors import ActorError
 from runtime.http import Report
 from runtime.logs import get_logger
 from runtime.registry import Registry
@@ -130,6 +131,8 @@ class BotSystem:
     #: the Bot API client, shared with its owner (the composition root: the voice transcriber
     #: uses it too); when ``None`` the system opens its own (``bot_factory`` or the settings)
     bot: BotApiClient | None = None
+    telegram: bool = True  #: False: no Telegram at all (``engram chat --standalone``)
+    local: LocalHub = attrs.field(factory=LocalHub)  #: the local chats' clients (/ws/chat)
 
     _sender: Address[OutboxReady] | None = attrs.field(init=False, default=None)
     _sender_done: trio.Event = attrs.field(init=False, factory=trio.Event)
@@ -163,50 +166,47 @@ class BotSystem:
         # entries imported before each chat owned its journal (migration 012)
         await assign_unowned_entries(self.db, settings.telegram_allowed_chat_ids)
         async with self._open_bot() as bot, trio.open_nursery() as nursery:
-            username = await self._introduce(bot)
+            username = await self._introduce(bot) if self.telegram else None
+            self.local.poke = lambda chat_id: self._outbox_ready(chat_id, None)
             self._sender = await nursery.start(self._start_sender, bot)
-            deps = self._chat_deps(bot)
+            edges = Edges(self.local, bot if self.telegram else None)  # local chats: frames
+            deps = self._chat_deps(edges)
             registry: Registry[int, Any] = await nursery.start(self._chats(deps).run)
             self.live_chats = registry.__len__
             if self.compactor is not None:
                 await nursery.start(self.compactor.run)
             for job in self.background:
                 await nursery.start(job)
-            router: Router = await nursery.start(self._router(bot, registry, deps).run)
+            router: Router = await nursery.start(self._router(edges, registry, deps).run)
             if self.scheduler is not None:
                 run = partial(self.scheduler.run, wake_chat=router.wake)
                 await nursery.start(supervise, "scheduler", run, settings.restart_policy())
-            chats: ChatAccess = await nursery.start(self._access(router, username).run)
-            self.chat_access = chats
             routes: dict[str, AsgiApp] = {}
             drains: list[tuple[str, Callable[[], Awaitable[object]]]] = []
             if self.scheduler is not None:  # first: no new runs while the rest drains
                 drains.append(("scheduler", self.scheduler.aclose))
-            if self.polling:
-                await nursery.start(self._start_poller, bot, router, chats)
-                drains.append(("poller", self._stop_poller))
-            else:
-                writer: InboxWriter = await nursery.start(InboxWriter(self.db).run)
-                routes[WEBHOOK_PATH] = self._webhook(router, chats, writer)
+            if self.telegram:
+                chats: ChatAccess = await nursery.start(self._access(router, username).run)
+                self.chat_access = chats
+                if self.polling:
+                    await nursery.start(self._start_poller, bot, router, chats)
+                    drains.append(("poller", self._stop_poller))
+                else:
+                    writer: InboxWriter = await nursery.start(InboxWriter(self.db).run)
+                    routes[WEBHOOK_PATH] = self._webhook(router, chats, writer)
+            local_chat = chat_blueprint(self.db, self.local, settings.home, router.accepted)
             drains += [("router", router.aclose), ("chats", registry.aclose)]
             if self.compactor is not None:
                 drains.append(("compactor", self.compactor.aclose))
             drains.append(("sender", self._stop_sender))
-            handle = SystemHandle(routes=routes, drains=drains, reports=self.reports)
-            task_status.started(attrs.evolve(handle, blueprints=self.blueprints))
+            pages = [local_chat, *self.blueprints]
+            task_status.started(SystemHandle(pages, routes, drains=drains, reports=self.reports))
 
     # --- the start steps ---------------------------------------------------------------------
 
     async def _introduce(self, bot: BotApiClient) -> str | None:
         """getMe, the command menu and (webhook mode) setWebhook; the bot's username."""
-        username = await _check_bot(bot)
-        await _register_commands(bot, self.commands)
-        settings = self.settings
-        if not self.polling and settings.telegram_webhook_url:
-            await _register_webhook(
-                bot, settings.telegram_webhook_url, settings.telegram_secret_token.reveal()
-            )
-        return username
+        return await introduce(bot, self.settings, self.commands, polling=self.polling)
 
     async def _start_sender(
         self, bot: BotApiClient, *, task_status: trio.TaskStatus[Address[OutboxReady]]
@@ -221,7 +221,12 @@ class BotSystem:
         settings = self.settings
         sending = SenderSettings(retry_cap=settings.send_retry_cap, deadline=settings.send_deadline)
         actor = SenderActor(
-            self.db, bot, settings=sending, ledger=self.sender_ledger, on_blocked=self._blocked
+            self.db,
+            bot,
+            settings=sending,
+            ledger=self.sender_ledger,
+            on_blocked=self._blocked,
+            local=self.local,
         )
         try:
             await actor.run(task_status=task_status)
@@ -247,12 +252,12 @@ class BotSystem:
         except ActorError:  # the sender's sweep finds the row anyway
             log.warning("system.outbox_notify_failed", chat_id=chat_id)
 
-    def _chat_deps(self, bot: BotApiClient) -> ChatDeps:
+    def _chat_deps(self, edges: Edges) -> ChatDeps:
         settings = self.settings
         return ChatDeps(
             store=SqlChatStore(self.db),
             turns=self.turns,
-            bot=bot,
+            bot=edges,
             outbox_ready=self._outbox_ready,
             running=RunningTurns(),
             transcribe=self.transcribe,
@@ -283,9 +288,9 @@ class BotSystem:
             key_name="chat_id",
         )
 
-    def _router(self, bot: BotApiClient, registry: Registry[int, Any], deps: ChatDeps) -> Router:
+    def _router(self, edges: Edges, registry: Registry[int, Any], deps: ChatDeps) -> Router:
         return Router(
-            self.db, registry, bot, deps.running, wakes=deps.wakes, callbacks=deps.callbacks
+            self.db, registry, edges, deps.running, wakes=deps.wakes, callbacks=deps.callbacks
         )
 
     def _access(self, router: Router, username: str | None) -> ChatAccess:
@@ -339,57 +344,6 @@ class BotSystem:
             insert=writer.insert_update,
             strangers=chats.stranger,
         )
-
-
-async def _check_bot(bot: BotApiClient) -> str | None:
-    """getMe at start-up, for the bot's username: a rejected token stops the start
-    (:class:`TokenRejected`, exit 2); another failure is a warning (webhook mode must not
-    depend on Telegram)."""
-    with trio.move_on_after(10):
-        try:
-            me = await bot.get_me()
-        except Unauthorized:
-            raise TokenRejected() from None
-        except TelegramError as exc:
-            log.warning("system.get_me_failed", error=str(exc))
-            return None
-        log.info("system.bot", username=me.username, bot_id=me.id)
-        return me.username
-    log.warning("system.get_me_timeout")
-    return None
-
-
-async def _register_webhook(bot: BotApiClient, url: str, secret: str) -> None:
-    """setWebhook at start (TELEGRAM_WEBHOOK_URL): a URL Telegram refuses stops the start
-    (exit 2); Telegram unreachable is a warning (the webhook may be registered already)."""
-    with trio.move_on_after(10):
-        try:
-            await bot.set_webhook(url, secret, ALLOWED_UPDATES)
-        except Unauthorized:
-            raise TokenRejected() from None
-        except BadRequest as exc:
-            refused = f"Telegram refused it: {exc.description}"
-            raise SettingsError("TELEGRAM_WEBHOOK_URL", refused) from None
-        except TelegramError as exc:
-            log.warning("system.set_webhook_failed", error=str(exc))
-            return
-        log.info("system.webhook_set", url=url, allowed_updates=list(ALLOWED_UPDATES))
-        return
-    log.warning("system.set_webhook_timeout")
-
-
-async def _register_commands(bot: BotApiClient, commands: CommandTable) -> None:
-    """setMyCommands at start: the command table as Telegram's menu. A failure is a warning
-    (the commands work without the menu)."""
-    with trio.move_on_after(10):
-        try:
-            await bot.set_my_commands(commands.menu())
-        except TelegramError as exc:
-            log.warning("system.set_my_commands_failed", error=str(exc))
-            return
-        log.info("system.commands_registered", commands=[c.command for c in commands.menu()])
-        return
-    log.warning("system.set_my_commands_timeout")
 
 
 def _default_poller() -> Callable[..., Any]:

@@ -73,6 +73,11 @@ from runtime.db import Database, Queries
 from runtime.serve import serve
 from runtime.shutdown import Shutdown
 
+#: the Bot API client of a bot without Telegram (only local chats): never called, and a call
+#: by mistake fails at once (the discard port of the loopback)
+NO_TELEGRAM_TOKEN = "0:" + "x" * 35
+NO_TELEGRAM_URL = "http://127.0.0.1:9"
+
 
 def dashboard(settings: Settings, db: Database, services: MemoryServices, system: BotSystem) -> Any:
     """The dashboard's pages (``DASHBOARD_TOKEN`` is set)."""
@@ -279,6 +284,9 @@ async def open_bot(
     async with AsyncExitStack() as stack:
         usage = await stack.enter_async_context(open_usage_writer(db))  # off the turn's path
         token, api_url = settings.telegram_bot_token.reveal(), settings.telegram_api_base_url
+        if not token:  # no Telegram (engram chat --standalone): a client nothing calls
+            token, api_url = NO_TELEGRAM_TOKEN, NO_TELEGRAM_URL
+            system_options.setdefault("telegram", False)
         bot = await stack.enter_async_context(BotApiClient(token, base_url=api_url))
         transcribe = await stack.enter_async_context(voice_transcriber(settings, db, bot))
         # the SDK is imported once the process serves (or by the first call): not on start-up

@@ -27,6 +27,10 @@ ReadinessCheck = Callable[[], Awaitable[tuple[bool, str]]]
 #: a part of ``/readyz``'s body that does not decide readiness (e.g. the bot's heartbeat)
 Report = Callable[[], Mapping[str, Any]]
 
+#: the largest WebSocket message a client may send (bytes): hypercorn closes the socket (1009)
+#: past it; ``engram chat``'s frames are a few KB
+WEBSOCKET_MAX_MESSAGE = 64 * 1024
+
 #: seconds a handler of the app may wait for a request body (quart's BODY_TIMEOUT: 408 past
 #: it); a handler that never reads the body answers at once and the connection closes
 BODY_TIMEOUT = 10
@@ -102,6 +106,9 @@ def hypercorn_config(host: str, port: int, **overrides: Any) -> Config:
     config.graceful_timeout = 5.0
     config.keep_alive_timeout = 75.0
     config.h11_max_incomplete_size = 16 * 1024
+    config.websocket_max_message_size = WEBSOCKET_MAX_MESSAGE
+    # no websocket_ping_interval: hypercorn's ping task outlives the socket's close by up to one
+    # interval, holding its connection slot (tests/runtime/test_http_websocket.py)
     for key, value in overrides.items():
         setattr(config, key, value)
     return config

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from actors.cli import chat as chat_command
 from actors.cli import chats as chats_commands
 from actors.cli import config as config_command
 from actors.cli import dashboard as dashboard_command
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="get updates on POST /api/telegram (the default when TELEGRAM_WEBHOOK_URL is set)",
     )
     p.set_defaults(handler=cmd_serve, check=check_serve_settings, quiet_logs=False)
+    chat_command.register(sub)
     telegram_commands.register(sub)
     chats_commands.register(sub)
     config_command.register(sub)

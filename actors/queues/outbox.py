@@ -1,20 +1,18 @@
 """The durable outbox: replies waiting to be sent, in order per chat.
 
-Life of a row: ``pending`` -> ``sending`` (``attempts`` + 1 per send attempt) -> ``sent``, or
-``failed`` (a permanent error, or retryable ones past the sender's deadline), or ``uncertain``
-(a request may have reached Telegram but no answer was recorded: it is *not* resent, because a
-resend may duplicate the message). Open rows are ``pending`` and ``sending``.
+Life of a row: ``pending`` -> ``sending`` (``attempts`` + 1 per try) -> ``sent``, or ``failed`` (a
+permanent error, or retryable ones past the sender's deadline), or ``uncertain`` (a request may
+have reached Telegram but no answer was recorded: not resent, a resend may duplicate the
+message). Open rows are ``pending`` and ``sending``.
 
 Exactly once, or visibly uncertain: before a chunk is handed to the Bot API, ``mark_in_flight``
 commits its index in ``chunk_in_flight`` (synchronously: it must survive a crash of the
 database server too); ``record_chunk_sent`` then appends the chunk's Telegram message id, bumps
 ``chunks_sent`` (the resume point) and clears the mark, or ``release_in_flight`` clears it after
 an answer that proves the chunk was not delivered (5xx, 429, a refused connection). A row still
-marked when a sender starts (``recover_in_flight``) was interrupted between the request and its
-record: it becomes ``uncertain``.
-
-A reply is enqueued in the same transaction that marks its turn's inbox rows done
-(``commit_turn``), so an update is never done without its reply being durable.
+marked when a sender starts (``recover_in_flight``) becomes ``uncertain`` (a local chat's is
+sent again: its client drops duplicates). A reply is enqueued in the same transaction that
+marks its turn's inbox rows done (``commit_turn``): an update is never done without its reply.
 """
 
 from __future__ import annotations
@@ -194,19 +192,15 @@ async def commit_turn(
 ) -> OutboxRow:
     """Enqueue a turn's reply and mark its inbox rows done, atomically, in one statement (one
     round trip; on a connection in a transaction it commits with the rest); the new row.
-
     ``claim``: when the chat has no other open row, the row's first send attempt starts with
     it (``sending``, ``attempts`` 1, its first chunk in flight, as :func:`mark_in_flight` would,
     committed with the turn): the caller hands the row to the sender, which sends it without
     reading it back or marking it again. With an older open row it stays ``pending``, for the
-    sender to take in order.
-    The inbox rows must exist (:mod:`actors.queues.erased`): else nothing is written.
-
-    ``before``: more writes (e.g. a :class:`StatementCollector`'s) run in the same statement,
-    as data-modifying CTEs: all or nothing with the reply. They run on one snapshot, so they
-    must not depend on each other's effects; ``$n`` in their text must be parameters only.
-
-    ``reply_markup``: an inline keyboard (Bot API JSON) the sender sends with the last chunk."""
+    sender to take in order. The inbox rows must exist (:mod:`actors.queues.erased`): else
+    nothing is written. ``before``: more writes (e.g. a :class:`StatementCollector`'s) run in the
+    same statement, as data-modifying CTEs: all or nothing with the reply. They run on one
+    snapshot, so they must not depend on each other's effects; ``$n`` in their text must be
+    parameters only. ``reply_markup``: an inline keyboard (Bot API JSON) for the last chunk."""
     args: list[Any] = [chat_id, text, parse_mode, reply_to_message_id]
     args += [list(dict.fromkeys(inbox_ids)), claim, list(OPEN_STATUSES)]
     args.append(None if reply_markup is None else json.dumps(reply_markup))
@@ -349,19 +343,24 @@ async def release_in_flight(db: Queries, row_id: int, chunk: int, error: str) ->
     return found is not None
 
 
-async def recover_in_flight(db: Queries, row_ids: Sequence[int] | None = None) -> list[OutboxRow]:
-    """Open rows with a chunk in flight (only ``row_ids``, when given) become ``uncertain``: a
-    sender stopped between handing the chunk to the Bot API and recording the outcome, so it
-    may or may not have been delivered, and it is never resent. Returns those rows (final)."""
+async def recover_in_flight(
+    db: Queries, row_ids: Sequence[int] | None = None, *, redeliver: range = range(0)
+) -> list[OutboxRow]:
+    """Open rows with a chunk in flight (only ``row_ids``) become ``uncertain`` (never resent),
+    returned; rows of chats in ``redeliver`` (local chats) stay open, to be sent again."""
+    again = "chat_id BETWEEN $3::bigint AND $4::bigint"
     recs = await db.fetch(
-        "UPDATE outbox SET status = 'uncertain', last_error = 'chunk ' || (chunk_in_flight + 1) "
-        "|| ' was in flight when its sender stopped: delivery unknown, not resent' "
-        "WHERE status = ANY($1::text[]) AND chunk_in_flight IS NOT NULL "
+        f"UPDATE outbox SET status = CASE WHEN {again} THEN status ELSE 'uncertain' END, "
+        f"chunk_in_flight = CASE WHEN {again} THEN NULL ELSE chunk_in_flight END, "
+        "last_error = 'chunk ' || (chunk_in_flight + 1) || ' was in flight when its sender "
+        f"stopped: ' || CASE WHEN {again} THEN 'sent again' ELSE 'delivery unknown, not resent' "
+        "END WHERE status = ANY($1::text[]) AND chunk_in_flight IS NOT NULL "
         f"AND ($2::bigint[] IS NULL OR id = ANY($2::bigint[])) RETURNING {_COLUMNS}",
-        list(OPEN_STATUSES),
-        None if row_ids is None else list(row_ids),
+        *(list(OPEN_STATUSES), None if row_ids is None else list(row_ids)),
+        *((redeliver.start, redeliver.stop - 1) if redeliver else (1, 0)),
     )
-    return sorted((OutboxRow.from_record(r) for r in recs), key=lambda r: r.id)
+    rows = (OutboxRow.from_record(r) for r in recs)
+    return sorted((r for r in rows if r.status == "uncertain"), key=lambda r: r.id)
 
 
 async def mark_sent(db: Queries, row_id: int) -> bool:

@@ -16,27 +16,18 @@ starting sender marks ``uncertain`` every open row still in flight — left by a
 process, or by this process's crashed sender (:class:`~actors.sender.policy.SenderLedger`):
 it was interrupted between request and record, and is never resent.
 
-Per request:
-
-* 429: wait exactly ``retry_after`` and resend;
-* 400 "can't parse entities": resend the same chunk as plain text;
-* pre-connect network errors and 5xx: retry after ``retry_base`` doubled per failure up to
-  ``retry_cap``, with jitter;
-* retryable failures go on until the row is ``deadline`` seconds old (by its ``created_at``,
-  so across restarts too); then it is ``failed``, logged (``sender.gave_up``) and counted
-  (:attr:`SenderActor.gave_up`);
-* may-have-been-delivered network errors (reset, read timeout...): ``uncertain``, NOT resent;
-* 403 and every other API error (400 chat not found, 401, 404): ``failed`` at once.
-
-A worker waiting out a failure keeps its row open; a closed sender stops waiting and leaves
-the row to the next start.
+Per request, the policy of :mod:`actors.sender.policy` (429, parse errors, retries up to the
+deadline, uncertain, failed). A worker waiting out a failure keeps its row open; a closed
+sender stops waiting and leaves the row to the next start. The local chats (``local``, a
+:class:`~actors.sender.store.ChunkTransport`) are not paced; a row of one waits in the outbox
+while its transport has no receiver (the worker ends; the transport wakes the sender).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from functools import partial
 from typing import TypeVar
 
@@ -44,6 +35,7 @@ import attrs
 import structlog
 import trio
 
+from actors.errors import Unreachable
 from actors.queues.outbox import OutboxRow
 from actors.sender.db_retry import retry_db
 from actors.sender.policy import (
@@ -53,8 +45,10 @@ from actors.sender.policy import (
     SlidingWindowLimiter,
     Undelivered,
     describe,
+    wall_now,
 )
 from actors.sender.store import (
+    ChunkTransport,
     DbOutbox,
     MessageClient,
     OutboxStore,
@@ -85,17 +79,13 @@ T = TypeVar("T")
 
 @attrs.frozen
 class OutboxReady:
-    """Sent by the chat actor after committing a reply: ``chat_id`` has outbox rows to send.
-    ``row``: the new row when the commit already started its first send attempt (it was the
-    chat's only open row; its first chunk is marked in flight): with no worker on the chat, it
-    is sent without reading it back."""
+    """Sent to the sender by the chat actor after committing a reply: ``chat_id`` has outbox
+    rows to send. ``row``: the new row when the commit already started its first send attempt
+    (it was the chat's only open row; its first chunk is marked in flight): with no worker on
+    the chat, it is sent without reading it back."""
 
     chat_id: int
     row: OutboxRow | None = None
-
-
-def wall_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @attrs.define(eq=False)
@@ -119,6 +109,8 @@ class SenderActor:
     on_blocked: Callable[[int, str], Awaitable[object]] | None = attrs.field(
         default=None, kw_only=True
     )
+    #: the transport of the chats not on Telegram (the local chats), if any
+    local: ChunkTransport | None = attrs.field(default=None, kw_only=True)
     store: OutboxStore = attrs.field(init=False)
     _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
     _workers: set[int] = attrs.field(init=False, factory=set)
@@ -129,7 +121,8 @@ class SenderActor:
     _sweep_scope: trio.CancelScope = attrs.field(init=False, factory=trio.CancelScope)
 
     def __attrs_post_init__(self) -> None:
-        self.store = self.db if isinstance(self.db, OutboxStore) else DbOutbox(self.db)
+        redeliver = self.local.chats if self.local is not None else range(0)
+        self.store = self.db if isinstance(self.db, OutboxStore) else DbOutbox(self.db, redeliver)
         if self.limiter is None:
             self.limiter = SlidingWindowLimiter(
                 self.settings.global_rate, self.settings.global_period
@@ -230,32 +223,34 @@ class SenderActor:
         chunk marked in flight by the chat actor's commit), sent before looking for more."""
         with structlog.contextvars.bound_contextvars(chat_id=chat_id):
             try:
-                if first is not None:
-                    await self._send_row(first)
-                while not self._stopping:
+                rows = [] if first is None else [first]
+                while True:
+                    for row in rows:  # a row waiting for a receiver ends the worker (unless
+                        # the transport woke the sender meanwhile: _again)
+                        if not await self._send_row(row) and chat_id not in self._again:
+                            return
+                        if self._stopping:
+                            return
                     self._again.discard(chat_id)
                     rows = await self._db(
                         "read", partial(self.store.next_pending, chat_id, self.settings.batch_size)
                     )
                     if not rows and chat_id not in self._again:
                         return
-                    for row in rows:
-                        await self._send_row(row)
-                        if self._stopping:
-                            return
             finally:
                 self._workers.discard(chat_id)
                 self._again.discard(chat_id)
                 self._pacer.forget_old(self._workers)
 
-    async def _send_row(self, row: OutboxRow) -> None:
+    async def _send_row(self, row: OutboxRow) -> bool:
         """Deliver the row's remaining chunks, each recorded (the last one with the row
-        ``sent``), or end it failed/uncertain, or leave it open (closed, stopping)."""
+        ``sent``), or end it failed/uncertain, or leave it open (closed, stopping). False when
+        it waits for its chat's transport to have a receiver."""
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id)
         plan = plan_row(row, self.settings.chunk_limit)  # an edit is one request
         if not plan.chunks:
             await self._finish(row, 0, 0, Undelivered("failed", "empty reply: nothing to send"))
-            return
+            return True
         if row.chunks_sent:
             rlog.info("sender.resuming", chunks_sent=row.chunks_sent, chunks=len(plan.chunks))
         deadline = self._deadline(row)
@@ -269,12 +264,13 @@ class SenderActor:
             marked = False
             if isinstance(result, Undelivered):
                 await self._finish(row, index, len(plan.chunks), result)
-                return
+                return result.outcome != "waiting"
             message_ids.append(result)
             if not await self._record(row.id, index, result, last=last):
                 rlog.info("sender.row_closed", chunk=index + 1)
-                return
+                return True
         rlog.info("sender.sent", chunks=len(plan.chunks), telegram_message_ids=message_ids)
+        return True
 
     def _deadline(self, row: OutboxRow) -> float:
         """The trio time after which no retry of the row starts (``deadline`` after its
@@ -286,6 +282,8 @@ class SenderActor:
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id, chunk=index + 1, chunks=total)
         if result.outcome == "closed":
             rlog.info("sender.row_closed")
+        elif result.outcome == "waiting":
+            rlog.info("sender.waiting_for_receiver")
         elif result.outcome == "uncertain":
             await self._db("uncertain", partial(self.store.mark_uncertain, row.id, result.error))
             self.ledger.uncertain += 1
@@ -316,8 +314,10 @@ class SenderActor:
         rlog = log.bind(chat_id=row.chat_id, outbox_id=row.id, chunk=index + 1)
         text, mode = chunk, parse_mode
         failures = attempts = 0
+        local = self.local if self.local is not None and row.chat_id in self.local.chats else None
         while True:
-            await self._pacer.wait(row.chat_id)
+            if local is None:
+                await self._pacer.wait(row.chat_id)
             if not marked:
                 mark = partial(self.store.mark_in_flight, row.id, index)
                 if await self._db("mark_in_flight", mark) is None:
@@ -326,7 +326,11 @@ class SenderActor:
             self.ledger.in_flight.add(row.id)
             attempts += 1
             try:
-                return await send_chunk(self.client, row, index, text, mode, last=last)
+                return await send_chunk(self.client, row, index, text, mode, last=last, via=local)
+            except Unreachable:  # no receiver on the chat's own transport: the row waits
+                await self._db("release", partial(self.store.release_in_flight, row.id, index, "-"))
+                self.ledger.in_flight.discard(row.id)
+                return Undelivered("waiting")
             except RateLimited as exc:
                 error: Exception = exc
                 delay = self.settings.default_retry_after

@@ -4,12 +4,25 @@ retry backoff and deadline, 429 waits, batching; the backoff itself is
 workers and the per-chat pacing in front of it (:class:`ChatPacer`), the :class:`SenderLedger` that
 outlives a restarted sender, and what an undelivered chunk ends as (:class:`Undelivered`). Timing
 uses only ``trio.sleep_until``/``trio.current_time``, so it runs on a MockClock.
+
+Per request:
+
+* 429: wait exactly ``retry_after`` and resend;
+* 400 "can't parse entities": resend the same chunk as plain text;
+* pre-connect network errors and 5xx: retry after ``retry_base`` doubled per failure up to
+  ``retry_cap``, with jitter;
+* retryable failures go on until the row is ``deadline`` seconds old (by its ``created_at``,
+  so across restarts too); then it is ``failed``, logged (``sender.gave_up``) and counted
+  (:attr:`~actors.sender.actor.SenderActor.gave_up`);
+* may-have-been-delivered network errors (reset, read timeout...): ``uncertain``, NOT resent;
+* 403 and every other API error (400 chat not found, 401, 404): ``failed`` at once.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection
+from datetime import UTC, datetime
 from typing import Literal
 
 import attrs
@@ -125,7 +138,12 @@ class ChatPacer:
                 del self._last[chat_id]
 
 
-Outcome = Literal["failed", "uncertain", "closed"]
+#: "waiting": the chat's own transport has no one to deliver to (the row stays open)
+Outcome = Literal["failed", "uncertain", "closed", "waiting"]
+
+
+def wall_now() -> datetime:
+    return datetime.now(UTC)
 
 
 @attrs.frozen

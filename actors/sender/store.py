@@ -29,6 +29,7 @@ from actors.telegram.errors import BadRequest, MalformedHtml
 from runtime.db import Queries
 
 __all__ = [
+    "ChunkTransport",
     "DbOutbox",
     "MessageClient",
     "OutboxStore",
@@ -90,11 +91,28 @@ class OutboxStore(Protocol):
     async def mark_uncertain(self, row_id: int, error: str) -> bool: ...
 
 
+class ChunkTransport(Protocol):
+    """The delivery of the chats not on Telegram (the local chats' sockets,
+    :class:`actors.local.hub.LocalHub`): one transport per chat kind. Its chats (``chats``)
+    are not paced by Telegram's limits; a chunk a stopped sender left in flight is sent again
+    (their receiver drops duplicates); with no one to deliver to (``deliver`` raising
+    :class:`~actors.errors.Unreachable`) the row stays open until the transport wakes the
+    sender (``OutboxReady``)."""
+
+    chats: range
+
+    async def deliver(
+        self, row: OutboxRow, index: int, text: str, mode: str | None, *, last: bool
+    ) -> int: ...
+
+
 @attrs.frozen
 class DbOutbox:
-    """:class:`OutboxStore` over the ``outbox`` table (see :mod:`actors.queues.outbox`)."""
+    """:class:`OutboxStore` over the ``outbox`` table (see :mod:`actors.queues.outbox`);
+    rows of the chats in ``redeliver`` are sent again after a stop (``recover_in_flight``)."""
 
     db: Queries
+    redeliver: range = range(0)
 
     async def chats_with_pending(self) -> list[int]:
         return await outbox.chats_with_pending(self.db)
@@ -116,7 +134,7 @@ class DbOutbox:
         return await outbox.release_in_flight(self.db, row_id, chunk, error)
 
     async def recover_in_flight(self, row_ids: Sequence[int] | None) -> list[OutboxRow]:
-        return await outbox.recover_in_flight(self.db, row_ids)
+        return await outbox.recover_in_flight(self.db, row_ids, redeliver=self.redeliver)
 
     async def mark_failed(self, row_id: int, error: str) -> bool:
         return await outbox.mark_failed(self.db, row_id, error)
@@ -147,12 +165,22 @@ def plan_row(row: OutboxRow, limit: int = MAX_MESSAGE_UTF16) -> ChunkPlan:
 
 
 async def send_chunk(
-    client: MessageClient, row: OutboxRow, index: int, text: str, mode: str | None, *, last: bool
+    client: MessageClient,
+    row: OutboxRow,
+    index: int,
+    text: str,
+    mode: str | None,
+    *,
+    last: bool,
+    via: ChunkTransport | None = None,
 ) -> int:
-    """Hand chunk ``index`` of ``row`` to the Bot API; the Telegram message id it is recorded
-    under. A reply: sendMessage (the first chunk answers ``reply_to_message_id``, the last
-    carries the keyboard). An edit: the edited message's id; "message is not modified" counts
+    """Hand chunk ``index`` of ``row`` to the Bot API (or to ``via``, the transport of the
+    chat's kind when it is not Telegram); the message id it is recorded under. A reply:
+    sendMessage (the first chunk answers ``reply_to_message_id``, the last carries the
+    keyboard). An edit: the edited message's id; "message is not modified" counts
     as done (the message already shows it). Errors are the client's, for the sender's policy."""
+    if via is not None:
+        return await via.deliver(row, index, text, mode, last=last)
     target = row.edit_message_id
     if row.kind == "message" or target is None:
         reply_to = row.reply_to_message_id if index == 0 else None
