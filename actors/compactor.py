@@ -98,6 +98,8 @@ class CompactorActor:
     compact: CompactOnce
     capacity: int = 64
     max_rounds: int = 10
+    #: called with the chat after a round that compacted something (the vault's ``mark``)
+    on_compacted: Callable[[int], None] | None = None
     #: the latest outcomes, newest last (observability and tests)
     outcomes: deque[CompactionOutcome] = attrs.field(factory=lambda: deque(maxlen=100))
     failures: int = 0
@@ -180,6 +182,8 @@ class CompactorActor:
                 log.error("compactor.failed", chat_id=chat_id, error=f"{type(exc).__name__}: {exc}")
                 return
             self.outcomes.append(outcome)
+            if outcome.status == "ok" and self.on_compacted is not None:
+                self.on_compacted(chat_id)
             if outcome.status == "failed":
                 self.failures += 1
             if outcome.status != "ok":

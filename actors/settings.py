@@ -5,8 +5,9 @@
 :class:`~memory.settings.MemorySettings`, :class:`~actors.chat.settings.ChatSettings`,
 :class:`~actors.scheduler.settings.ProactiveSettings`,
 :class:`~actors.scheduler.routine_settings.RoutineSettings`,
-:class:`~actors.scheduler.heartbeat_settings.HeartbeatSettings` and
-:class:`~memory.vault.settings.VaultSettings`, in the
+:class:`~actors.scheduler.heartbeat_settings.HeartbeatSettings`,
+:class:`~memory.vault.settings.VaultSettings` and
+:class:`~actors.dashboard.settings.DashboardSettings`, in the
 README configuration table's order. Code that needs only one section takes that section's
 type; a ``Settings`` is all of them.
 """
@@ -20,6 +21,7 @@ from typing import ClassVar
 import attrs
 
 from actors.chat.settings import ChatSettings
+from actors.dashboard.settings import DashboardSettings
 from actors.scheduler.heartbeat_settings import HeartbeatSettings
 from actors.scheduler.routine_settings import RoutineSettings
 from actors.scheduler.settings import ProactiveSettings
@@ -36,6 +38,7 @@ from runtime.settings import load_settings as load_section
 # reverse so the repr starts with the process settings, like ``fields``.
 @attrs.frozen(kw_only=True, slots=False)
 class Settings(
+    DashboardSettings,
     VaultSettings,
     HeartbeatSettings,
     RoutineSettings,
@@ -58,6 +61,7 @@ class Settings(
         *RoutineSettings.fields,
         *HeartbeatSettings.fields,
         *VaultSettings.fields,
+        *DashboardSettings.fields,
     )
 
 

@@ -8,7 +8,7 @@ order, each component ready before the next:
     ├─ Registry[chat_id] -> ChatActor   (on demand, idle stop, restart on crash)
     ├─ CompactorActor       (when given) singleton: chats over their context budget -> patterns
     ├─ background jobs      (actors.wiring.JOBS: embedding backfill, retention purge, ...,
-    │                        the heartbeat, whose latest checks /readyz shows)
+    │                        the heartbeat, whose latest checks /readyz shows; the vault writer)
     ├─ Router               inbox notifications -> chat actors; recovery sweep
     ├─ Scheduler            (when given) supervised singleton: due jobs -> inbox rows, chats
     │                       woken; drained first at shutdown (the tick in hand ends)
@@ -73,18 +73,9 @@ from runtime.logs import get_logger
 from runtime.registry import Registry
 from runtime.serve import SystemHandle
 from runtime.shutdown import Shutdown
-from runtime.supervisor import RestartPolicy, supervise
+from runtime.supervisor import supervise
 
 log = get_logger(__name__)
-
-
-def restart_policy(settings: Settings) -> RestartPolicy:
-    return RestartPolicy(
-        backoff_base=settings.restart_backoff_base,
-        backoff_cap=settings.restart_backoff_cap,
-        max_restarts=settings.restart_max,
-        window=settings.restart_window,
-    )
 
 
 @attrs.define(eq=False)
@@ -107,6 +98,8 @@ class BotSystem:
     #: the singleton compactor (its ``request`` is the agent's ``on_over_budget``, given when the
     #: agent is built)
     compactor: CompactorActor | None = None
+    #: the vault writer's ``mark`` (VAULT=on): after every commit that queues a reply
+    vault_mark: Callable[[int], None] | None = None
     #: the singleton scheduler (due jobs -> inbox rows; started once the router can wake chats)
     scheduler: Scheduler | None = None
     #: the message offered after pairing (the check-ins' button): ChatAccess's ``offer``
@@ -128,6 +121,10 @@ class BotSystem:
     access_options: dict[str, Any] = attrs.field(factory=dict)
     #: the allowlist and pairing, once :meth:`run` started them
     chat_access: ChatAccess | None = attrs.field(init=False, default=None)
+
+    #: more pages of the HTTP app (the dashboard); how many chat actors run (once started)
+    blueprints: list[Any] = attrs.field(factory=list)
+    live_chats: Callable[[], int] = lambda: 0
 
     #: the Bot API client, shared with its owner (the composition root: the voice transcriber
     #: uses it too); when ``None`` the system opens its own (``bot_factory`` or the settings)
@@ -169,6 +166,7 @@ class BotSystem:
             self._sender = await nursery.start(self._start_sender, bot)
             deps = self._chat_deps(bot)
             registry: Registry[int, Any] = await nursery.start(self._chats(deps).run)
+            self.live_chats = registry.__len__
             if self.compactor is not None:
                 await nursery.start(self.compactor.run)
             for job in self.background:
@@ -176,7 +174,7 @@ class BotSystem:
             router: Router = await nursery.start(self._router(bot, registry, deps).run)
             if self.scheduler is not None:
                 run = partial(self.scheduler.run, wake_chat=router.wake)
-                await nursery.start(supervise, "scheduler", run, restart_policy(settings))
+                await nursery.start(supervise, "scheduler", run, settings.restart_policy())
             chats: ChatAccess = await nursery.start(self._access(router, username).run)
             self.chat_access = chats
             routes: dict[str, AsgiApp] = {}
@@ -193,7 +191,8 @@ class BotSystem:
             if self.compactor is not None:
                 drains.append(("compactor", self.compactor.aclose))
             drains.append(("sender", self._stop_sender))
-            task_status.started(SystemHandle(routes=routes, drains=drains, reports=self.reports))
+            handle = SystemHandle(routes=routes, drains=drains, reports=self.reports)
+            task_status.started(attrs.evolve(handle, blueprints=self.blueprints))
 
     # --- the start steps ---------------------------------------------------------------------
 
@@ -212,7 +211,7 @@ class BotSystem:
         self, bot: BotApiClient, *, task_status: trio.TaskStatus[Address[OutboxReady]]
     ) -> None:
         """The sender, supervised (outbox -> Telegram)."""
-        policy = restart_policy(self.settings)
+        policy = self.settings.restart_policy()
         await supervise("sender", partial(self._run_sender, bot), policy, task_status=task_status)
 
     async def _run_sender(
@@ -239,6 +238,8 @@ class BotSystem:
         await self._sender_done.wait()
 
     def _outbox_ready(self, chat_id: int, row: OutboxRow | None) -> None:
+        if self.vault_mark is not None:  # a commit: the chat's vault is out of date
+            self.vault_mark(chat_id)
         try:
             assert self._sender is not None
             self._sender.send_nowait(OutboxReady(chat_id, row))
@@ -276,7 +277,7 @@ class BotSystem:
             capacity=settings.mailbox_size,
             idle_timeout=settings.actor_idle_timeout,
             max_actors=settings.actor_max_live,
-            policy=restart_policy(settings),
+            policy=settings.restart_policy(),
             key_name="chat_id",
         )
 

@@ -35,6 +35,8 @@ from actors.chat.memory_commands import MemoryServices
 from actors.chat.model_asks import model_asks
 from actors.chat.proactive_commands import ChatReminders, Controls
 from actors.compactor import CompactorActor, sql_compactor
+from actors.dashboard.context import DashboardDeps
+from actors.dashboard.pages import dashboard_blueprint
 from actors.scheduler.gates import Limits
 from actors.scheduler.health_checks import Contact
 from actors.scheduler.heartbeat import Heartbeat, check_config, sql_heartbeat
@@ -45,6 +47,7 @@ from actors.settings import Settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
 from actors.telegram.types import Voice
+from actors.vault.writer import sql_vault_writer
 from memory.compaction.backlog import CompactionSweep, SqlBacklog
 from memory.conversation.purge import PurgeJob
 from memory.conversation.routine_summary import RoutineSummarizer
@@ -69,6 +72,22 @@ from runtime.cli import version
 from runtime.db import Database, Queries
 from runtime.serve import serve
 from runtime.shutdown import Shutdown
+
+
+def dashboard(settings: Settings, db: Database, services: MemoryServices, system: BotSystem) -> Any:
+    """The dashboard's pages (``DASHBOARD_TOKEN`` is set)."""
+    vault = vault_root(settings.vault_dir, settings.home) if settings.vault == "on" else None
+    deps = DashboardDeps(
+        db,
+        settings.dashboard_token.reveal(),
+        services,
+        vault_root=vault,
+        reports=system.reports,
+        allowed=settings.telegram_allowed_chat_ids,
+        live_actors=lambda: system.live_chats(),
+        on_change=system.vault_mark,
+    )
+    return dashboard_blueprint(deps)
 
 
 @attrs.frozen
@@ -284,6 +303,9 @@ async def open_bot(
             db, settings.timezone, routines, grace_s=settings.proactive_grace, poke=scheduler.poke
         )
         compactor = sql_compactor(db, memory_llm, embedder, settings, tools=tools)
+        vault = sql_vault_writer(settings, db)  # None when VAULT=off
+        if vault is not None:
+            compactor.on_compacted = vault.mark
         agent = sql_agent(
             db,
             llm,
@@ -332,13 +354,16 @@ async def open_bot(
             commands=command_table(
                 services, taps, [*controls.commands(), *export_command(parts).commands()]
             ),
-            background=[job.run for job in jobs],
+            background=[job.run for job in jobs] + ([vault.run] if vault is not None else []),
             reports=[("heartbeat", job.report) for job in jobs if isinstance(job, Heartbeat)],
             compactor=compactor,
+            vault_mark=None if vault is None else vault.mark,
             routines={routine.name: routine for routine in routines},
             routine_summarizer=RoutineSummarizer(memory_llm),
             scheduler=scheduler,
             pair_offer=controls.pair_offer,
             **system_options,
         )
+        if settings.dashboard_token:
+            system.blueprints.append(dashboard(settings, db, services, system))
         yield Bot(parts, jobs, system)

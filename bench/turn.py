@@ -469,10 +469,11 @@ class TimedBotApi(BotApiClient):
         params: Mapping[str, object] | None = None,
         *,
         read_timeout: float | None = None,
+        files: Mapping[str, tuple[str, bytes, str]] | None = None,
     ) -> object:
         start = now()
         try:
-            return await super().call(method, params, read_timeout=read_timeout)
+            return await super().call(method, params, read_timeout=read_timeout, files=files)
         finally:
             self._rec.bot(method, start, now() - start)
 

@@ -74,9 +74,10 @@ class MemorySettings(SettingsSection):
         Field(
             "MESSAGE_RETENTION_DAYS",
             "message_retention_days",
-            "7",
+            "0",
             int_range(0, 36_500),
-            "Compacted messages are hard-deleted after this many days (0 keeps them forever).",
+            "Days after which compacted messages are hard-deleted; 0 (the default) keeps the "
+            "exact words forever (recall_conversation still finds them).",
         ),
         Field(
             "MAINTENANCE_INTERVAL",

@@ -19,6 +19,7 @@ from runtime.db_url import database_url, redact_url, url_passwords
 from runtime.errors import SettingsError
 from runtime.parsers import choice, float_range, host, int_range
 from runtime.settings import Field, SettingsSection
+from runtime.supervisor import RestartPolicy
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
@@ -238,6 +239,15 @@ class ProcessSettings(SettingsSection):
     restart_backoff_cap: float
     restart_max: int
     restart_window: float
+
+    def restart_policy(self) -> RestartPolicy:
+        """The supervisors' restart policy (RESTART_*)."""
+        return RestartPolicy(
+            backoff_base=self.restart_backoff_base,
+            backoff_cap=self.restart_backoff_cap,
+            max_restarts=self.restart_max,
+            window=self.restart_window,
+        )
 
     def check(self) -> list[SettingsError]:
         problems = []

@@ -28,6 +28,19 @@ from runtime.migrate import apply_migrations
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """ENGRAM_HOME's default (the platform's user data folder) is a temporary one in tests: a
+    bot opened without ENGRAM_HOME (its markdown vault is written there) never writes to the
+    real one."""
+    import platformdirs
+
+    home = tmp_path_factory.mktemp("user-data")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(platformdirs, "user_data_dir", lambda *a, **k: str(home / "engram"))
+        yield home
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[Any]:
     """The embedded PostgreSQL (pgserver, with pgvector), started once per test session."""

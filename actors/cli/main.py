@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 
 from actors.cli import chats as chats_commands
 from actors.cli import config as config_command
+from actors.cli import dashboard as dashboard_command
 from actors.cli import doctor as doctor_command
 from actors.cli import journal as journal_commands
 from actors.cli import patterns as patterns_cli
 from actors.cli import systemd as systemd_command
 from actors.cli import telegram as telegram_commands
+from actors.cli import vault as vault_commands
 from runtime.cli import base_parser, run_cli
 from runtime.errors import SettingsError, settings_error
 
@@ -104,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     journal_commands.register(sub)
     patterns_cli.register(sub)
     doctor_command.register(sub)
+    vault_commands.register(sub)
+    dashboard_command.register(sub)
     return parser
 
 

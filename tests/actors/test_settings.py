@@ -12,6 +12,7 @@ import attrs
 import pytest
 
 from actors.chat.settings import ChatSettings
+from actors.dashboard.settings import DashboardSettings
 from actors.scheduler.heartbeat_settings import HeartbeatSettings
 from actors.scheduler.routine_settings import RoutineSettings
 from actors.scheduler.settings import ProactiveSettings
@@ -34,6 +35,7 @@ SECTIONS: tuple[type[SettingsSection], ...] = (
     RoutineSettings,
     HeartbeatSettings,
     VaultSettings,
+    DashboardSettings,
 )
 
 
@@ -47,7 +49,7 @@ def test_defaults() -> None:
     assert (s.llm_provider, s.anthropic_model) == ("anthropic", "claude-sonnet-4-6")
     assert (s.model_for("chat"), s.model_for("memory")) == ("claude-sonnet-4-6", "claude-haiku-4-5")
     assert s.prompt_cache_ttl == "5m"
-    assert s.message_retention_days == 7
+    assert s.message_retention_days == 0  # the exact words kept (issue 24)
 
 
 @pytest.mark.parametrize(

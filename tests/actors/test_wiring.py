@@ -15,6 +15,7 @@ from fakes.bot_api import DEFAULT_TOKEN, FakeBotApi, run_fake_bot_api
 
 from actors.settings import Settings, load_settings
 from actors.telegram.poller import Poller
+from actors.vault.writer import VaultWriter
 from actors.wiring import JOBS, Bot, open_bot
 from runtime.db import Database
 from runtime.shutdown import Shutdown
@@ -94,7 +95,11 @@ async def test_every_periodic_job_starts_with_its_interval_setting(
     codes: list[int] = []
     async with run_fake_bot_api() as fake:
         settings = bot_settings(
-            fake, fake_claude, MAINTENANCE_INTERVAL="4321", HEARTBEAT_INTERVAL="4321"
+            fake,
+            fake_claude,
+            MAINTENANCE_INTERVAL="4321",
+            HEARTBEAT_INTERVAL="4321",
+            MESSAGE_RETENTION_DAYS="7",  # a purge set (the default 0 keeps all: no job runs)
         )
         async with serving(settings, db, codes) as bot:
             assert [job.name for job in JOBS] == [
@@ -105,7 +110,9 @@ async def test_every_periodic_job_starts_with_its_interval_setting(
                 "heartbeat",
                 "pattern_ttl",
             ]
-            assert bot.system.background == [job.run for job in bot.jobs]
+            # the jobs, then the vault writer (VAULT=on)
+            assert bot.system.background[:-1] == [job.run for job in bot.jobs]
+            assert isinstance(getattr(bot.system.background[-1], "__self__", None), VaultWriter)
             for spec, job in zip(JOBS, bot.jobs, strict=True):
                 if spec.interval is not None:
                     assert job.interval == getattr(settings, spec.interval) == 4321.0, spec.name

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import trio
 
+from actors.settings import load_settings
 from memory.conversation.purge import PurgeJob, purge_compacted
+from memory.tools.memory_tools import memory_registry
+from memory.tools.registry import ToolContext
 from runtime.db import Database
 
 NOW = datetime(2024, 5, 20, 12, 0, tzinfo=UTC)
@@ -69,3 +73,34 @@ async def test_job_purges_at_start_and_keeps_running(db: Database) -> None:
         nursery.cancel_scope.cancel()
     assert job.deleted == 1 and job.failures == 0
     assert await remaining(db) == [keep]
+
+
+async def test_by_default_the_exact_words_stay_and_recall_finds_them_after_the_purge(
+    db: Database,
+) -> None:
+    """Issue 24 item 1: MESSAGE_RETENTION_DAYS defaults to 0, so the purge job with the default
+    settings keeps a message compacted a year ago, and recall_conversation still finds it."""
+    settings = load_settings({}, dotenv=None)
+    assert settings.message_retention_days == 0
+    said = "the locker code at the gym is 4417"
+    row = await db.fetchval(
+        "INSERT INTO chat_messages (chat_id, role, content, compacted_at, created_at) "
+        "VALUES (7, 'user', $1, $2, $2) RETURNING id",
+        said,
+        NOW - timedelta(days=365),
+    )
+    job = PurgeJob(db, retention_days=settings.message_retention_days, interval=3600)
+    await job.run_once()
+    assert await remaining(db) == [row]
+    context = ToolContext(db=db, embedder=None, chat_id=7, timezone="UTC", now=NOW)
+    outcome = await memory_registry().call(
+        "recall_conversation", {"query": "gym locker code"}, context
+    )
+    found = json.loads(outcome.content)["messages"]
+    assert [(m["text"], m["compacted"]) for m in found] == [(said, True)]
+    # a purge the operator sets does delete it (and recall no longer finds it)
+    assert await purge_compacted(db, 30, now=NOW) == 1
+    outcome = await memory_registry().call(
+        "recall_conversation", {"query": "gym locker code"}, context
+    )
+    assert json.loads(outcome.content)["messages"] == []
