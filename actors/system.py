@@ -42,6 +42,7 @@ from actors.chat.callbacks import Callbacks, CallbackTable
 from actors.chat.command_base import CommandTable
 from actors.chat.commands import command_table
 from actors.chat.deps import ChatDeps, Transcriber
+from actors.chat.drafts import BotDraftSink, Drafts
 from actors.chat.proactive import Proactive
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import RunningTurns
@@ -165,6 +166,8 @@ class BotSystem:
             username = await self._introduce(bot)
             self._sender = await nursery.start(self._start_sender, bot)
             deps = self._chat_deps(bot)
+            if deps.drafts is not None:  # streamed replies: their tasks outlive each turn
+                await nursery.start(deps.drafts.run)
             registry: Registry[int, Any] = await nursery.start(self._chats(deps).run)
             self.live_chats = registry.__len__
             if self.compactor is not None:
@@ -266,6 +269,7 @@ class BotSystem:
             proactive=Proactive(
                 self.db, self.routines, settings.timezone, summarizer=self.routine_summarizer
             ),
+            drafts=Drafts(BotDraftSink(bot), settings.stream_replies, settings.draft_interval),
         )
 
     def _chats(self, deps: ChatDeps) -> Registry[int, Any]:

@@ -15,6 +15,7 @@ from actors.agent.turn import TurnHandler
 from actors.chat.callbacks import Callbacks
 from actors.chat.command_base import CommandTable
 from actors.chat.commands import command_table
+from actors.chat.drafts import Drafts
 from actors.chat.proactive import Proactive
 from actors.chat.store import ChatStore
 from actors.chat.wakes import PendingWakes, RunningTurns
@@ -65,3 +66,5 @@ class ChatDeps:
     #: due routine runs and reminders: the routines by name, the gates, the summaries (None:
     #: such rows are skipped; see :mod:`actors.chat.due_runs`)
     proactive: Proactive | None = None
+    #: each turn's streamed draft (STREAM_REPLIES; None: not streamed)
+    drafts: Drafts | None = None
