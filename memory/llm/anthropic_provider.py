@@ -38,11 +38,9 @@ from memory.llm.protocol import (
     StopReason,
     System,
     TextBlock,
-    TextDelta,
     TokenUsage,
     ToolResultBlock,
     ToolSpec,
-    ToolStarted,
     ToolUseBlock,
 )
 from memory.llm.provider_calls import (
@@ -53,7 +51,6 @@ from memory.llm.provider_calls import (
     invalid_response,
     status_error,
 )
-from memory.llm.streaming import StreamTally, emit
 from runtime.concurrency import AsyncClosing
 from runtime.db import Queries
 from runtime.logs import get_logger
@@ -183,51 +180,6 @@ _SDK_ERRORS = SdkErrors(
 )
 
 
-#: the HTTP status of each error type, for an ``error`` event that arrives in a stream
-#: already answered 200 (overloaded mid-stream is a 529, to be retried like one)
-ERROR_TYPE_STATUS = {
-    "invalid_request_error": 400,
-    "authentication_error": 401,
-    "permission_error": 403,
-    "not_found_error": 404,
-    "request_too_large": 413,
-    "rate_limit_error": 429,
-    "api_error": 500,
-    "overloaded_error": 529,
-}
-
-
-async def stream_message(
-    client: anthropic.AsyncAnthropic, params: dict[str, Any], on_event: OnEvent, tally: StreamTally
-) -> ApiMessage:
-    """One streamed Messages API call (the SDK's ``messages.stream``): text deltas and tool
-    starts to ``on_event``, the tokens so far in ``tally``; the final message, as ``create``
-    would have answered it."""
-    async with client.messages.stream(**params) as stream:
-        async for event in stream:
-            if event.type == "message_start":
-                usage = event.message.usage
-                written = usage.cache_creation_input_tokens or 0
-                read = usage.cache_read_input_tokens or 0
-                split = usage.cache_creation
-                tally.input_tokens = usage.input_tokens + written + read
-                tally.cache_read_tokens, tally.cache_write_tokens = read, written
-                tally.cache_write_1h_tokens = (
-                    min(written, split.ephemeral_1h_input_tokens) if split is not None else 0
-                )
-            elif event.type == "text":
-                tally.output_chars += len(event.text)
-                emit(on_event, TextDelta(event.text))
-            elif event.type == "input_json":
-                tally.output_chars += len(event.partial_json)
-            elif event.type == "content_block_start" and event.content_block.type == "tool_use":
-                tally.output_chars += len(event.content_block.name)
-                emit(on_event, ToolStarted(event.content_block.name))
-            elif event.type == "message_delta":
-                tally.output_tokens = event.usage.output_tokens
-        return await stream.get_final_message()
-
-
 class AnthropicLLM(AsyncClosing):
     """:class:`memory.llm.protocol.LLM` for Claude; owns its SDK client (close it with
     ``aclose``)."""
@@ -280,16 +232,12 @@ class AnthropicLLM(AsyncClosing):
         if tools:
             params["tools"] = tool_params(tools)
 
-        tally = StreamTally()
-
         async def send() -> ApiMessage:
             # messages.create warns (DeprecationWarning) on every call with a model it lists
             # as deprecated; we log that once, above. The filter is inserted per call (no
             # await in between): a test run's warning filters are reset per test phase.
             warnings.filterwarnings("ignore", self._deprecation, DeprecationWarning)
-            if on_event is None:
-                return cast(ApiMessage, await self._client.messages.create(**params))
-            return await stream_message(self._client, params, on_event, tally)
+            return cast(ApiMessage, await self._client.messages.create(**params))
 
         return await call_and_record(
             self._db,
@@ -301,18 +249,14 @@ class AnthropicLLM(AsyncClosing):
             classify=self._classify,
             usage=_usage,
             parse=self._parse,
-            partial=tally.usage if on_event is not None else None,
         )
 
     def _classify(self, exc: Exception) -> LLMError | None:
         ctx = self._ctx
         if isinstance(exc, anthropic.APIStatusError):
-            status = exc.status_code
-            if status < 400:  # an ``error`` event inside a 200 stream: its type says which
-                status = ERROR_TYPE_STATUS.get(str(exc.type), 500)
             return status_error(
                 ctx,
-                status,
+                exc.status_code,
                 error_type=exc.type,
                 message=exc.api_message or exc.message,
                 request_id=exc.request_id,

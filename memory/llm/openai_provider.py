@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import base64
 import json
-import math
 from collections.abc import Sequence
 from typing import Any, Literal, cast
 
 import openai
-from openai.lib.streaming.chat import ChatCompletionStreamState
 from openai.types.chat import ChatCompletion
 
-from memory.errors import LLMError, LLMUnavailable
+from memory.errors import LLMError
 from memory.llm.cost import DEFAULT_RATES, RateTable
 from memory.llm.protocol import (
     Block,
@@ -36,11 +34,9 @@ from memory.llm.protocol import (
     StopReason,
     System,
     TextBlock,
-    TextDelta,
     TokenUsage,
     ToolResultBlock,
     ToolSpec,
-    ToolStarted,
     ToolUseBlock,
     system_text,
 )
@@ -51,9 +47,7 @@ from memory.llm.provider_calls import (
     classify_sdk_error,
     invalid_response,
     status_error,
-    transport_error,
 )
-from memory.llm.streaming import CHARS_PER_TOKEN, StreamTally, emit
 from runtime.concurrency import AsyncClosing
 from runtime.db import Queries
 
@@ -141,39 +135,6 @@ _SDK_ERRORS = SdkErrors(
 )
 
 
-def estimate_tokens(*parts: Any) -> int:
-    """Tokens of a request's parts, estimated from their JSON (~4 characters each)."""
-    return math.ceil(len(json.dumps(parts, default=str)) / CHARS_PER_TOKEN)
-
-
-async def stream_completion(
-    client: openai.AsyncOpenAI, params: dict[str, Any], on_event: OnEvent, tally: StreamTally
-) -> ChatCompletion:
-    """One streamed chat completion (``stream=True``, usage asked for at the end): content
-    deltas and tool starts to ``on_event``, the output so far in ``tally``; the chunks
-    accumulated by the SDK's :class:`ChatCompletionStreamState` into the completion ``create``
-    would have answered."""
-    state: ChatCompletionStreamState[Any] = ChatCompletionStreamState()
-    stream = await client.chat.completions.create(
-        **params, stream=True, stream_options={"include_usage": True}
-    )
-    async with stream:
-        async for chunk in stream:
-            state.handle_chunk(chunk)
-            for choice in chunk.choices[:1]:
-                if choice.delta.content:
-                    tally.output_chars += len(choice.delta.content)
-                    emit(on_event, TextDelta(choice.delta.content))
-                for call in choice.delta.tool_calls or ():
-                    function = call.function
-                    if function is not None and function.name:
-                        tally.output_chars += len(function.name)
-                        emit(on_event, ToolStarted(function.name))
-                    if function is not None and function.arguments:
-                        tally.output_chars += len(function.arguments)
-    return state.get_final_completion()
-
-
 class OpenAICompatibleLLM(AsyncClosing):
     """:class:`memory.llm.protocol.LLM` over chat completions; owns its SDK client (``aclose`` it).
 
@@ -225,14 +186,8 @@ class OpenAICompatibleLLM(AsyncClosing):
         if tools:  # the API rejects an empty tools array
             params["tools"] = function_tools(tools)
 
-        tally = StreamTally()
-
         async def send() -> ChatCompletion:
-            if on_event is None:
-                return cast(ChatCompletion, await self._client.chat.completions.create(**params))
-            # usage comes only at the stream's end: a stopped one is billed on estimates
-            tally.input_tokens = estimate_tokens(params["messages"], params.get("tools"))
-            return await stream_completion(self._client, params, on_event, tally)
+            return cast(ChatCompletion, await self._client.chat.completions.create(**params))
 
         return await call_and_record(
             self._db,
@@ -244,13 +199,10 @@ class OpenAICompatibleLLM(AsyncClosing):
             classify=self._classify,
             usage=_usage,
             parse=self._parse,
-            partial=tally.usage if on_event is not None else None,
         )
 
     def _classify(self, exc: Exception) -> LLMError | None:
         ctx = self._ctx
-        if type(exc) is openai.APIError:  # an error chunk inside a stream answered 200
-            return transport_error(ctx, LLMUnavailable, f"error mid-stream: {exc.message}")
         if isinstance(exc, openai.APIStatusError):
             body = exc.body if isinstance(exc.body, dict) else {}
             message = body.get("message")

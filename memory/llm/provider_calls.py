@@ -145,7 +145,6 @@ async def call_and_record(
     classify: Callable[[Exception], LLMError | None],
     usage: Callable[[R], TokenUsage | tuple[int, int]],
     parse: Callable[[R], Completion],
-    partial: Callable[[], TokenUsage] | None = None,
 ) -> Completion:
     """Run one provider call and write its ``api_usage`` row, whatever the outcome.
 
@@ -153,9 +152,7 @@ async def call_and_record(
     without prompt caching); the completion carries its cache counts. ``classify`` turns an
     SDK exception into our error (None: not an SDK error, re-raised); ``parse`` may raise
     :class:`LLMInvalidResponse` (logged as ok: the call was billed). Our errors are raised
-    outside the ``except`` block, so they carry no SDK exception. ``partial``: the tokens a
-    streamed call used so far; a call cancelled mid-stream is billed for them (its row is ok,
-    with the error ``stopped mid-stream``), else a cancelled call costs nothing.
+    outside the ``except`` block, so they carry no SDK exception.
     """
 
     async def record(**fields: Any) -> float:
@@ -175,21 +172,10 @@ async def call_and_record(
     try:
         raw = await send()
     except trio.Cancelled:
-        latency_ms = (trio.current_time() - started) * 1000
-        used = partial() if partial is not None else None
         with trio.move_on_after(CANCELLED_LOG_GRACE, shield=True):
-            if used is not None and (used.input_tokens or used.output_tokens):
-                await record(
-                    input_tokens=used.input_tokens,
-                    output_tokens=used.output_tokens,
-                    cache_read_tokens=used.cache_read_tokens,
-                    cache_write_tokens=used.cache_write_tokens,
-                    cache_write_1h_tokens=used.cache_write_1h_tokens,
-                    latency_ms=latency_ms,
-                    error="stopped mid-stream",
-                )
-            else:
-                await record(latency_ms=latency_ms, ok=False, error="cancelled")
+            await record(
+                latency_ms=(trio.current_time() - started) * 1000, ok=False, error="cancelled"
+            )
         raise
     except Exception as exc:
         failure = classify(exc)

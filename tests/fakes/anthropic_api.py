@@ -43,7 +43,6 @@ requests. Every request is recorded in ``fake.requests`` (headers without the ke
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import itertools
 import json
@@ -65,9 +64,6 @@ from hypercorn.config import Config
 from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
-
-from fakes.anthropic_stream import StreamError, message_events
-from fakes.stream_pace import Pace
 
 DEFAULT_API_KEY = "sk-ant-api03-fakeanthropic-0123456789abcdefghijklmnopqrstuvwxyzABCDEF"
 #: 2026-10-21 is what the anthropic 2.x SDK sends
@@ -119,11 +115,7 @@ _BLOCK_FIELDS: Mapping[str, frozenset[str]] = {
     "text": frozenset({"type", "text", "cache_control", "citations"}),
     "tool_use": frozenset({"type", "id", "name", "input", "cache_control"}),
     "tool_result": frozenset({"type", "tool_use_id", "content", "is_error", "cache_control"}),
-    "image": frozenset({"type", "source", "cache_control"}),
 }
-#: what an image block may be (the API's limits: these types, 5 MB decoded)
-IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
-MAX_IMAGE_BYTES = 5 * 1024 * 1024
 _TOOL_FIELDS = frozenset({"name", "description", "input_schema", "cache_control", "type", "strict"})
 #: prompt caching: at most this many breakpoints a request, their TTLs in seconds, how many
 #: blocks before a breakpoint are looked up for a hit
@@ -178,7 +170,7 @@ def new_id(prefix: str) -> str:
 class Failure:
     """A scripted answer for ``fake.fail_next``: an error status, or a delay before answering."""
 
-    kind: str  # "status" | "slow" | "stream"
+    kind: str  # "status" | "slow"
     status: int = 0
     type: str = "api_error"
     message: str = ""
@@ -204,15 +196,6 @@ class Failure:
     @classmethod
     def error(cls, status: int, type: str, message: str) -> Failure:
         return cls("status", status, type, message)
-
-    @classmethod
-    def mid_stream(cls, after: int = 2, type: str = "overloaded_error") -> Failure:
-        """A streamed answer that breaks off with an ``error`` event after ``after`` deltas
-        (a request that does not stream gets the error as its status)."""
-        message = "Overloaded" if type == "overloaded_error" else "Internal server error"
-        return cls(
-            "stream", 529 if type == "overloaded_error" else 500, type, message, delay=float(after)
-        )
 
     @classmethod
     def slow(cls, seconds: float) -> Failure:
@@ -247,9 +230,6 @@ class RecordedRequest:
     #: the prompt-cache accounting and the ``usage`` of an answered request
     cache: CacheUsage | None = None
     usage: dict[str, Any] | None = None
-    #: a streamed answer: whether all of it was sent (False: the client went away first)
-    streamed: bool = False
-    stream_complete: bool | None = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -341,36 +321,8 @@ def _check_block(block: Any, role: str, where: str) -> None:
             raise _bad(f"{where}.tool_result.content: Input should be a valid string or list")
         if "is_error" in block and not isinstance(block["is_error"], bool):
             raise _bad(f"{where}.tool_result.is_error: Input should be a valid boolean")
-    elif kind == "image":
-        _check_image(block, role, where)
     elif kind in ("thinking", "redacted_thinking") and role != "assistant":
         raise _bad(f"{where}: {kind} blocks can only be in assistant messages")
-
-
-def _check_image(block: Mapping[str, Any], role: str, where: str) -> None:
-    if role != "user":
-        raise _bad(f"{where}: image blocks can only be in user messages")
-    source = block.get("source")
-    if not isinstance(source, dict):
-        raise _bad(f"{where}.image.source: Field required")
-    if source.get("type") == "url":
-        if not isinstance(source.get("url"), str) or not source["url"].startswith("https://"):
-            raise _bad(f"{where}.image.source.url: must be an https URL")
-        return
-    if source.get("type") != "base64":
-        raise _bad(f"{where}.image.source.type: Input should be 'base64' or 'url'")
-    if source.get("media_type") not in IMAGE_TYPES:
-        expected = ", ".join(f"'{t}'" for t in IMAGE_TYPES)
-        raise _bad(f"{where}.image.source.media_type: Input should be {expected}")
-    data = source.get("data")
-    try:
-        raw = base64.b64decode(data, validate=True) if isinstance(data, str) else None
-    except ValueError:
-        raw = None
-    if raw is None:
-        raise _bad(f"{where}.image.source.data: Input should be valid base64")
-    if len(raw) > MAX_IMAGE_BYTES:
-        raise _bad(f"{where}.image.source.base64: image exceeds 5 MB maximum: {len(raw)} bytes")
 
 
 def _blocks_of(message: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -573,8 +525,8 @@ def check_body(body: Any, models: Mapping[str, int] | None) -> list[str] | None:
     stops = body.get("stop_sequences", [])
     if not isinstance(stops, list) or not all(isinstance(s, str) and s.strip() for s in stops):
         raise _bad("stop_sequences: each stop sequence must be a non-empty string")
-    if "stream" in body and not isinstance(body["stream"], bool):
-        raise _bad("stream: Input should be a valid boolean")
+    if body.get("stream") not in (None, False):
+        raise _bad("stream: streaming is not supported by the fake")
     if models is not None:
         if model not in models:
             raise AnthropicHttpError(404, f"model: {model}", type="not_found_error")
@@ -722,8 +674,6 @@ class FakeAnthropic:
         self._failures: deque[Failure] = deque()
         self._request_ids = itertools.count(1)
         self.cache = PromptCache()
-        #: how fast streamed answers are written (first text delay, tokens per second)
-        self.pace = Pace()
         self.app = self._build_app()
 
     # --- scripting and inspection --------------------------------------------------------------
@@ -887,12 +837,8 @@ class FakeAnthropic:
             raise _bad(f"There was an error parsing the body of your request: {exc}") from None
         names = check_body(call.body, self.models)
         failure = self._failures.popleft() if self._failures else None
-        streaming = bool(call.body.get("stream"))
-        mid_stream: StreamError | None = None
         if failure is not None and failure.kind == "slow":
             await trio.sleep(failure.delay)
-        elif failure is not None and failure.kind == "stream" and streaming:
-            mid_stream = StreamError(int(failure.delay), failure.type, failure.message)
         elif failure is not None:
             headers = {}
             if failure.retry_after is not None:
@@ -950,14 +896,6 @@ class FakeAnthropic:
             "stop_sequence": None,
             "usage": usage,
         }
-        if streaming:
-            call.streamed = True
-
-            def done(complete: bool) -> None:
-                call.stream_complete = complete
-
-            events = message_events(payload, self.pace, mid_stream, done)
-            return Response(events, content_type="text/event-stream; charset=utf-8")
         return Response(json.dumps(payload), content_type="application/json")
 
 

@@ -20,9 +20,7 @@ unless ``chat_models`` is given), ``messages`` (non-empty; roles system/develope
 assistant/tool; an assistant's ``tool_calls`` answered by ``tool`` messages with matching
 ``tool_call_id`` right after it, and every ``tool`` message answering such a call), ``tools``
 (non-empty, ``type: function``, names ``^[a-zA-Z0-9_-]{1,64}$``, ``parameters`` an object
-schema), ``max_tokens``/``max_completion_tokens`` (not both, >= 1), ``n`` 1; ``stream``
-(chunks: :mod:`fakes.openai_stream`), ``stream_options`` only with it; ``image_url`` parts as
-data or http(s) URLs (``vision = False``: a text-only model's 400).
+schema), ``max_tokens``/``max_completion_tokens`` (not both, >= 1), ``n`` 1, no streaming.
 Scripted replies (text and/or tool calls, finish reason, usage) play in order, then
 ``default_chat_text``; a scripted call of a tool the request did not offer is answered 500.
 
@@ -64,9 +62,6 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.datastructures import FileStorage
 from werkzeug.exceptions import HTTPException
-
-from fakes.openai_stream import chunk_events
-from fakes.stream_pace import Pace
 
 DEFAULT_API_KEY = "sk-test-fakeopenai-0123456789abcdefghijklmnopqrstuvwxyz"
 TRANSCRIPTIONS = "audio.transcriptions"
@@ -236,9 +231,6 @@ class Call:
     content_type: str | None = None
     data: bytes = b""
     error: str | None = None
-    #: a streamed answer: whether all of it was sent (False: the client went away first)
-    streamed: bool = False
-    stream_complete: bool | None = None
 
 
 @attrs.frozen
@@ -283,7 +275,6 @@ _CHAT_FIELDS = frozenset(
         "top_p",
         "n",
         "stream",
-        "stream_options",
         "stop",
         "seed",
         "user",
@@ -377,37 +368,6 @@ def _check_content(message: Mapping[str, Any], where: str, *, nullable: bool) ->
             text = _required(part, "text", f"{where}.content[{k}]")
             if not isinstance(text, str):
                 raise _type_error(f"{where}.content[{k}].text", "a string", text)
-        elif part["type"] == "image_url":
-            _check_image_url(part, f"{where}.content[{k}]")
-
-
-#: what a data URL's image may be (the API's types)
-IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
-_DATA_URL = re.compile(r"data:(image/[a-z]+);base64,(.*)", re.DOTALL)
-
-
-def _check_image_url(part: Mapping[str, Any], where: str) -> None:
-    image = _required(part, "image_url", where)
-    if not isinstance(image, dict):
-        raise _type_error(f"{where}.image_url", "an object", image)
-    url = _required(image, "url", f"{where}.image_url")
-    if not isinstance(url, str):
-        raise _type_error(f"{where}.image_url.url", "a string", url)
-    if url.startswith(("https://", "http://")):
-        return
-    match = _DATA_URL.fullmatch(url)
-    try:
-        ok = match is not None and match.group(1) in IMAGE_TYPES
-        ok = ok and bool(base64.b64decode(match.group(2) if match else "", validate=True))
-    except ValueError:
-        ok = False
-    if not ok:
-        raise _param_error(
-            "Invalid image URL: expected a base64-encoded data URL with an image MIME type "
-            "(e.g. 'data:image/png;base64,...') or an http(s) URL.",
-            f"{where}.image_url.url",
-            "invalid_image_url",
-        )
 
 
 def _check_tool_calls(calls: Any, where: str) -> list[str]:
@@ -573,15 +533,6 @@ def check_function_tools(tools: Any) -> list[str]:
     return names
 
 
-def _has_images(messages: Any) -> bool:
-    return any(
-        isinstance(m.get("content"), list)
-        and any(isinstance(p, dict) and p.get("type") == "image_url" for p in m["content"])
-        for m in messages
-        if isinstance(m, dict)
-    )
-
-
 def check_chat_body(body: Any, models: Collection[str] | None) -> list[str] | None:
     """Validate a chat completions body; the offered function names (None without tools)."""
     if not isinstance(body, dict):
@@ -612,21 +563,8 @@ def check_chat_body(body: Any, models: Collection[str] | None) -> list[str] | No
             )
     if body.get("n", 1) != 1:
         raise _param_error("the fake supports only n=1", "n")
-    stream = body.get("stream")
-    if stream is not None and not isinstance(stream, bool):
-        raise _type_error("stream", "a boolean", stream)
-    if "stream_options" in body:
-        options = body["stream_options"]
-        if not stream:
-            raise _param_error(
-                "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-                "stream_options",
-            )
-        if not isinstance(options, dict):
-            raise _type_error("stream_options", "an object", options)
-        _check_unknown(options, ("include_usage", "include_obfuscation"), "stream_options.")
-        if not isinstance(options.get("include_usage", False), bool):
-            raise _type_error("stream_options.include_usage", "a boolean", options)
+    if body.get("stream") not in (None, False):
+        raise _param_error("streaming is not supported by the fake", "stream")
     choice = body.get("tool_choice")
     if choice is not None and names is None:
         raise _param_error(
@@ -692,10 +630,6 @@ class FakeOpenAI:
         self._word_vectors: dict[tuple[int, str], tuple[float, ...]] = {}
         self._failures: dict[str, deque[Failure]] = {}
         self._request_ids = itertools.count(1)
-        #: how fast streamed answers are written; whether images are accepted (False: a
-        #: text-only model, which answers 400)
-        self.pace = Pace()
-        self.vision = True
         self.app = self._build_app()
 
     # --- scripting and inspection --------------------------------------------------------------
@@ -1098,12 +1032,6 @@ class FakeOpenAI:
         body = self.json_body(call)
         self._record_json(call, body)
         names = check_chat_body(body, self.chat_models)
-        if not self.vision and _has_images(body["messages"]):
-            raise OpenAIHttpError(
-                400,
-                "Invalid content type. image_url is only supported by certain models.",
-                param="messages",
-            )
         await self.scripted(CHAT_COMPLETIONS, call)
         reply = self._chat_replies.popleft() if self._chat_replies else None
         if reply is None:
@@ -1163,15 +1091,6 @@ class FakeOpenAI:
             "service_tier": "default",
             "system_fingerprint": "fp_fake0000",
         }
-        if body.get("stream"):
-            call.streamed = True
-
-            def done(complete: bool) -> None:
-                call.stream_complete = complete
-
-            include = bool(body.get("stream_options", {}).get("include_usage"))
-            events = chunk_events(payload, self.pace, include, done)
-            return Response(events, content_type="text/event-stream; charset=utf-8")
         return Response(json.dumps(payload), content_type="application/json")
 
     # --- POST /v1/embeddings -------------------------------------------------------------------
