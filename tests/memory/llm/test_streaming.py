@@ -1,0 +1,238 @@
+"""Streamed calls (``on_event``) through the real SDKs against the fakes' SSE streams: the same
+Completion as a non-streamed call, events in order, tool input from its pieces, usage at the end,
+errors and drops mid-stream mapped to memory.errors, a call cancelled mid-stream still charged
+(its api_usage row with the input tokens reported and the output tokens estimated so far), the
+fakes' pacing knobs, OpenAI's include_usage, and images accepted or refused."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import trio
+from fakes.anthropic_api import Failure as AnthropicFailure
+from fakes.anthropic_api import FakeAnthropic
+from fakes.openai_api import CHAT_COMPLETIONS, FakeOpenAI
+from fakes.openai_api import Failure as OpenAIFailure
+from fakes.sse import StreamTiming
+
+from memory.errors import LLMOverloaded, LLMRateLimited, LLMRequestError, LLMUnavailable
+from memory.llm.anthropic_provider import AnthropicLLM
+from memory.llm.cost import DEFAULT_RATES, Rate
+from memory.llm.openai_provider import OpenAICompatibleLLM
+from memory.llm.protocol import (
+    LLM,
+    Completion,
+    ImageBlock,
+    Message,
+    StreamEvent,
+    TextBlock,
+    TextDelta,
+    ToolSpec,
+    ToolStarted,
+    ToolUseBlock,
+)
+from runtime.db import Database
+
+CHAT = 4242
+SEARCH = ToolSpec(
+    "search_entries",
+    "Search the journal.",
+    {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]},
+)
+OAI_MODEL = "gpt-4o-mini"
+OAI_RATES = {**DEFAULT_RATES, OAI_MODEL: Rate(0.15, 0.60)}
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
+LONG = " ".join(f"word{i}" for i in range(200))
+
+
+async def usage_rows(db: Database) -> list[dict[str, Any]]:
+    return [dict(r) for r in await db.fetch("SELECT * FROM api_usage ORDER BY id")]
+
+
+async def ask(
+    llm: LLM, events: list[StreamEvent] | None, *blocks: Any, tools: bool = True
+) -> Completion:
+    return await llm.complete(
+        system="You are kind.",
+        messages=[Message.user(*(blocks or ("hi",)))],
+        tools=[SEARCH] if tools else [],
+        max_tokens=512,
+        purpose="agent",
+        chat_id=CHAT,
+        on_event=None if events is None else events.append,
+    )
+
+
+def same(a: Completion, b: Completion) -> bool:
+    """Equal but for the timing and the tool ids the fake draws."""
+    return (a.text, a.stop_reason, a.input_tokens, a.output_tokens, a.model, a.cost_usd) == (
+        b.text,
+        b.stop_reason,
+        b.input_tokens,
+        b.output_tokens,
+        b.model,
+        b.cost_usd,
+    ) and [(u.name, u.input) for u in a.tool_uses] == [(u.name, u.input) for u in b.tool_uses]
+
+
+@pytest.fixture
+async def gpt(fake_openai: FakeOpenAI, db: Database) -> AsyncIterator[OpenAICompatibleLLM]:
+    async with OpenAICompatibleLLM(
+        api_key=fake_openai.api_key,
+        base_url=fake_openai.base_url,
+        model=OAI_MODEL,
+        db=db,
+        rates=OAI_RATES,
+        timeout=5.0,
+    ) as llm:
+        yield llm
+
+
+# --- Anthropic -------------------------------------------------------------------------------
+
+
+async def test_claude_streamed_text_is_the_same_completion(
+    claude: AnthropicLLM, fake_claude: FakeAnthropic, db: Database
+) -> None:
+    text = "You slept badly on Monday, and better since."
+    fake_claude.queue_text(text, input_tokens=1_000, output_tokens=200)
+    fake_claude.queue_text(text, input_tokens=1_000, output_tokens=200)
+    events: list[StreamEvent] = []
+    streamed = await ask(claude, events)
+    plain = await ask(claude, None)
+    assert same(streamed, plain) and streamed.blocks == (TextBlock(text),)
+    assert len(events) > 3 and all(isinstance(e, TextDelta) for e in events)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == text
+    first, second = fake_claude.requests
+    assert first.body["stream"] is True and "stream" not in second.body
+    assert first.events[:3] == ["message_start", "content_block_start", "ping"]
+    assert first.events[-2:] == ["message_delta", "message_stop"]
+    assert first.stream_end == "complete"
+    rows = await usage_rows(db)
+    assert [(r["input_tokens"], r["output_tokens"], r["ok"]) for r in rows] == [
+        (1_000, 200, True)
+    ] * 2
+    assert rows[0]["cost_usd"] == rows[1]["cost_usd"] > 0
+
+
+async def test_claude_streamed_tool_use_is_assembled_from_json_pieces(
+    claude: AnthropicLLM, fake_claude: FakeAnthropic
+) -> None:
+    query = {"query": "how did I sleep in the first week of October, and why?"}
+    fake_claude.queue_tool_use("search_entries", query, text="Let me look.", output_tokens=60)
+    events: list[StreamEvent] = []
+    completion = await ask(claude, events)
+    [use] = completion.tool_uses
+    assert (use.name, use.input, completion.stop_reason) == ("search_entries", query, "tool_use")
+    assert completion.text == "Let me look." and completion.output_tokens == 60
+    assert events[-1] == ToolStarted("search_entries")
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "Let me look."
+    deltas = fake_claude.requests[0].events.count("content_block_delta")
+    assert deltas > 8  # the input arrived in several input_json_delta pieces
+
+
+async def test_claude_error_event_mid_stream_is_overloaded(
+    claude: AnthropicLLM, fake_claude: FakeAnthropic, db: Database
+) -> None:
+    fake_claude.queue_text(LONG, input_tokens=900)
+    fake_claude.fail_next(AnthropicFailure.stream_error(after=5))
+    events: list[StreamEvent] = []
+    with pytest.raises(LLMOverloaded) as info:
+        await ask(claude, events)
+    assert info.value.error_type == "overloaded_error" and info.value.retryable
+    assert len(events) == 5 and fake_claude.requests[0].stream_end == "error"
+    [row] = await usage_rows(db)
+    assert row["ok"] is False and "Overloaded" in row["error"]
+    assert row["input_tokens"] == 900 and row["output_tokens"] >= 5 and row["cost_usd"] == 0
+
+
+async def test_claude_rate_limit_event_mid_stream(
+    claude: AnthropicLLM, fake_claude: FakeAnthropic
+) -> None:
+    fake_claude.fail_next(AnthropicFailure.stream_error(2, "rate_limit_error", "slow down"))
+    with pytest.raises(LLMRateLimited):
+        await ask(claude, [])
+
+
+async def test_claude_dropped_stream_is_unavailable(
+    claude: AnthropicLLM, fake_claude: FakeAnthropic, db: Database
+) -> None:
+    fake_claude.queue_text(LONG)
+    fake_claude.fail_next(AnthropicFailure.dropped(after=3))
+    with pytest.raises(LLMUnavailable):
+        await ask(claude, [])
+    [row] = await usage_rows(db)
+    assert row["ok"] is False
+    # the connection is still usable for the next call
+    assert (await ask(claude, [])).text == fake_claude.default_text
+
+
+async def test_claude_cancelled_mid_stream_is_charged(
+    claude: AnthropicLLM, fake_claude: FakeAnthropic, db: Database
+) -> None:
+    fake_claude.timing = StreamTiming(first_token_delay=0.05, tokens_per_second=100)
+    fake_claude.queue_text(LONG, input_tokens=1_500, output_tokens=400)
+    events: list[StreamEvent] = []
+    with trio.move_on_after(0.4) as scope:
+        await ask(claude, events)
+    assert scope.cancelled_caught and 5 < len(events) < 200
+    await trio.sleep(0.1)
+    assert fake_claude.requests[0].stream_end == "client_gone"
+    [row] = await usage_rows(db)
+    sent = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert (row["ok"], row["error"], row["input_tokens"]) == (True, "cancelled", 1_500)
+    # output: the larger of the pieces received and the characters / 4
+    assert row["output_tokens"] == max(len(events), -(-len(sent) // 4))
+    assert 0 < row["cost_usd"] < 1_500 * 3e-6 + 400 * 15e-6
+
+
+async def test_claude_cancelled_before_the_stream_is_not_charged(
+    claude: AnthropicLLM, fake_claude: FakeAnthropic, db: Database
+) -> None:
+    fake_claude.fail_next(AnthropicFailure.slow(5.0))
+    with trio.move_on_after(0.3):
+        await ask(claude, [])
+    [row] = await usage_rows(db)
+    assert (row["ok"], row["error"], row["input_tokens"]) == (False, "cancelled", 0)
+
+
+async def test_fake_claude_paces_tokens(claude: AnthropicLLM, fake_claude: FakeAnthropic) -> None:
+    fake_claude.timing = StreamTiming(first_token_delay=0.3, tokens_per_second=50)
+    fake_claude.queue_text("one two three four five six seven eight nine ten")
+    times: list[float] = []
+    start = trio.current_time()
+    await ask(claude, None, tools=False)  # warm the connection: a non-streamed call waits too
+    assert trio.current_time() - start >= 0.3 + 9 / 50
+    fake_claude.queue_text("one two three four five six seven eight nine ten")
+    start = trio.current_time()
+    await ask(claude, [], tools=False)
+    await claude.complete(
+        system="s",
+        messages=[Message.user("hi")],
+        tools=[],
+        max_tokens=50,
+        purpose="agent",
+        chat_id=None,
+        on_event=lambda e: times.append(trio.current_time() - start),
+    )
+    assert times[0] >= 0.3 and times[-1] >= 0.3 + 4 / 50 - 0.01
+
+
+async def test_claude_on_event_failure_does_not_break_the_call(
+    claude: AnthropicLLM, fake_claude: FakeAnthropic
+) -> None:
+    def boom(event: StreamEvent) -> None:
+        raise RuntimeError("display broke")
+
+    completion = await claude.complete(
+        system="s",
+        messages=[Message.user("hi")],
+        tools=[],
+        max_tokens=50,
+        purpose="agent",
+        chat_id=None,
+        on_event=boom,
+    )
+    assert completion.text == fake_claude.default_text
