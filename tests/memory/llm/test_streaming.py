@@ -236,3 +236,191 @@ async def test_claude_on_event_failure_does_not_break_the_call(
         on_event=boom,
     )
     assert completion.text == fake_claude.default_text
+
+
+async def test_claude_takes_images_and_a_text_only_model_refuses_them(
+    claude: AnthropicLLM, fake_claude: FakeAnthropic, db: Database
+) -> None:
+    photo = ImageBlock("image/png", PNG)
+    completion = await ask(claude, [], photo, "what is this?")
+    assert completion.text == fake_claude.default_text
+    [image, _] = fake_claude.requests[0].messages[0]["content"]
+    assert image["source"]["media_type"] == "image/png"
+    fake_claude.images.supported = False
+    with pytest.raises(LLMRequestError) as info:
+        await ask(claude, [], photo, "and this?")
+    assert info.value.status == 400 and "does not support image input" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("media_type", "data", "problem"),
+    [
+        ("image/bmp", PNG, "Input should be 'image/jpeg'"),
+        ("image/jpeg", PNG, "does not match the provided media type"),
+        ("image/png", b"\x89PNG\r\n\x1a\n" + b"\x00" * (5 * 1024 * 1024), "exceeds 5 MB"),
+    ],
+)
+async def test_fake_claude_is_strict_about_images(
+    claude: AnthropicLLM, fake_claude: FakeAnthropic, media_type: str, data: bytes, problem: str
+) -> None:
+    with pytest.raises(LLMRequestError) as info:
+        await ask(claude, None, ImageBlock(media_type, data), "look")
+    assert info.value.status == 400 and problem in str(info.value)
+
+
+async def test_fake_claude_refuses_bad_base64_and_assistant_images(
+    fake_claude: FakeAnthropic,
+) -> None:
+    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png"}}
+    bad = {**image, "source": {**image["source"], "data": "not base64!"}}
+    good = {**image, "source": {**image["source"], "data": "iVBORw0KGgoAAAAA"}}
+    cases = [
+        [{"role": "user", "content": [bad]}],
+        [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [good]},
+            {"role": "user", "content": "so?"},
+        ],
+    ]
+    async with fake_claude.client() as client:
+        for messages in cases:
+            with pytest.raises(Exception) as info:
+                await client.messages.create(
+                    model="claude-sonnet-4-6", max_tokens=10, messages=messages
+                )
+            assert getattr(info.value, "status_code", None) == 400
+    assert "Invalid base64" in (fake_claude.requests[0].error or "")
+    assert "only allowed in user messages" in (fake_claude.requests[1].error or "")
+
+
+# --- OpenAI-compatible ---------------------------------------------------------------------------
+
+
+async def test_gpt_streamed_text_is_the_same_completion(
+    gpt: OpenAICompatibleLLM, fake_openai: FakeOpenAI, db: Database
+) -> None:
+    text = "You slept badly on Monday, and better since."
+    for _ in range(2):
+        fake_openai.queue_chat_text(text, prompt_tokens=1_000, completion_tokens=200)
+    events: list[StreamEvent] = []
+    streamed = await ask(gpt, events)
+    plain = await ask(gpt, None)
+    assert same(streamed, plain) and streamed.blocks == (TextBlock(text),)
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == text
+    first, second = fake_openai.calls_to(CHAT_COMPLETIONS)
+    assert first.params["stream"] is True
+    assert first.params["stream_options"] == {"include_usage": True}
+    assert "stream" not in second.params
+    assert first.events[-2:] == ["usage", "done"] and first.stream_end == "complete"
+    rows = await usage_rows(db)
+    assert [(r["input_tokens"], r["output_tokens"]) for r in rows] == [(1_000, 200)] * 2
+    assert rows[0]["cost_usd"] == rows[1]["cost_usd"] > 0
+
+
+async def test_gpt_streamed_tool_calls_are_assembled(
+    gpt: OpenAICompatibleLLM, fake_openai: FakeOpenAI
+) -> None:
+    first = {"query": "how did I sleep in the first week of October?"}
+    second = {"query": "work stress"}
+    fake_openai.queue_tool_calls(
+        [("search_entries", first), ("search_entries", second)], text="Looking."
+    )
+    events: list[StreamEvent] = []
+    completion = await ask(gpt, events)
+    assert [u.input for u in completion.tool_uses] == [first, second]
+    assert completion.stop_reason == "tool_use" and completion.text == "Looking."
+    assert [e for e in events if isinstance(e, ToolStarted)] == [
+        ToolStarted("search_entries")
+    ] * 2
+    assert all(isinstance(b, TextBlock | ToolUseBlock) for b in completion.blocks)
+
+
+async def test_gpt_error_chunk_mid_stream_is_unavailable(
+    gpt: OpenAICompatibleLLM, fake_openai: FakeOpenAI, db: Database
+) -> None:
+    fake_openai.queue_chat_text(LONG)
+    fake_openai.fail_next(CHAT_COMPLETIONS, OpenAIFailure.stream_error(after=4))
+    events: list[StreamEvent] = []
+    with pytest.raises(LLMUnavailable) as info:
+        await ask(gpt, events)
+    assert info.value.error_type == "server_error" and len(events) == 4
+    [row] = await usage_rows(db)
+    assert row["ok"] is False and row["output_tokens"] >= 4
+
+
+async def test_gpt_dropped_stream_is_unavailable(
+    gpt: OpenAICompatibleLLM, fake_openai: FakeOpenAI
+) -> None:
+    fake_openai.queue_chat_text(LONG)
+    fake_openai.fail_next(CHAT_COMPLETIONS, OpenAIFailure.dropped(after=2))
+    with pytest.raises(LLMUnavailable):
+        await ask(gpt, [])
+
+
+async def test_gpt_cancelled_mid_stream_is_charged_on_estimates(
+    gpt: OpenAICompatibleLLM, fake_openai: FakeOpenAI, db: Database
+) -> None:
+    fake_openai.timing = StreamTiming(first_token_delay=0.05, tokens_per_second=100)
+    fake_openai.queue_chat_text(LONG, prompt_tokens=1_500)
+    events: list[StreamEvent] = []
+    with trio.move_on_after(0.4) as scope:
+        await ask(gpt, events)
+    assert scope.cancelled_caught and 5 < len(events) < 200
+    [row] = await usage_rows(db)
+    sent = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert (row["ok"], row["error"]) == (True, "cancelled")
+    # usage arrives only at the end: the input is estimated from the request, the output
+    # counted (one piece a token) or estimated from the characters, whichever is more
+    assert 20 < row["input_tokens"] < 200
+    assert row["output_tokens"] == max(len(events), -(-len(sent) // 4))
+    assert row["cost_usd"] > 0
+
+
+async def test_gpt_stream_without_usage_chunk_is_estimated(
+    gpt: OpenAICompatibleLLM, fake_openai: FakeOpenAI, db: Database
+) -> None:
+    """A server that ignores include_usage: the call is still charged, on estimates."""
+    fake_openai.queue_chat_text("Fine, thanks.")
+    fake_openai.ignore_include_usage = True
+    completion = await ask(gpt, [])
+    assert completion.text == "Fine, thanks." and completion.input_tokens > 0
+    assert fake_openai.calls_to(CHAT_COMPLETIONS)[0].events[-1] == "done"
+    assert "usage" not in fake_openai.calls_to(CHAT_COMPLETIONS)[0].events
+    [row] = await usage_rows(db)
+    assert row["output_tokens"] >= 3 and row["ok"] is True
+
+
+async def test_gpt_images_accepted_and_refused_by_a_text_only_model(
+    gpt: OpenAICompatibleLLM, fake_openai: FakeOpenAI
+) -> None:
+    photo = ImageBlock("image/png", PNG)
+    assert (await ask(gpt, [], photo, "what is this?")).text == fake_openai.default_chat_text
+    [part, _] = fake_openai.calls_to(CHAT_COMPLETIONS)[0].params["messages"][1]["content"]
+    assert part["image_url"]["url"].startswith("data:image/png;base64,iVBORw0KGgo")
+    with pytest.raises(LLMRequestError) as info:
+        await ask(gpt, [], ImageBlock("image/jpeg", PNG), "and this?")
+    assert "unsupported image" in str(info.value)
+    fake_openai.images.supported = False
+    with pytest.raises(LLMRequestError) as info:
+        await ask(gpt, [], photo, "and now?")
+    assert info.value.status == 400 and "image_url is only supported" in str(info.value)
+
+
+async def test_fake_openai_checks_stream_options(fake_openai: FakeOpenAI) -> None:
+    async with fake_openai.client() as client:
+        for options in ({"include_usage": "yes"}, {"include_usage": True, "extra": 1}):
+            with pytest.raises(Exception) as info:
+                await client.chat.completions.create(
+                    model=OAI_MODEL,
+                    messages=[{"role": "user", "content": "hi"}],
+                    stream=True,
+                    stream_options=options,  # type: ignore[arg-type]
+                )
+            assert getattr(info.value, "status_code", None) == 400
+        with pytest.raises(Exception) as info:
+            await client.chat.completions.create(
+                model=OAI_MODEL,
+                messages=[{"role": "user", "content": "hi"}],
+                stream_options={"include_usage": True},
+            )
+        assert "only allowed when 'stream' is enabled" in str(info.value)
