@@ -39,6 +39,14 @@ Scripted answers play in order (then ``responder(body)`` when set and it answers
 request did not offer is answered 500 (a bug in the test script, made loud). Scripted failures
 (429 with ``retry-after``, 529, 500, a slow answer) apply to the next valid, authorized
 requests. Every request is recorded in ``fake.requests`` (headers without the key).
+
+``stream: true`` answers the server-sent events of the real API (:mod:`fakes.anthropic_stream`);
+``fake.timing`` (:class:`fakes.sse.StreamTiming`: first-token delay, tokens per second) paces
+every answer, streamed or not; ``Failure.stream_error(after, type, message)`` sends an ``error``
+event mid-stream and ``Failure.dropped(after)`` drops the connection. A streamed request
+records the events sent (``events``) and how the stream ended (``stream_end``). Image blocks
+are checked as the API does (:mod:`fakes.images`); ``fake.images.supported = False`` plays a
+model that takes no images.
 """
 
 from __future__ import annotations

@@ -20,9 +20,15 @@ unless ``chat_models`` is given), ``messages`` (non-empty; roles system/develope
 assistant/tool; an assistant's ``tool_calls`` answered by ``tool`` messages with matching
 ``tool_call_id`` right after it, and every ``tool`` message answering such a call), ``tools``
 (non-empty, ``type: function``, names ``^[a-zA-Z0-9_-]{1,64}$``, ``parameters`` an object
-schema), ``max_tokens``/``max_completion_tokens`` (not both, >= 1), ``n`` 1, no streaming.
-Scripted replies (text and/or tool calls, finish reason, usage) play in order, then
+schema), ``max_tokens``/``max_completion_tokens`` (not both, >= 1), ``n`` 1, image parts
+(:mod:`fakes.images`; ``fake.images.supported = False`` plays a text-only model). Scripted
+replies (text and/or tool calls, finish reason, usage) play in order, then
 ``default_chat_text``; a scripted call of a tool the request did not offer is answered 500.
+``stream: true`` answers ``chat.completion.chunk`` server-sent events as the real API does
+(:mod:`fakes.openai_stream`; ``stream_options`` checked, the usage chunk only with
+``include_usage``); ``fake.timing`` (:class:`fakes.sse.StreamTiming`) paces every chat answer,
+and ``Failure.stream_error``/``Failure.dropped`` break a stream mid-way. A streamed call
+records the chunks sent (``call.events``) and how the stream ended (``call.stream_end``).
 
 ``POST /v1/embeddings``: ``model`` (``embedding_models``: name -> dimensions, 404 otherwise),
 ``input`` (a non-empty string or 1..2048 of them, each at most 8192 tokens by a 4 chars/token

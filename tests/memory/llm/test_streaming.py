@@ -6,9 +6,11 @@ fakes' pacing knobs, OpenAI's include_usage, and images accepted or refused."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pytest
 import trio
 from fakes.anthropic_api import Failure as AnthropicFailure
@@ -271,10 +273,10 @@ async def test_fake_claude_is_strict_about_images(
 async def test_fake_claude_refuses_bad_base64_and_assistant_images(
     fake_claude: FakeAnthropic,
 ) -> None:
-    image = {"type": "image", "source": {"type": "base64", "media_type": "image/png"}}
-    bad = {**image, "source": {**image["source"], "data": "not base64!"}}
-    good = {**image, "source": {**image["source"], "data": "iVBORw0KGgoAAAAA"}}
-    cases = [
+    source = {"type": "base64", "media_type": "image/png"}
+    bad = {"type": "image", "source": {**source, "data": "not base64!"}}
+    good = {"type": "image", "source": {**source, "data": "iVBORw0KGgoAAAAA"}}
+    cases: list[list[dict[str, Any]]] = [
         [{"role": "user", "content": [bad]}],
         [
             {"role": "user", "content": "hi"},
@@ -282,13 +284,12 @@ async def test_fake_claude_refuses_bad_base64_and_assistant_images(
             {"role": "user", "content": "so?"},
         ],
     ]
-    async with fake_claude.client() as client:
+    headers = {"x-api-key": fake_claude.api_key, "anthropic-version": "2023-06-01"}
+    async with httpx.AsyncClient(base_url=fake_claude.base_url) as client:
         for messages in cases:
-            with pytest.raises(Exception) as info:
-                await client.messages.create(
-                    model="claude-sonnet-4-6", max_tokens=10, messages=messages
-                )
-            assert getattr(info.value, "status_code", None) == 400
+            body = {"model": "claude-sonnet-4-6", "max_tokens": 10, "messages": messages}
+            response = await client.post("/v1/messages", json=body, headers=headers)
+            assert response.status_code == 400
     assert "Invalid base64" in (fake_claude.requests[0].error or "")
     assert "only allowed in user messages" in (fake_claude.requests[1].error or "")
 
@@ -329,9 +330,7 @@ async def test_gpt_streamed_tool_calls_are_assembled(
     completion = await ask(gpt, events)
     assert [u.input for u in completion.tool_uses] == [first, second]
     assert completion.stop_reason == "tool_use" and completion.text == "Looking."
-    assert [e for e in events if isinstance(e, ToolStarted)] == [
-        ToolStarted("search_entries")
-    ] * 2
+    assert [e for e in events if isinstance(e, ToolStarted)] == [ToolStarted("search_entries")] * 2
     assert all(isinstance(b, TextBlock | ToolUseBlock) for b in completion.blocks)
 
 
@@ -407,20 +406,90 @@ async def test_gpt_images_accepted_and_refused_by_a_text_only_model(
 
 
 async def test_fake_openai_checks_stream_options(fake_openai: FakeOpenAI) -> None:
-    async with fake_openai.client() as client:
-        for options in ({"include_usage": "yes"}, {"include_usage": True, "extra": 1}):
-            with pytest.raises(Exception) as info:
-                await client.chat.completions.create(
-                    model=OAI_MODEL,
-                    messages=[{"role": "user", "content": "hi"}],
-                    stream=True,
-                    stream_options=options,  # type: ignore[arg-type]
-                )
-            assert getattr(info.value, "status_code", None) == 400
-        with pytest.raises(Exception) as info:
-            await client.chat.completions.create(
-                model=OAI_MODEL,
-                messages=[{"role": "user", "content": "hi"}],
-                stream_options={"include_usage": True},
-            )
-        assert "only allowed when 'stream' is enabled" in str(info.value)
+    headers = {"authorization": f"Bearer {fake_openai.api_key}"}
+    base = {"model": OAI_MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"stream": True, "stream_options": {"include_usage": "yes"}}, "Invalid type"),
+        ({"stream": True, "stream_options": {"extra": True}}, "Additional properties"),
+        ({"stream_options": {"include_usage": True}}, "only allowed when 'stream' is enabled"),
+    ]
+    async with httpx.AsyncClient(base_url=fake_openai.base_url) as client:
+        for extra, problem in cases:
+            body = {**base, **extra}
+            response = await client.post("/chat/completions", json=body, headers=headers)
+            assert response.status_code == 400 and problem in response.json()["error"]["message"]
+
+
+# --- the fakes' wire format, read without an SDK -------------------------------------------------
+
+
+def sse_events(raw: str) -> list[tuple[str | None, Any]]:
+    out: list[tuple[str | None, Any]] = []
+    for block in raw.strip().split("\n\n"):
+        name, data = None, ""
+        for line in block.split("\n"):
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                data = line[6:]
+        out.append((name, data if data == "[DONE]" else json.loads(data)))
+    return out
+
+
+async def test_fake_claude_wire_events_for_a_tool_use(fake_claude: FakeAnthropic) -> None:
+    fake_claude.queue_tool_use(
+        "search_entries", {"query": "sleep"}, input_tokens=50, output_tokens=9
+    )
+    tool = {"name": "search_entries", "input_schema": {"type": "object"}}
+    body = {
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 20,
+        "stream": True,
+        "tools": [tool],
+        "messages": [{"role": "user", "content": "hi"}],
+    }
+    headers = {"x-api-key": fake_claude.api_key, "anthropic-version": "2023-06-01"}
+    async with httpx.AsyncClient(base_url=fake_claude.base_url) as client:
+        response = await client.post("/v1/messages", json=body, headers=headers)
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = sse_events(response.text)
+    assert all(name == data["type"] for name, data in events)
+    names = [name for name, _ in events]
+    assert names[:3] == ["message_start", "content_block_start", "ping"]
+    assert names[-3:] == ["content_block_stop", "message_delta", "message_stop"]
+    start = events[0][1]["message"]
+    assert start["content"] == [] and start["stop_reason"] is None
+    assert (start["usage"]["input_tokens"], start["usage"]["output_tokens"]) == (50, 1)
+    block = events[1][1]["content_block"]
+    assert (block["type"], block["name"], block["input"]) == ("tool_use", "search_entries", {})
+    pieces = [d["delta"]["partial_json"] for n, d in events if n == "content_block_delta"]
+    assert pieces[0] == "" and json.loads("".join(pieces)) == {"query": "sleep"}
+    assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
+    assert events[-2][1]["usage"] == {"output_tokens": 9}
+
+
+async def test_fake_openai_wire_chunks_with_and_without_usage(fake_openai: FakeOpenAI) -> None:
+    headers = {"authorization": f"Bearer {fake_openai.api_key}"}
+    base = {"model": OAI_MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    async with httpx.AsyncClient(base_url=fake_openai.base_url) as client:
+        fake_openai.queue_chat_text("Hi there you.", prompt_tokens=7, completion_tokens=4)
+        plain = sse_events(
+            (await client.post("/chat/completions", json=base, headers=headers)).text
+        )
+        fake_openai.queue_chat_text("Hi there you.", prompt_tokens=7, completion_tokens=4)
+        options = {"include_usage": True, "include_obfuscation": False}
+        body = {**base, "stream_options": options}
+        counted = sse_events(
+            (await client.post("/chat/completions", json=body, headers=headers)).text
+        )
+    for chunks in (plain, counted):
+        assert chunks[-1] == (None, "[DONE]")
+        assert all(d["object"] == "chat.completion.chunk" for _, d in chunks[:-1])
+        assert chunks[0][1]["choices"][0]["delta"]["role"] == "assistant"
+    assert all("usage" not in d and "obfuscation" in d for _, d in plain[:-1])
+    assert plain[-2][1]["choices"][0]["finish_reason"] == "stop"
+    text = "".join(d["choices"][0]["delta"].get("content") or "" for _, d in plain[:-1])
+    assert text == "Hi there you."
+    usage_chunk = counted[-2][1]
+    assert usage_chunk["choices"] == [] and usage_chunk["usage"]["prompt_tokens"] == 7
+    assert all(d["usage"] is None and "obfuscation" not in d for _, d in counted[:-2])
