@@ -224,7 +224,7 @@ class OpenAICompatibleLLM(AsyncClosing):
                 request_id=exc.request_id,
                 headers=exc.response.headers,
             )
-        if isinstance(exc, openai.APIError) and isinstance(exc.body, dict):
+        if type(exc) is openai.APIError and isinstance(exc.body, dict):
             # an error object inside a 200 stream (the SDK raises a bare APIError)
             kind = exc.body.get("type") or exc.body.get("code")
             return stream_error(
