@@ -19,7 +19,13 @@ from fakes.openai_api import CHAT_COMPLETIONS, FakeOpenAI
 from fakes.openai_api import Failure as OpenAIFailure
 from fakes.sse import StreamTiming
 
-from memory.errors import LLMOverloaded, LLMRateLimited, LLMRequestError, LLMUnavailable
+from memory.errors import (
+    LLMOverloaded,
+    LLMRateLimited,
+    LLMRequestError,
+    LLMTimeout,
+    LLMUnavailable,
+)
 from memory.llm.anthropic_provider import AnthropicLLM
 from memory.llm.cost import DEFAULT_RATES, Rate
 from memory.llm.openai_provider import OpenAICompatibleLLM
@@ -294,6 +300,18 @@ async def test_fake_claude_refuses_bad_base64_and_assistant_images(
     assert "only allowed in user messages" in (fake_claude.requests[1].error or "")
 
 
+async def test_claude_stalled_stream_times_out(fake_claude: FakeAnthropic, db: Database) -> None:
+    fake_claude.timing = StreamTiming(tokens_per_second=2)  # a piece every 0.5 s
+    fake_claude.queue_text(LONG)
+    async with AnthropicLLM(
+        api_key=fake_claude.api_key, base_url=fake_claude.base_url, db=db, timeout=0.25
+    ) as llm:
+        with pytest.raises(LLMTimeout):
+            await ask(llm, [])
+    [row] = await usage_rows(db)
+    assert row["ok"] is False and row["input_tokens"] > 0  # message_start had arrived
+
+
 # --- OpenAI-compatible ---------------------------------------------------------------------------
 
 
@@ -373,6 +391,21 @@ async def test_gpt_cancelled_mid_stream_is_charged_on_estimates(
     assert 20 < row["input_tokens"] < 200
     assert row["output_tokens"] == max(len(events), -(-len(sent) // 4))
     assert row["cost_usd"] > 0
+
+
+async def test_gpt_stalled_stream_times_out(fake_openai: FakeOpenAI, db: Database) -> None:
+    fake_openai.timing = StreamTiming(tokens_per_second=2)
+    fake_openai.queue_chat_text(LONG)
+    async with OpenAICompatibleLLM(
+        api_key=fake_openai.api_key,
+        base_url=fake_openai.base_url,
+        model=OAI_MODEL,
+        db=db,
+        rates=OAI_RATES,
+        timeout=0.25,
+    ) as llm:
+        with pytest.raises(LLMTimeout):
+            await ask(llm, [])
 
 
 async def test_gpt_stream_without_usage_chunk_is_estimated(
