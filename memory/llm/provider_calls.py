@@ -186,6 +186,16 @@ async def call_and_record(
                 error="cancelled",
                 **_token_fields(so_far),
             )
+        if so_far is not None:
+            log.info(
+                "llm.call_cancelled",
+                provider=ctx.provider,
+                model=ctx.model,
+                purpose=purpose,
+                chat_id=chat_id,
+                input_tokens=so_far.input_tokens,
+                output_tokens=so_far.output_tokens,
+            )
         raise
     except Exception as exc:
         failure = classify(exc)

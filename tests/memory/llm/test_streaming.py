@@ -20,6 +20,7 @@ from fakes.openai_api import Failure as OpenAIFailure
 from fakes.sse import StreamTiming
 
 from memory.errors import (
+    LLMError,
     LLMOverloaded,
     LLMRateLimited,
     LLMRequestError,
@@ -29,6 +30,7 @@ from memory.errors import (
 from memory.llm.anthropic_provider import AnthropicLLM
 from memory.llm.cost import DEFAULT_RATES, Rate
 from memory.llm.openai_provider import OpenAICompatibleLLM
+from memory.llm.openai_stream import IMAGE_TOKENS, prompt_estimate
 from memory.llm.protocol import (
     LLM,
     Completion,
@@ -37,10 +39,13 @@ from memory.llm.protocol import (
     StreamEvent,
     TextBlock,
     TextDelta,
+    TokenUsage,
     ToolSpec,
     ToolStarted,
     ToolUseBlock,
 )
+from memory.llm.provider_calls import CallContext, stream_error
+from memory.llm.streaming import StreamTally
 from runtime.db import Database
 
 CHAT = 4242
@@ -96,6 +101,63 @@ async def gpt(fake_openai: FakeOpenAI, db: Database) -> AsyncIterator[OpenAIComp
         timeout=5.0,
     ) as llm:
         yield llm
+
+
+# --- pure rules ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error_type", "kind", "status"),
+    [
+        ("overloaded_error", LLMOverloaded, 529),
+        ("rate_limit_error", LLMRateLimited, 429),
+        ("api_error", LLMUnavailable, 500),
+        ("invalid_request_error", LLMRequestError, 400),
+        ("timeout_error", LLMUnavailable, 504),
+        ("something_new", LLMUnavailable, 500),
+        (None, LLMUnavailable, 500),
+    ],
+)
+def test_mid_stream_errors_are_classified_like_http_ones(
+    error_type: str | None, kind: type[LLMError], status: int
+) -> None:
+    ctx = CallContext("anthropic", "claude-x", ("sk-secret-123456",))
+    err = stream_error(
+        ctx, error_type=error_type, message="sk-secret-123456 broke", request_id=None
+    )
+    assert type(err) is kind and err.status == status and "sk-secret" not in str(err)
+    assert "(mid-stream)" in str(err)
+
+
+def test_stream_tally_estimates() -> None:
+    tally = StreamTally(None, prompt_estimate=300)
+    assert tally.so_far() is None  # nothing from the server yet: not charged
+    tally.started = True
+    for piece in ("Hello", " there", ", how are you doing today?"):
+        tally.generated(piece)
+    assert tally.so_far() == TokenUsage(300, 10)  # 37 characters / 4, more than 3 pieces
+    tally.reported = TokenUsage(1_200, 1, cache_read_tokens=1_000)
+    tally.reported_output = 25
+    assert tally.so_far() == TokenUsage(1_200, 25, cache_read_tokens=1_000)
+
+
+def test_openai_prompt_estimate_counts_an_image_not_its_url() -> None:
+    text = {"model": "m", "messages": [{"role": "user", "content": "x" * 400}]}
+    url = "data:image/png;base64," + "A" * 400_000
+    image = {
+        "model": "m",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "image_url", "image_url": {"url": url}},
+                    {"type": "text", "text": "x" * 400},
+                ],
+            }
+        ],
+    }
+    assert 100 <= prompt_estimate(text) < 130
+    assert prompt_estimate(image) - prompt_estimate(text) < IMAGE_TOKENS + 30
 
 
 # --- Anthropic -------------------------------------------------------------------------------
