@@ -8,7 +8,9 @@ Ingress (webhook or poller) stores an update in the inbox, then calls :meth:`Rou
   :meth:`~actors.chat.callbacks.Callbacks.answer_text` gives (the handler's short answer, or
   "This button has expired."); the tap itself is acted on by the chat actor, in order;
 * cancels the chat's running turn on ``/stop`` (the command itself is then answered in order
-  by the chat actor);
+  by the chat actor), and its generation when the person presses Stop on its draft (a
+  ``stopped_message_generation`` update naming the draft being shown; an older draft's Stop
+  stops nothing);
 * wakes the chat's actor through the registry, coalesced: at most one undelivered wake per
   chat (the actor reads every open row when it takes it).
 
@@ -81,6 +83,9 @@ class Router:
         chat_id = update.chat_id
         if chat_id is not None and is_stop_command(update) and self.running.cancel(chat_id):
             log.info("router.turn_cancelled", chat_id=chat_id)
+        stop = update.stopped_generation
+        if stop is not None and self.running.cancel(stop.chat_id, stop.draft_id):
+            log.info("router.generation_stopped", chat_id=stop.chat_id, draft_id=stop.draft_id)
         try:
             self.mailbox.address.send_nowait(Accepted(inbox_id, update))
         except (MailboxFull, ActorError):

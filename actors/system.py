@@ -42,12 +42,14 @@ from actors.chat.callbacks import Callbacks, CallbackTable
 from actors.chat.command_base import CommandTable
 from actors.chat.commands import command_table
 from actors.chat.deps import ChatDeps, Transcriber
+from actors.chat.drafts import BotDraftSink, Drafts
 from actors.chat.erase_command import EraseConfirm, vault_folder
 from actors.chat.proactive import Proactive
 from actors.chat.store import SqlChatStore
 from actors.chat.wakes import RunningTurns
 from actors.compactor import CompactorActor
 from actors.journal_owner import assign_unowned_entries
+from actors.local.draft import LocalOrTelegram
 from actors.local.endpoint import chat_blueprint
 from actors.local.hub import Edges, LocalHub
 from actors.queues.dedupe import DedupeCache
@@ -170,7 +172,9 @@ class BotSystem:
             self.local.poke = lambda chat_id: self._outbox_ready(chat_id, None)
             self._sender = await nursery.start(self._start_sender, bot)
             edges = Edges(self.local, bot if self.telegram else None)  # local chats: frames
-            deps = self._chat_deps(edges)
+            deps = self._chat_deps(edges, bot)
+            if deps.drafts is not None:  # streamed replies: their tasks outlive each turn
+                await nursery.start(deps.drafts.run)
             registry: Registry[int, Any] = await nursery.start(self._chats(deps).run)
             self.live_chats = registry.__len__
             if self.compactor is not None:
@@ -252,7 +256,7 @@ class BotSystem:
         except ActorError:  # the sender's sweep finds the row anyway
             log.warning("system.outbox_notify_failed", chat_id=chat_id)
 
-    def _chat_deps(self, edges: Edges) -> ChatDeps:
+    def _chat_deps(self, edges: Edges, bot: BotApiClient) -> ChatDeps:
         settings = self.settings
         return ChatDeps(
             store=SqlChatStore(self.db),
@@ -273,6 +277,11 @@ class BotSystem:
                 self.db, self.routines, settings.timezone, summarizer=self.routine_summarizer
             ),
             erase=EraseConfirm(self.db, folder=vault_folder(settings.vault_dir, settings.home)),
+            drafts=Drafts(
+                LocalOrTelegram(self.local, BotDraftSink(bot)),
+                settings.stream_replies,
+                settings.draft_interval,
+            ),
         )
 
     def _chats(self, deps: ChatDeps) -> Registry[int, Any]:

@@ -13,7 +13,8 @@ One turn:
 3. run the tool loop (:mod:`actors.agent.tool_loop`) under the guardrails (seed 000, "Agent safety
    guardrails"): at most 15 tool calls, 120 s wall clock, stop when the same tool is called
    with identical arguments twice in a row, tool_use/tool_result pairs repaired before every
-   request;
+   request; the model's calls stream to the turn's progress (the draft), inside its stoppable
+   scope: stopped, what was written is the reply, marked "(stopped)";
 4. return the reply; its ``persist`` hook stores the assistant and tool_result rows (results
    truncated for storage) in the chat actor's outbox transaction, with the messages asking the
    person to confirm what the model's ``forget_memory``/supersede asked for (``confirmations``,
@@ -169,6 +170,7 @@ class Agent:
             reminders=None if self.reminders is None else self.reminders(chat_id),
         )
         loop_cache = TOOL_LOOP_CACHE if self.prompt_cache else None
+        progress = turn.progress
         loop = ToolLoop(
             self.llm,
             self.tools,
@@ -178,11 +180,12 @@ class Agent:
             self.guardrails,
             self.max_tokens,
             cache=loop_cache,
+            on_event=progress.on_event if progress.streaming else None,
         )
         state = LoopState([Message.user(turn.text)])
-        with trio.move_on_at(deadline) as scope:
+        with trio.move_on_at(deadline) as scope, progress.stoppable() as stop:
             await loop.run(state, deadline)
-        state.flush()
+        state.halt() if stop.cancelled_caught else state.flush()
         if state.error is not None and is_outage(state.error):
             self._log(turn, state, memory)
             raise ModelUnavailable(state.error)

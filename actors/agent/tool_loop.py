@@ -39,8 +39,11 @@ from memory.llm.protocol import (
     CacheTTL,
     Completion,
     Message,
+    OnEvent,
+    StreamEvent,
     System,
     TextBlock,
+    TextDelta,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
@@ -65,6 +68,7 @@ STOP_REASONS = {
 }
 NOTHING_DONE = "Sorry, I couldn't finish that: {reason}. Please try again or ask more narrowly."
 DONE = "Done."
+STOPPED = "(stopped)"
 NO_ANSWER = "I'm not sure what to say to that."
 
 
@@ -127,6 +131,20 @@ class LoopState:
     #: the model called a stop tool (:attr:`ToolLoop.stops`): its name and input; the loop
     #: ended there
     stopped: tuple[str, dict[str, Any]] | None = None
+    #: the text the model call in progress has streamed so far
+    partial: str = ""
+    #: the person stopped the turn (:meth:`halt`)
+    halted: bool = False
+
+    def halt(self) -> None:
+        """The person stopped the turn: the text streamed so far becomes the answer (marked
+        stopped by :func:`reply_text`) and the last assistant turn of the conversation."""
+        self.halted = True
+        self.flush()
+        if self.partial.strip():
+            self.messages.append(Message.assistant(self.partial))
+            self.last_text = self.partial.strip()
+            self.partial = ""
 
     def flush(self, note: str | None = None) -> None:
         """Append the pending tool results (and an optional note) as the next user message."""
@@ -153,6 +171,22 @@ class ToolLoop:
     #: tools that end the turn when called (e.g. a routine turn's ``decline``): not run, no
     #: further model call; :attr:`LoopState.stopped` says which
     stops: frozenset[str] = frozenset()
+    #: stream each model call, handing its events here (None: calls are not streamed)
+    on_event: OnEvent | None = None
+
+    def _listener(self, state: LoopState) -> OnEvent | None:
+        """The call's stream listener: the text kept in ``state.partial``, every event passed
+        on to :attr:`on_event`."""
+        forward = self.on_event
+        if forward is None:
+            return None
+
+        def listen(event: StreamEvent) -> None:
+            if isinstance(event, TextDelta):
+                state.partial += event.text
+            forward(event)
+
+        return listen
 
     async def run(self, state: LoopState, deadline: float | None = None) -> None:
         """Run until a final answer, a guardrail or an LLM error (recorded in ``state``; a
@@ -203,6 +237,7 @@ class ToolLoop:
         turn cut by its deadline during an outage is known as one)."""
         g, failures = self.guardrails, 0
         while True:
+            state.partial = ""
             try:
                 completion = await self.llm.complete(
                     system=self.system,
@@ -211,6 +246,7 @@ class ToolLoop:
                     max_tokens=self.max_tokens,
                     purpose=PURPOSE,
                     chat_id=self.ctx.chat_id,
+                    on_event=self._listener(state),
                 )
             except LLMError as exc:
                 state.error = exc
@@ -249,6 +285,7 @@ class ToolLoop:
                 await trio.sleep(delay)
                 continue
             state.error = None
+            state.partial = ""
             return completion
 
 
@@ -300,6 +337,8 @@ def transcript_rows(messages: Sequence[Message], at: datetime) -> list[ChatMessa
 
 def reply_text(state: LoopState) -> str:
     """What the person gets: the answer, the partial answer with a note, or an apology."""
+    if state.halted:
+        return f"{state.last_text}\n\n{STOPPED}" if state.last_text else STOPPED
     if state.error is not None:
         return sorry(state.error)
     if state.tripped is not None:

@@ -229,6 +229,8 @@ class ChatActor(ChatTurns):
                 await store.mark_skipped([row.id], "button tap: no callback handlers")
             elif await self.deps.callbacks.tap(self.chat_id, row.id, update.callback_query):
                 self.deps.outbox_ready(self.chat_id, None)
+        elif update.kind == "stopped_message_generation":  # acted on when it arrived (router)
+            await store.mark_skipped([row.id], "stop pressed")
         else:
             await store.mark_skipped([row.id], f"unsupported update kind {update.kind}")
 

@@ -15,6 +15,7 @@ from actors.agent.turn import TurnHandler
 from actors.chat.callbacks import Callbacks
 from actors.chat.command_base import CommandTable
 from actors.chat.commands import command_table
+from actors.chat.drafts import Drafts
 from actors.chat.erase_command import EraseConfirm
 from actors.chat.proactive import Proactive
 from actors.chat.store import ChatStore
@@ -68,3 +69,5 @@ class ChatDeps:
     proactive: Proactive | None = None
     #: ``/forget everything``'s typed word (None: the word is an ordinary message)
     erase: EraseConfirm | None = None
+    #: each turn's streamed draft (STREAM_REPLIES; None: not streamed)
+    drafts: Drafts | None = None

@@ -2,7 +2,8 @@
 :class:`actors.chat.actor.ChatActor`, which reads the inbox into it): the texts taken are
 coalesced into turns (:func:`actors.chat.limits.coalesce`) unless the chat is at a per-chat
 limit (then they wait, the person told once); a turn runs with ``typing`` shown and can be
-stopped by ``/stop``; a model outage postpones it (``MODEL_AWAY``, retried on a timer until
+stopped by ``/stop`` or Telegram's Stop button, its reply streamed as a draft
+(:mod:`actors.chat.drafts`); a model outage postpones it (``MODEL_AWAY``, retried on a timer until
 ``model_deadline``, then ``MODEL_GAVE_UP``); the reply, the outbox row and the inbox rows'
 end are committed together.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from contextlib import nullcontext
 from datetime import datetime
 
 import attrs
@@ -19,6 +21,7 @@ import trio
 from actors.agent.turn import TurnInput, TurnReply
 from actors.chat import fragments, limits
 from actors.chat.deps import ChatDeps
+from actors.chat.drafts import ChatProgress, DraftStream
 from actors.chat.typing_indicator import typing_while
 from actors.errors import ModelUnavailable
 from runtime.backoff import backoff_delay
@@ -136,12 +139,26 @@ class ChatTurns:
             *self.turn_starts[-max(1, self.deps.turns_per_minute) :],
             trio.current_time(),
         ]
+        drafts = self.deps.drafts if turn.reason == "user_message" else None
+        stream = drafts.open(self.chat_id) if drafts is not None else None
+        turn = attrs.evolve(turn, progress=ChatProgress(self.chat_id, self.deps.running, stream))
+        try:
+            await self._answer(turn, stream)
+        finally:
+            if stream is not None:  # the edit mode's placeholder goes, the reply being queued
+                stream.finish()
+
+    async def _answer(self, turn: TurnInput, stream: DraftStream | None) -> None:
+        """Run the turn (its draft shown while it runs), then commit its reply."""
         reply: TurnReply | None = None
         outage: ModelUnavailable | None = None
-        with trio.CancelScope() as scope:
-            self.deps.running.register(self.chat_id, scope)
+        with trio.CancelScope() as scope:  # Stop before the generation began stops all of it
+            self.deps.running.register(self.chat_id, scope, stream.draft_id if stream else None)
             try:
-                async with typing_while(self.deps.bot, self.chat_id, self.deps.typing_interval):
+                async with (
+                    typing_while(self.deps.bot, self.chat_id, self.deps.typing_interval),
+                    stream if stream is not None else nullcontext(),
+                ):
                     reply = await self.deps.turns.run_turn(turn)
             except ModelUnavailable as exc:
                 outage = exc

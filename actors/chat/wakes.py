@@ -35,23 +35,33 @@ class PendingWakes:
 
 @attrs.define
 class RunningTurns:
-    """Cancel scopes of running turns by chat, so ``/stop`` can cancel without queueing."""
+    """Cancel scopes of running turns by chat, so ``/stop`` and Telegram's Stop button can
+    cancel without queueing. A chat may hold nested scopes (the turn's, and inside it the
+    generation's, registered with its draft's id): a stop cancels the innermost."""
 
-    _scopes: dict[int, trio.CancelScope] = attrs.field(factory=dict)
+    _scopes: dict[int, list[tuple[trio.CancelScope, int | None]]] = attrs.field(factory=dict)
     _stopped: set[int] = attrs.field(factory=set)
 
-    def register(self, chat_id: int, scope: trio.CancelScope) -> None:
-        self._scopes[chat_id] = scope
+    def register(self, chat_id: int, scope: trio.CancelScope, draft_id: int | None = None) -> None:
+        self._scopes.setdefault(chat_id, []).append((scope, draft_id))
 
     def unregister(self, chat_id: int, scope: trio.CancelScope) -> None:
-        if self._scopes.get(chat_id) is scope:
-            del self._scopes[chat_id]
+        stack = [entry for entry in self._scopes.get(chat_id, []) if entry[0] is not scope]
+        if stack:
+            self._scopes[chat_id] = stack
+        else:
+            self._scopes.pop(chat_id, None)
 
-    def cancel(self, chat_id: int) -> bool:
-        """Cancel the chat's running turn; True when there was one."""
-        scope = self._scopes.pop(chat_id, None)
-        if scope is None:
+    def cancel(self, chat_id: int, draft_id: int | None = None) -> bool:
+        """Cancel the chat's running turn (its innermost scope; with ``draft_id``: only the
+        generation showing that draft); True when there was one."""
+        stack = self._scopes.get(chat_id)
+        if not stack:
             return False
+        scope, shown = stack[-1]
+        if draft_id is not None and shown != draft_id:
+            return False  # a Stop pressed on an older draft
+        self.unregister(chat_id, scope)
         scope.cancel()
         self._stopped.add(chat_id)
         return True

@@ -42,14 +42,13 @@ from actors.telegram.settings import BOT_TOKEN_RE
 from actors.telegram.types import (
     BotUser,
     FileInfo,
-    UpdateBatch,
     WebhookInfo,
     parse_bot_user,
     parse_file_info,
     parse_sent_message_id,
-    parse_update_batch,
     parse_webhook_info,
 )
+from actors.telegram.update_batch import UpdateBatch, parse_update_batch
 from runtime.concurrency import AsyncClosing
 
 DEFAULT_BASE_URL = "https://api.telegram.org"

@@ -48,7 +48,8 @@ from actors.telegram.errors import (
     UnexpectedResponse,
 )
 from actors.telegram.ingest import Notify, Outcome, Strangers, ingest
-from actors.telegram.types import ALLOWED_UPDATES, Update, UpdateBatch, parse_update_batch
+from actors.telegram.types import ALLOWED_UPDATES, Update
+from actors.telegram.update_batch import UpdateBatch, parse_update_batch
 from runtime.backoff import backoff_delay as capped_backoff
 from runtime.db import Queries
 from runtime.errors import DatabaseError

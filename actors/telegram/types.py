@@ -16,9 +16,16 @@ import attrs
 from actors.telegram.errors import MalformedUpdate, UnexpectedResponse
 from actors.telegram.forwards import forward_origin
 
-UpdateKind = Literal["message", "edited_message", "callback_query", "unknown"]
+UpdateKind = Literal[
+    "message", "edited_message", "callback_query", "stopped_message_generation", "unknown"
+]
 #: The update kinds engram asks for (``allowed_updates`` of setWebhook/getUpdates).
-ALLOWED_UPDATES: tuple[str, ...] = ("message", "edited_message", "callback_query")
+ALLOWED_UPDATES: tuple[str, ...] = (
+    "message",
+    "edited_message",
+    "callback_query",
+    "stopped_message_generation",
+)
 
 
 @attrs.frozen
@@ -64,6 +71,15 @@ class CallbackQuery:
 
 
 @attrs.frozen
+class GenerationStopped:
+    """The person pressed Stop on a streamed draft (Bot API 10.3)."""
+
+    chat_id: int
+    draft_id: int
+    message_thread_id: int | None = None
+
+
+@attrs.frozen
 class Update:
     """One incoming update; exactly one of the payload fields is set unless kind is unknown."""
 
@@ -72,6 +88,7 @@ class Update:
     message: Message | None = None
     edited_message: Message | None = None
     callback_query: CallbackQuery | None = None
+    stopped_generation: GenerationStopped | None = None
     #: for kind="unknown": the payload key we did not recognise (e.g. "channel_post"), if any
     unknown_kind: str | None = None
 
@@ -83,6 +100,8 @@ class Update:
             return msg.chat_id
         if self.callback_query is not None:
             return self.callback_query.message_chat_id
+        if self.stopped_generation is not None:
+            return self.stopped_generation.chat_id
         return None
 
 
@@ -230,7 +249,18 @@ def _parse_callback(value: object) -> CallbackQuery:
     )
 
 
-_KNOWN_KINDS = ("message", "edited_message", "callback_query")
+_KNOWN_KINDS = ("message", "edited_message", "callback_query", "stopped_message_generation")
+
+
+def _parse_stopped(value: object) -> GenerationStopped:
+    where = "stopped_message_generation"
+    obj = _obj(value, where)
+    chat = _obj(obj.get("chat"), f"{where}.chat")
+    return GenerationStopped(
+        _req_int(chat, "id", f"{where}.chat"),
+        _req_int(obj, "draft_id", where),
+        _opt_int(obj, "message_thread_id", where),
+    )
 
 
 def parse_update(obj: object) -> Update:
@@ -253,46 +283,12 @@ def parse_update(obj: object) -> Update:
             return Update(raw_id, "message", message=_parse_message(obj[kind], kind))
         if kind == "edited_message":
             return Update(raw_id, "edited_message", edited_message=_parse_message(obj[kind], kind))
+        if kind == "stopped_message_generation":
+            stopped = _parse_stopped(obj[kind])
+            return Update(raw_id, "stopped_message_generation", stopped_generation=stopped)
         return Update(raw_id, "callback_query", callback_query=_parse_callback(obj[kind]))
     except _Bad as exc:
         raise MalformedUpdate(str(exc), update_id=raw_id) from None
-
-
-@attrs.frozen
-class UpdateBatch:
-    """One getUpdates answer: parsed updates with their raw JSON, unreadable ones, and the
-    offset that confirms them all."""
-
-    updates: tuple[Update, ...]
-    malformed: tuple[MalformedUpdate, ...]
-    #: 1 + the highest update_id seen (also of malformed entries); None when nothing came
-    next_offset: int | None
-    #: the raw JSON object of each entry of ``updates`` (same order), for durable storage
-    payloads: tuple[Mapping[str, object], ...] = ()
-
-
-def parse_update_batch(result: object) -> UpdateBatch:
-    """A getUpdates ``result`` (a JSON list) as an :class:`UpdateBatch`."""
-    if not isinstance(result, list):
-        raise UnexpectedResponse("getUpdates: result is not a list")
-    updates: list[Update] = []
-    payloads: list[Mapping[str, object]] = []
-    malformed: list[MalformedUpdate] = []
-    highest: int | None = None
-    for item in result:
-        try:
-            update = parse_update(item)
-        except MalformedUpdate as exc:
-            malformed.append(exc)
-            seen = exc.update_id
-        else:
-            updates.append(update)
-            payloads.append(item)
-            seen = update.update_id
-        if seen is not None and (highest is None or seen > highest):
-            highest = seen
-    next_offset = None if highest is None else highest + 1
-    return UpdateBatch(tuple(updates), tuple(malformed), next_offset, tuple(payloads))
 
 
 def dedupe_keys(update: Update) -> tuple[str, ...]:

@@ -24,9 +24,11 @@ from typing import Any, cast
 
 import anthropic
 import anthropic.resources.messages.messages as sdk_messages
+import httpx2
 from anthropic.types import Message as ApiMessage
 
 from memory.errors import LLMError
+from memory.llm.anthropic_stream import stream_message
 from memory.llm.cost import DEFAULT_RATES, RateTable
 from memory.llm.protocol import (
     Block,
@@ -50,7 +52,9 @@ from memory.llm.provider_calls import (
     classify_sdk_error,
     invalid_response,
     status_error,
+    stream_error,
 )
+from memory.llm.streaming import StreamTally
 from runtime.concurrency import AsyncClosing
 from runtime.db import Queries
 from runtime.logs import get_logger
@@ -177,6 +181,9 @@ _SDK_ERRORS = SdkErrors(
     connection=anthropic.APIConnectionError,
     validation=anthropic.APIResponseValidationError,
     base=anthropic.AnthropicError,
+    # a stream's body is read outside the SDK's wrapping: a dropped connection is raw
+    raw_timeout=(httpx2.TimeoutException,),
+    raw_transport=(httpx2.TransportError,),
 )
 
 
@@ -220,7 +227,8 @@ class AnthropicLLM(AsyncClosing):
         chat_id: int | None,
         on_event: OnEvent | None = None,
     ) -> Completion:
-        """One Messages API call; raises a :class:`memory.errors.LLMError` subclass on failure."""
+        """One Messages API call (streamed when ``on_event`` is given); raises a
+        :class:`memory.errors.LLMError` subclass on failure."""
         params: dict[str, Any] = {
             "model": self.model,
             "max_tokens": max_tokens,
@@ -232,11 +240,15 @@ class AnthropicLLM(AsyncClosing):
         if tools:
             params["tools"] = tool_params(tools)
 
+        tally = StreamTally(on_event)
+
         async def send() -> ApiMessage:
             # messages.create warns (DeprecationWarning) on every call with a model it lists
             # as deprecated; we log that once, above. The filter is inserted per call (no
             # await in between): a test run's warning filters are reset per test phase.
             warnings.filterwarnings("ignore", self._deprecation, DeprecationWarning)
+            if on_event is not None:
+                return await stream_message(self._client, params, tally, _usage)
             return cast(ApiMessage, await self._client.messages.create(**params))
 
         return await call_and_record(
@@ -249,10 +261,18 @@ class AnthropicLLM(AsyncClosing):
             classify=self._classify,
             usage=_usage,
             parse=self._parse,
+            partial=tally.so_far if on_event is not None else None,
         )
 
     def _classify(self, exc: Exception) -> LLMError | None:
         ctx = self._ctx
+        if isinstance(exc, anthropic.APIStatusError) and exc.status_code < 400:
+            return stream_error(  # an ``error`` event inside a 200 stream
+                ctx,
+                error_type=exc.type,
+                message=exc.api_message or exc.message,
+                request_id=exc.request_id,
+            )
         if isinstance(exc, anthropic.APIStatusError):
             return status_error(
                 ctx,

@@ -25,6 +25,7 @@ from openai.types.chat import ChatCompletion
 
 from memory.errors import LLMError
 from memory.llm.cost import DEFAULT_RATES, RateTable
+from memory.llm.openai_stream import Answer, answer_of, prompt_estimate, stream_answer, usage_of
 from memory.llm.protocol import (
     Block,
     Completion,
@@ -34,7 +35,6 @@ from memory.llm.protocol import (
     StopReason,
     System,
     TextBlock,
-    TokenUsage,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
@@ -47,7 +47,9 @@ from memory.llm.provider_calls import (
     classify_sdk_error,
     invalid_response,
     status_error,
+    stream_error,
 )
+from memory.llm.streaming import StreamTally
 from runtime.concurrency import AsyncClosing
 from runtime.db import Queries
 
@@ -115,18 +117,6 @@ def function_tools(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
-def _usage(raw: ChatCompletion) -> TokenUsage:
-    if raw.usage is None:  # some local servers omit it
-        return TokenUsage(0, 0)
-    details = raw.usage.prompt_tokens_details
-    cached = (details.cached_tokens or 0) if details is not None else 0
-    return TokenUsage(
-        input_tokens=raw.usage.prompt_tokens,
-        output_tokens=raw.usage.completion_tokens,
-        cache_read_tokens=min(cached, raw.usage.prompt_tokens),
-    )
-
-
 _SDK_ERRORS = SdkErrors(
     timeout=openai.APITimeoutError,
     connection=openai.APIConnectionError,
@@ -177,7 +167,8 @@ class OpenAICompatibleLLM(AsyncClosing):
         chat_id: int | None,
         on_event: OnEvent | None = None,
     ) -> Completion:
-        """One chat completions call; raises a :class:`memory.errors.LLMError` on failure."""
+        """One chat completions call (streamed when ``on_event`` is given); raises a
+        :class:`memory.errors.LLMError` on failure."""
         params: dict[str, Any] = {
             "model": self.model,
             "messages": chat_messages(system, messages),
@@ -185,6 +176,25 @@ class OpenAICompatibleLLM(AsyncClosing):
         }
         if tools:  # the API rejects an empty tools array
             params["tools"] = function_tools(tools)
+
+        if on_event is not None:
+            tally = StreamTally(on_event, prompt_estimate=prompt_estimate(params))
+
+            async def stream() -> Answer:
+                return await stream_answer(self._client, params, tally)
+
+            return await call_and_record(
+                self._db,
+                self._ctx,
+                purpose=purpose,
+                chat_id=chat_id,
+                rates=self._rates,
+                send=stream,
+                classify=self._classify,
+                usage=lambda answer: answer.usage,
+                parse=self._parse,
+                partial=tally.so_far,
+            )
 
         async def send() -> ChatCompletion:
             return cast(ChatCompletion, await self._client.chat.completions.create(**params))
@@ -197,8 +207,8 @@ class OpenAICompatibleLLM(AsyncClosing):
             rates=self._rates,
             send=send,
             classify=self._classify,
-            usage=_usage,
-            parse=self._parse,
+            usage=lambda raw: usage_of(raw.usage),
+            parse=lambda raw: self._parse(answer_of(raw)),
         )
 
     def _classify(self, exc: Exception) -> LLMError | None:
@@ -214,33 +224,41 @@ class OpenAICompatibleLLM(AsyncClosing):
                 request_id=exc.request_id,
                 headers=exc.response.headers,
             )
+        if type(exc) is openai.APIError and isinstance(exc.body, dict):
+            # an error object inside a 200 stream (the SDK raises a bare APIError)
+            kind = exc.body.get("type") or exc.body.get("code")
+            return stream_error(
+                ctx,
+                error_type=kind if isinstance(kind, str) else None,
+                message=exc.message,
+                request_id=None,
+            )
         return classify_sdk_error(ctx, exc, _SDK_ERRORS)
 
-    def _parse(self, raw: ChatCompletion) -> Completion:
-        if not raw.choices:
+    def _parse(self, raw: Answer) -> Completion:
+        if not raw.has_choice:
             raise invalid_response(self._ctx, "no choices")
-        choice = raw.choices[0]
         blocks: list[Block] = []
-        if choice.message.content:
-            blocks.append(TextBlock(choice.message.content))
-        for call in choice.message.tool_calls or ():
+        if raw.text:
+            blocks.append(TextBlock(raw.text))
+        for call in raw.calls:
             if call.type != "function":
                 raise invalid_response(self._ctx, f"tool call {call.id} of type {call.type}")
             try:
-                arguments = json.loads(call.function.arguments or "{}")
+                arguments = json.loads(call.arguments or "{}")
             except ValueError:
                 arguments = None
             if not isinstance(arguments, dict):
                 raise invalid_response(
                     self._ctx, f"tool call {call.id} arguments are not a JSON object"
                 )
-            blocks.append(ToolUseBlock(call.id, call.function.name, arguments))
+            blocks.append(ToolUseBlock(call.id, call.name, arguments))
         # Some servers answer "stop" with tool calls: the calls decide.
         has_calls = any(isinstance(b, ToolUseBlock) for b in blocks)
-        stop = "tool_use" if has_calls else _STOP_REASONS.get(choice.finish_reason, "end_turn")
+        stop = "tool_use" if has_calls else _STOP_REASONS.get(raw.finish_reason, "end_turn")
         if stop == "tool_use" and not has_calls:
             raise invalid_response(self._ctx, "finish_reason tool_calls without tool calls")
-        tokens = _usage(raw)
+        tokens = raw.usage
         return Completion(
             blocks=tuple(blocks),
             stop_reason=stop,

@@ -30,6 +30,7 @@ from memory.llm.protocol import (
     Completion,
     TokenUsage,
 )
+from memory.llm.streaming import StreamIncomplete
 from memory.llm.usage import log_api_usage, scrub_error
 from runtime.db import Queries
 from runtime.logs import get_logger
@@ -145,6 +146,7 @@ async def call_and_record(
     classify: Callable[[Exception], LLMError | None],
     usage: Callable[[R], TokenUsage | tuple[int, int]],
     parse: Callable[[R], Completion],
+    partial: Callable[[], TokenUsage | None] | None = None,
 ) -> Completion:
     """Run one provider call and write its ``api_usage`` row, whatever the outcome.
 
@@ -153,6 +155,10 @@ async def call_and_record(
     SDK exception into our error (None: not an SDK error, re-raised); ``parse`` may raise
     :class:`LLMInvalidResponse` (logged as ok: the call was billed). Our errors are raised
     outside the ``except`` block, so they carry no SDK exception.
+
+    ``partial`` (streamed calls) gives the tokens used so far, or None before the server began
+    answering. A call cancelled mid-stream is billed: its row is ok with error ``cancelled``
+    and those tokens (priced); one that failed mid-stream records them unpriced (ok False).
     """
 
     async def record(**fields: Any) -> float:
@@ -172,9 +178,23 @@ async def call_and_record(
     try:
         raw = await send()
     except trio.Cancelled:
+        so_far = partial() if partial is not None else None
         with trio.move_on_after(CANCELLED_LOG_GRACE, shield=True):
             await record(
-                latency_ms=(trio.current_time() - started) * 1000, ok=False, error="cancelled"
+                latency_ms=(trio.current_time() - started) * 1000,
+                ok=so_far is not None,
+                error="cancelled",
+                **_token_fields(so_far),
+            )
+        if so_far is not None:
+            log.info(
+                "llm.call_cancelled",
+                provider=ctx.provider,
+                model=ctx.model,
+                purpose=purpose,
+                chat_id=chat_id,
+                input_tokens=so_far.input_tokens,
+                output_tokens=so_far.output_tokens,
             )
         raise
     except Exception as exc:
@@ -183,7 +203,10 @@ async def call_and_record(
             raise
     latency_ms = (trio.current_time() - started) * 1000
     if failure is not None:
-        await record(latency_ms=latency_ms, ok=False, error=failure.message)
+        so_far = partial() if partial is not None else None
+        await record(
+            latency_ms=latency_ms, ok=False, error=failure.message, **_token_fields(so_far)
+        )
         log.warning(
             "llm.call_failed",
             provider=ctx.provider,
@@ -247,6 +270,51 @@ async def call_and_record(
     )
 
 
+def _token_fields(tokens: TokenUsage | None) -> dict[str, int]:
+    if tokens is None:
+        return {}
+    return {
+        "input_tokens": tokens.input_tokens,
+        "output_tokens": tokens.output_tokens,
+        "cache_read_tokens": tokens.cache_read_tokens,
+        "cache_write_tokens": tokens.cache_write_tokens,
+        "cache_write_1h_tokens": tokens.cache_write_1h_tokens,
+    }
+
+
+#: an error sent inside a stream (HTTP status 200) -> the status it has outside one
+STREAM_ERROR_STATUS: Mapping[str, int] = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "billing_error": 402,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "rate_limit_exceeded": 429,
+    "api_error": 500,
+    "server_error": 500,
+    "timeout_error": 504,
+    "overloaded_error": 529,
+}
+
+
+def stream_error(
+    ctx: CallContext, *, error_type: str | None, message: str | None, request_id: str | None
+) -> LLMError:
+    """The error for an error event inside a 200 stream: classified as the same error outside
+    a stream would be (an unknown type as a server error); ``status`` is that equivalent."""
+    status = STREAM_ERROR_STATUS.get(error_type or "", 500)
+    return status_error(
+        ctx,
+        status,
+        error_type=error_type,
+        message=f"{message or 'error'} (mid-stream)",
+        request_id=request_id,
+        headers={},
+    )
+
+
 @attrs.frozen
 class SdkErrors:
     """An SDK's exception classes below the HTTP status ones, for :func:`classify_sdk_error`
@@ -256,6 +324,9 @@ class SdkErrors:
     connection: type[Exception]
     validation: type[Exception]
     base: type[Exception]
+    #: the HTTP library's own exceptions that an SDK lets out of a stream unwrapped
+    raw_timeout: tuple[type[Exception], ...] = ()
+    raw_transport: tuple[type[Exception], ...] = ()
 
 
 def classify_sdk_error(ctx: CallContext, exc: Exception, sdk: SdkErrors) -> LLMError | None:
@@ -263,9 +334,11 @@ def classify_sdk_error(ctx: CallContext, exc: Exception, sdk: SdkErrors) -> LLME
     connection failure :class:`LLMUnavailable`, a response the SDK could not validate an
     invalid response, any other SDK error :class:`LLMRequestError`; None for anything else."""
     message = str(getattr(exc, "message", exc))
-    if isinstance(exc, sdk.timeout):
+    if isinstance(exc, StreamIncomplete):
+        return transport_error(ctx, LLMUnavailable, f"stream ended early: {exc}")
+    if isinstance(exc, (sdk.timeout, *sdk.raw_timeout)):
         return transport_error(ctx, LLMTimeout, "request timed out")
-    if isinstance(exc, sdk.connection):
+    if isinstance(exc, (sdk.connection, *sdk.raw_transport)):
         return transport_error(ctx, LLMUnavailable, f"connection failed: {message}")
     if isinstance(exc, sdk.validation):
         return invalid_response(ctx, message)

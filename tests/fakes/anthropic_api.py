@@ -39,6 +39,14 @@ Scripted answers play in order (then ``responder(body)`` when set and it answers
 request did not offer is answered 500 (a bug in the test script, made loud). Scripted failures
 (429 with ``retry-after``, 529, 500, a slow answer) apply to the next valid, authorized
 requests. Every request is recorded in ``fake.requests`` (headers without the key).
+
+``stream: true`` answers the server-sent events of the real API (:mod:`fakes.anthropic_stream`);
+``fake.timing`` (:class:`fakes.sse.StreamTiming`: first-token delay, tokens per second) paces
+every answer, streamed or not; ``Failure.stream_error(after, type, message)`` sends an ``error``
+event mid-stream and ``Failure.dropped(after)`` drops the connection. A streamed request
+records the events sent (``events``) and how the stream ended (``stream_end``). Image blocks
+are checked as the API does (:mod:`fakes.images`); ``fake.images.supported = False`` plays a
+model that takes no images.
 """
 
 from __future__ import annotations
@@ -64,6 +72,10 @@ from hypercorn.config import Config
 from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
+
+from fakes.anthropic_stream import stream_body
+from fakes.images import ImageRejected, ImageRules
+from fakes.sse import DroppedStream, Items, StreamFault, StreamTiming, pieces_in
 
 DEFAULT_API_KEY = "sk-ant-api03-fakeanthropic-0123456789abcdefghijklmnopqrstuvwxyzABCDEF"
 #: 2026-10-21 is what the anthropic 2.x SDK sends
@@ -170,12 +182,25 @@ def new_id(prefix: str) -> str:
 class Failure:
     """A scripted answer for ``fake.fail_next``: an error status, or a delay before answering."""
 
-    kind: str  # "status" | "slow"
+    kind: str  # "status" | "slow" | "stream"
     status: int = 0
     type: str = "api_error"
     message: str = ""
     retry_after: float | None = None
     delay: float = 0.0
+    fault: StreamFault | None = None
+
+    @classmethod
+    def stream_error(
+        cls, after: int = 0, type: str = "overloaded_error", message: str = "Overloaded"
+    ) -> Failure:
+        """A streamed answer that sends an ``error`` event after ``after`` content pieces."""
+        return cls("stream", fault=StreamFault("error", after, type, message))
+
+    @classmethod
+    def dropped(cls, after: int = 0) -> Failure:
+        """A streamed answer whose connection drops after ``after`` content pieces."""
+        return cls("stream", fault=StreamFault("drop", after))
 
     @classmethod
     def rate_limited(cls, retry_after: float | None = 1) -> Failure:
@@ -230,6 +255,9 @@ class RecordedRequest:
     #: the prompt-cache accounting and the ``usage`` of an answered request
     cache: CacheUsage | None = None
     usage: dict[str, Any] | None = None
+    #: a streamed answer: the events sent, and how it ended (complete, error, drop, client_gone)
+    events: list[str] = attrs.Factory(list)
+    stream_end: str | None = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -525,8 +553,8 @@ def check_body(body: Any, models: Mapping[str, int] | None) -> list[str] | None:
     stops = body.get("stop_sequences", [])
     if not isinstance(stops, list) or not all(isinstance(s, str) and s.strip() for s in stops):
         raise _bad("stop_sequences: each stop sequence must be a non-empty string")
-    if body.get("stream") not in (None, False):
-        raise _bad("stream: streaming is not supported by the fake")
+    if not isinstance(body.get("stream", False), bool):
+        raise _bad("stream: Input should be a valid boolean")
     if models is not None:
         if model not in models:
             raise AnthropicHttpError(404, f"model: {model}", type="not_found_error")
@@ -674,6 +702,10 @@ class FakeAnthropic:
         self._failures: deque[Failure] = deque()
         self._request_ids = itertools.count(1)
         self.cache = PromptCache()
+        #: pacing of every answer (streamed or not); the latency bench sets 0.8 s and 60/s
+        self.timing = StreamTiming()
+        #: what images the model takes (``images.supported = False``: a text-only model)
+        self.images = ImageRules()
         self.app = self._build_app()
 
     # --- scripting and inspection --------------------------------------------------------------
@@ -836,10 +868,18 @@ class FakeAnthropic:
         except ValueError as exc:
             raise _bad(f"There was an error parsing the body of your request: {exc}") from None
         names = check_body(call.body, self.models)
+        try:
+            self.images.check_anthropic(call.body["messages"])
+        except ImageRejected as exc:
+            raise _bad(exc.message) from None
+        streamed = call.body.get("stream") is True
         failure = self._failures.popleft() if self._failures else None
+        fault = failure.fault if failure is not None else None
+        if fault is not None and not streamed:
+            raise AnthropicHttpError(500, "fake: a stream failure for a request without stream")
         if failure is not None and failure.kind == "slow":
             await trio.sleep(failure.delay)
-        elif failure is not None:
+        elif failure is not None and failure.kind != "stream":
             headers = {}
             if failure.retry_after is not None:
                 headers["retry-after"] = f"{failure.retry_after:g}"
@@ -896,7 +936,31 @@ class FakeAnthropic:
             "stop_sequence": None,
             "usage": usage,
         }
+        items = stream_body(payload, fault)
+        if streamed:
+            return Response(
+                self._send_stream(call, items), content_type="text/event-stream; charset=utf-8"
+            )
+        await trio.sleep_until(self.timing.at(call.time, pieces_in(items)))
         return Response(json.dumps(payload), content_type="application/json")
+
+    async def _send_stream(self, call: RecordedRequest, items: Items) -> AsyncIterator[bytes]:
+        call.stream_end = "client_gone"
+        piece = 0
+        try:
+            for is_piece, name, data in items:
+                if is_piece:
+                    await trio.sleep_until(self.timing.at(call.time, piece))
+                    piece += 1
+                if name == "drop":
+                    call.stream_end = "drop"
+                    raise DroppedStream("scripted drop")
+                call.events.append(name)
+                yield data
+            call.stream_end = "error" if call.events[-1:] == ["error"] else "complete"
+        except trio.Cancelled:
+            call.stream_end = "client_gone"
+            raise
 
 
 @asynccontextmanager

@@ -42,6 +42,7 @@ from fakes.bot_documents import (
     Upload,
     parse_multipart,
 )
+from fakes.bot_drafts import DRAFT_SPECS, DraftFailure, DraftMethods
 from fakes.bot_keyboards import KEYBOARD_SPECS, KeyboardFailure, KeyboardMethods, check_markup
 
 DEFAULT_TOKEN = "123456789:AAHfakeTokenForTests_abcdefghijk-XYZ0"
@@ -70,6 +71,7 @@ KNOWN_UPDATE_KINDS = frozenset(
         "chat_join_request",
         "chat_boost",
         "removed_chat_boost",
+        "stopped_message_generation",
     }
 )
 _DEFAULT_EXCLUDED = frozenset({"chat_member", "message_reaction", "message_reaction_count"})
@@ -334,6 +336,7 @@ _SPECS: dict[str, dict[str, str]] = {
     "getWebhookInfo": {},
     **KEYBOARD_SPECS,  # editMessageText, editMessageReplyMarkup, set/get/deleteMyCommands
     **DOCUMENT_SPECS,  # sendDocument (multipart uploads)
+    **DRAFT_SPECS,  # sendMessageDraft, deleteMessage
 }
 
 
@@ -420,13 +423,14 @@ def _failure_reply(f: ApiFailure) -> _Reply:
     return _json_reply(f.status, body)
 
 
-class FakeBotApi(KeyboardMethods, DocumentMethods):
+class FakeBotApi(KeyboardMethods, DocumentMethods, DraftMethods):
     """State and behaviour of the fake; see the module docstring. Build it with run_fake_bot_api.
     Keyboards, edits, taps and the command menu: :class:`fakes.bot_keyboards.KeyboardMethods`."""
 
     def __init__(self, token: str = DEFAULT_TOKEN, *, known_chats_only: bool = False) -> None:
         KeyboardMethods.__init__(self)
         DocumentMethods.__init__(self)
+        DraftMethods.__init__(self)
         if not _TOKEN_RE.fullmatch(token):
             raise ValueError("fake bot token must look like <digits>:<secret>")
         self.token = token
@@ -848,6 +852,8 @@ class FakeBotApi(KeyboardMethods, DocumentMethods):
             return _failure_reply(ApiFailure(400, exc.description))
         except DocumentFailure as exc:
             return _failure_reply(ApiFailure(exc.status, exc.description))
+        except DraftFailure as exc:
+            return _failure_reply(ApiFailure(exc.status, exc.description, exc.retry_after))
         except (ValueError, UnicodeDecodeError):
             return _failure_reply(_bad("can't parse JSON encoded request"))
         payload: dict[str, Any] = {"ok": True, "result": result}

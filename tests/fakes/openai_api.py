@@ -20,9 +20,15 @@ unless ``chat_models`` is given), ``messages`` (non-empty; roles system/develope
 assistant/tool; an assistant's ``tool_calls`` answered by ``tool`` messages with matching
 ``tool_call_id`` right after it, and every ``tool`` message answering such a call), ``tools``
 (non-empty, ``type: function``, names ``^[a-zA-Z0-9_-]{1,64}$``, ``parameters`` an object
-schema), ``max_tokens``/``max_completion_tokens`` (not both, >= 1), ``n`` 1, no streaming.
-Scripted replies (text and/or tool calls, finish reason, usage) play in order, then
+schema), ``max_tokens``/``max_completion_tokens`` (not both, >= 1), ``n`` 1, image parts
+(:mod:`fakes.images`; ``fake.images.supported = False`` plays a text-only model). Scripted
+replies (text and/or tool calls, finish reason, usage) play in order, then
 ``default_chat_text``; a scripted call of a tool the request did not offer is answered 500.
+``stream: true`` answers ``chat.completion.chunk`` server-sent events as the real API does
+(:mod:`fakes.openai_stream`; ``stream_options`` checked, the usage chunk only with
+``include_usage``); ``fake.timing`` (:class:`fakes.sse.StreamTiming`) paces every chat answer,
+and ``Failure.stream_error``/``Failure.dropped`` break a stream mid-way. A streamed call
+records the chunks sent (``call.events``) and how the stream ended (``call.stream_end``).
 
 ``POST /v1/embeddings``: ``model`` (``embedding_models``: name -> dimensions, 404 otherwise),
 ``input`` (a non-empty string or 1..2048 of them, each at most 8192 tokens by a 4 chars/token
@@ -62,6 +68,10 @@ from quart import Response, request
 from quart_trio import QuartTrio
 from werkzeug.datastructures import FileStorage
 from werkzeug.exceptions import HTTPException
+
+from fakes.images import ImageRejected, ImageRules
+from fakes.openai_stream import stream_body
+from fakes.sse import DroppedStream, Items, StreamFault, StreamTiming, pieces_in
 
 DEFAULT_API_KEY = "sk-test-fakeopenai-0123456789abcdefghijklmnopqrstuvwxyz"
 TRANSCRIPTIONS = "audio.transcriptions"
@@ -158,13 +168,29 @@ def mask_key(key: str) -> str:
 class Failure:
     """A scripted answer for ``fake.fail_next``: an error status, or a delay before answering."""
 
-    kind: str  # "status" | "slow"
+    kind: str  # "status" | "slow" | "stream"
     status: int = 0
     message: str = ""
     type: str = "server_error"
     code: str | None = None
     retry_after: float | None = None
     delay: float = 0.0
+    fault: StreamFault | None = None
+
+    @classmethod
+    def stream_error(
+        cls,
+        after: int = 0,
+        type: str = "server_error",
+        message: str = "The server had an error while processing your request. Sorry about that!",
+    ) -> Failure:
+        """A streamed chat answer that sends an error chunk after ``after`` content pieces."""
+        return cls("stream", fault=StreamFault("error", after, type, message))
+
+    @classmethod
+    def dropped(cls, after: int = 0) -> Failure:
+        """A streamed chat answer whose connection drops after ``after`` content pieces."""
+        return cls("stream", fault=StreamFault("drop", after))
 
     @classmethod
     def rate_limited(
@@ -231,6 +257,10 @@ class Call:
     content_type: str | None = None
     data: bytes = b""
     error: str | None = None
+    #: a streamed answer: the chunks sent (``chunk``, ``usage``, ``done``, ``error``) and how
+    #: it ended (complete, error, drop, client_gone)
+    events: list[str] = attrs.Factory(list)
+    stream_end: str | None = None
 
 
 @attrs.frozen
@@ -275,6 +305,7 @@ _CHAT_FIELDS = frozenset(
         "top_p",
         "n",
         "stream",
+        "stream_options",
         "stop",
         "seed",
         "user",
@@ -563,8 +594,21 @@ def check_chat_body(body: Any, models: Collection[str] | None) -> list[str] | No
             )
     if body.get("n", 1) != 1:
         raise _param_error("the fake supports only n=1", "n")
-    if body.get("stream") not in (None, False):
-        raise _param_error("streaming is not supported by the fake", "stream")
+    if not isinstance(body.get("stream", False), bool):
+        raise _type_error("stream", "a boolean", body["stream"])
+    options = body.get("stream_options")
+    if options is not None:
+        if body.get("stream") is not True:
+            raise _param_error(
+                "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                "stream_options",
+            )
+        if not isinstance(options, dict):
+            raise _type_error("stream_options", "an object", options)
+        _check_unknown(options, ("include_usage", "include_obfuscation"), "stream_options")
+        for key, value in options.items():
+            if not isinstance(value, bool):
+                raise _type_error(f"stream_options.{key}", "a boolean", value)
     choice = body.get("tool_choice")
     if choice is not None and names is None:
         raise _param_error(
@@ -630,6 +674,12 @@ class FakeOpenAI:
         self._word_vectors: dict[tuple[int, str], tuple[float, ...]] = {}
         self._failures: dict[str, deque[Failure]] = {}
         self._request_ids = itertools.count(1)
+        #: pacing of chat answers (streamed or not); the latency bench sets 0.8 s and 60/s
+        self.timing = StreamTiming()
+        #: what images the chat model takes (``images.supported = False``: text-only)
+        self.images = ImageRules()
+        #: play a server that ignores ``stream_options.include_usage`` (no usage chunk)
+        self.ignore_include_usage = False
         self.app = self._build_app()
 
     # --- scripting and inspection --------------------------------------------------------------
@@ -783,15 +833,18 @@ class FakeOpenAI:
             )
         call.authorized = True
 
-    async def scripted(self, endpoint: str, call: Call) -> None:
-        """Apply the next scripted failure of ``endpoint`` (raise it, or sleep for a slow one)."""
+    async def scripted(self, endpoint: str, call: Call) -> StreamFault | None:
+        """Apply the next scripted failure of ``endpoint`` (raise it, or sleep for a slow one);
+        a stream fault is returned for the endpoint to play."""
         queue = self._failures.get(endpoint)
         failure = queue.popleft() if queue else None
         if failure is None:
-            return
+            return None
+        if failure.kind == "stream":
+            return failure.fault
         if failure.kind == "slow":
             await trio.sleep(failure.delay)
-            return
+            return None
         headers = {}
         if failure.retry_after is not None:
             headers["retry-after"] = f"{failure.retry_after:g}"
@@ -1032,7 +1085,14 @@ class FakeOpenAI:
         body = self.json_body(call)
         self._record_json(call, body)
         names = check_chat_body(body, self.chat_models)
-        await self.scripted(CHAT_COMPLETIONS, call)
+        try:
+            self.images.check_openai(body["messages"])
+        except ImageRejected as exc:
+            raise _param_error(exc.message, exc.param or "messages", exc.code) from None
+        streamed = body.get("stream") is True
+        fault = await self.scripted(CHAT_COMPLETIONS, call)
+        if fault is not None and not streamed:
+            raise OpenAIHttpError(500, "fake: a stream failure for a request without stream")
         reply = self._chat_replies.popleft() if self._chat_replies else None
         if reply is None:
             reply = ChatReply(self.default_chat_text)
@@ -1091,7 +1151,34 @@ class FakeOpenAI:
             "service_tier": "default",
             "system_fingerprint": "fp_fake0000",
         }
+        options = dict(body.get("stream_options") or {})
+        if self.ignore_include_usage:
+            options.pop("include_usage", None)
+        items = stream_body(payload, options, fault)
+        if streamed:
+            return Response(
+                self._send_stream(call, items), content_type="text/event-stream; charset=utf-8"
+            )
+        await trio.sleep_until(self.timing.at(call.time, pieces_in(items)))
         return Response(json.dumps(payload), content_type="application/json")
+
+    async def _send_stream(self, call: Call, items: Items) -> AsyncIterator[bytes]:
+        call.stream_end = "client_gone"
+        piece = 0
+        try:
+            for is_piece, name, data in items:
+                if is_piece:
+                    await trio.sleep_until(self.timing.at(call.time, piece))
+                    piece += 1
+                if name == "drop":
+                    call.stream_end = "drop"
+                    raise DroppedStream("scripted drop")
+                call.events.append(name)
+                yield data
+            call.stream_end = "error" if call.events[-1:] == ["error"] else "complete"
+        except trio.Cancelled:
+            call.stream_end = "client_gone"
+            raise
 
     # --- POST /v1/embeddings -------------------------------------------------------------------
 

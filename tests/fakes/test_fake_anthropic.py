@@ -375,7 +375,7 @@ BAD_BODIES: list[tuple[str, dict[str, Any], str]] = [
         "not found in tools",
     ),
     ("temperature too high", body(temperature=1.5), "temperature"),
-    ("streaming", body(stream=True), "streaming is not supported"),
+    ("stream not a boolean", body(stream="yes"), "stream: Input should be a valid boolean"),
 ]
 
 

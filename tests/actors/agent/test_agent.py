@@ -28,6 +28,8 @@ from actors.agent.tool_loop import (
     tool_specs,
 )
 from actors.agent.turn import TurnInput, TurnReply
+from actors.chat.drafts import ChatProgress
+from actors.chat.wakes import RunningTurns
 from actors.errors import ModelUnavailable
 from memory.conversation.messages import ChatMessage, SqlConversationStore, repair_rows
 from memory.errors import (
@@ -43,8 +45,10 @@ from memory.llm.protocol import (
     Completion,
     Message,
     OnEvent,
+    StreamEvent,
     System,
     TextBlock,
+    TextDelta,
     ToolResultBlock,
     ToolSpec,
     ToolUseBlock,
@@ -606,3 +610,112 @@ async def test_loop_repairs_an_orphan_tool_use_before_the_request(autojump_clock
     assert request.messages[0] == Message.user("What did I eat?")
     assert request.messages[-1] == Message.user("Never mind. Hello!")
     assert any(m.role == "assistant" and m.text == "Let me check." for m in request.messages)
+
+
+# --- stopping a streamed turn (issue 23) ----------------------------------------------------------
+# The person's Stop cancels the generation; what the model had written becomes the reply marked
+# "(stopped)" and the conversation's last assistant row; a stop during a tool call keeps the text
+# written before it; the next turn is normal.
+
+WORDS = [f"word{n} " for n in range(200)]
+
+
+@attrs.define
+class StreamingLLM(ScriptedLLM):
+    """Streams ``WORDS`` (one every 0.05 s) before answering with the scripted step."""
+
+    streamed: list[int] = attrs.field(factory=list)
+
+    async def complete(  # type: ignore[override]
+        self,
+        *,
+        system: System,
+        messages: Sequence[Message],
+        tools: Sequence[ToolSpec],
+        max_tokens: int,
+        purpose: str,
+        chat_id: int | None,
+        on_event: OnEvent | None = None,
+    ) -> Completion:
+        assert on_event is not None  # a chat turn streams
+        sent = 0
+        step = self.script[0] if self.script else None
+        pieces = [step.text] if isinstance(step, Completion) and step.tool_uses else WORDS
+        for word in pieces:
+            on_event(TextDelta(word))
+            sent += 1
+            await trio.sleep(0.05)
+        self.streamed.append(sent)
+        return await super().complete(
+            system=system,
+            messages=messages,
+            tools=tools,
+            max_tokens=max_tokens,
+            purpose=purpose,
+            chat_id=chat_id,
+        )
+
+
+@attrs.define
+class Events:
+    seen: list[StreamEvent] = attrs.field(factory=list)
+
+    def __call__(self, event: StreamEvent) -> None:
+        self.seen.append(event)
+
+
+async def test_stop_keeps_what_was_written_and_marks_it(autojump_clock: Any) -> None:
+    llm = StreamingLLM([text("".join(WORDS))], delay=0)
+    agent, store, _ = make_agent(llm)
+    running = RunningTurns()
+    progress = ChatProgress(CHAT, running)  # no draft: stopped by /stop
+    streaming = attrs.evolve(turn("tell me a long story"), progress=_Streaming(progress))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_stop_after, running, 1.0)
+        reply = await agent.run_turn(streaming)
+    assert reply.text.endswith("\n\n(stopped)")
+    written = reply.text.removesuffix("\n\n(stopped)")
+    assert written == "".join(WORDS[: len(written.split())]).strip()
+    assert 10 <= len(written.split()) <= 30  # about 1 s of 20 words a second
+    await persist(reply)
+    assert store.roles() == ["user", "assistant"]
+    assert store.chats[CHAT][-1].content == written
+    llm.script = [text("A short answer.")]
+    again = await agent.run_turn(attrs.evolve(turn("and now?", 2), progress=_Streaming(progress)))
+    assert again.text == "A short answer."
+
+
+async def test_stop_during_a_tool_call_keeps_the_text_before_it(autojump_clock: Any) -> None:
+    llm = StreamingLLM([calls(("slow", {}), say="Let me look."), text("never")], delay=0)
+    agent, store, _ = make_agent(llm)
+    running = RunningTurns()
+    progress = _Streaming(ChatProgress(CHAT, running))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_stop_after, running, 2.0)  # the slow tool takes longer
+        reply = await agent.run_turn(attrs.evolve(turn("look it up"), progress=progress))
+    assert reply.text == "Let me look.\n\n(stopped)"
+    await persist(reply)
+    assert store.roles()[0] == "user" and "assistant" in store.roles()
+
+
+@attrs.frozen
+class _Streaming:
+    """A chat progress that streams without a draft (the events are only counted)."""
+
+    inner: ChatProgress
+    events: Events = attrs.field(factory=Events)
+
+    @property
+    def streaming(self) -> bool:
+        return True
+
+    def on_event(self, event: StreamEvent) -> None:
+        self.events(event)
+
+    def stoppable(self) -> Any:
+        return self.inner.stoppable()
+
+
+async def _stop_after(running: RunningTurns, seconds: float) -> None:
+    await trio.sleep(seconds)
+    assert running.cancel(CHAT)

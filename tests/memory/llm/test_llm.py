@@ -739,7 +739,12 @@ BAD_CHATS: list[tuple[str, dict[str, Any], str]] = [
     ("both token limits", chat(max_tokens=5, max_completion_tokens=5), "at the same time"),
     ("zero max_tokens", chat(max_tokens=0), "integer below minimum value"),
     ("tool_choice without tools", chat(tool_choice="auto"), "only allowed when 'tools'"),
-    ("streaming", chat(stream=True), "streaming is not supported"),
+    ("stream not a boolean", chat(stream="yes"), "Invalid type for 'stream'"),
+    (
+        "stream_options without stream",
+        chat(stream_options={"include_usage": True}),
+        "only allowed when 'stream'",
+    ),
 ]
 
 
