@@ -53,7 +53,8 @@ from actors.chat import fragments
 from actors.chat.commands import command_table
 from actors.chat.deps import ChatDeps
 from actors.chat.due_runs import run_due
-from actors.chat.turns import UNSUPPORTED, ChatTurns
+from actors.chat.other_kinds import answer_for
+from actors.chat.turns import ChatTurns
 from actors.chat.typing_indicator import typing_while
 from actors.chat.wakes import Wake
 from actors.errors import ModelUnavailable
@@ -238,7 +239,7 @@ class ChatActor(ChatTurns):
             return
         if text is None and msg.caption is None and msg.media_group_id is None:
             await self._run_flushed(fragments.flush_all(self.state))
-            await self._commit(TurnReply(UNSUPPORTED), [inbox_id], skipped="no text")
+            await self._commit(TurnReply(answer_for(msg)), [inbox_id], skipped="no text")
             return
         self.sources[inbox_id] = (ext, "media_group" if msg.media_group_id else "text")
         item = fragments.Inbound(

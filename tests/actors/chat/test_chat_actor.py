@@ -114,9 +114,35 @@ async def test_media_group_combines_captions_after_500_ms(
     autojump_clock: trio.testing.MockClock, harness: Harness
 ) -> None:
     t0 = trio.current_time()
-    await harness.deliver(msg(1, 10, None, caption="first", media_group_id="g", photo=[{}]))
-    await harness.deliver(msg(2, 11, None, media_group_id="g", photo=[{}]))
-    await harness.deliver(msg(3, 12, None, caption="third", media_group_id="g", photo=[{}]))
+    await harness.deliver(
+        msg(
+            1,
+            10,
+            None,
+            caption="first",
+            media_group_id="g",
+            photo=[{"file_id": "p", "file_unique_id": "u", "width": 90, "height": 90}],
+        )
+    )
+    await harness.deliver(
+        msg(
+            2,
+            11,
+            None,
+            media_group_id="g",
+            photo=[{"file_id": "p", "file_unique_id": "u", "width": 90, "height": 90}],
+        )
+    )
+    await harness.deliver(
+        msg(
+            3,
+            12,
+            None,
+            caption="third",
+            media_group_id="g",
+            photo=[{"file_id": "p", "file_unique_id": "u", "width": 90, "height": 90}],
+        )
+    )
     await trio.sleep(3)
     assert len(harness.agent.turns) == 1
     turn, at = harness.agent.turns[0]
