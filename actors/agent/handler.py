@@ -44,6 +44,7 @@ import attrs
 import trio
 
 from actors.agent.context import PERSONA, TurnContext, build_context
+from actors.agent.images import IMAGES_REFUSED, refuses_images
 from actors.agent.routine_turn import (
     DECLINE,
     DECLINE_SPEC,
@@ -179,7 +180,7 @@ class Agent:
             self.max_tokens,
             cache=loop_cache,
         )
-        state = LoopState([Message.user(turn.text)])
+        state = LoopState([Message.user(*turn.images, turn.text)])
         with trio.move_on_at(deadline) as scope:
             await loop.run(state, deadline)
         state.flush()
@@ -191,6 +192,8 @@ class Agent:
         rows = transcript_rows(state.messages, self.clock())
         self._log(turn, state, memory)
         text = reply_text(state)
+        if turn.images and state.error is not None and refuses_images(state.error):
+            text = IMAGES_REFUSED
         await link_cited_entries(self.tool_db, chat_id, memory.pattern_ids, state.messages, text)
         user_row = ChatMessage(role="user", content=turn.text, created_at=now, id=user_id)
         over = self._over_budget(chat_id, context, len(window), [user_row, *rows])
