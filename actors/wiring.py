@@ -43,6 +43,7 @@ from actors.scheduler.scheduler import Scheduler, SqlDueStore
 from actors.settings import Settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
+from actors.telegram.photos import download_photos
 from actors.telegram.types import Voice
 from memory.compaction.backlog import CompactionSweep, SqlBacklog
 from memory.conversation.purge import PurgeJob
@@ -318,6 +319,7 @@ async def open_bot(
             announce=announce,
             turns=agent,
             transcribe=transcribe,
+            photos=partial(download_photos, bot),
             bot=bot,
             callbacks=taps,
             commands=command_table(services, taps, controls.commands()),

@@ -237,7 +237,7 @@ class ChatActor(ChatTurns):
         if msg.voice is not None:
             await self._voice(inbox_id, ext, msg, msg.voice)
             return
-        if text is None and msg.caption is None and msg.media_group_id is None:
+        if text is None and msg.caption is None and msg.media_group_id is None and not msg.photo:
             await self._run_flushed(fragments.flush_all(self.state))
             await self._commit(TurnReply(answer_for(msg)), [inbox_id], skipped="no text")
             return
@@ -250,6 +250,7 @@ class ChatActor(ChatTurns):
             received_at=trio.current_time(),
             update_ids=(inbox_id,),
             media_group_id=msg.media_group_id,
+            photos=(msg.photo,) if msg.photo else (),
         )
         self.ready += fragments.offer(self.state, item, trio.current_time())
 
