@@ -319,7 +319,7 @@ async def open_bot(
             announce=announce,
             turns=agent,
             transcribe=transcribe,
-            photos=partial(download_photos, bot),
+            photos=partial(download_photos, bot, max_bytes=settings.photo_max_bytes),
             bot=bot,
             callbacks=taps,
             commands=command_table(services, taps, controls.commands()),
