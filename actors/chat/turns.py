@@ -32,7 +32,7 @@ from runtime.logs import get_logger
 log = get_logger(__name__)
 
 SORRY = "Sorry, something went wrong on my side. Please try again in a moment."
-UNSUPPORTED = "I can only read text, captions and voice messages for now."
+UNSUPPORTED = "I can read text, photos and voice messages, but not this kind of message yet."
 
 
 def photo_text(count: int, caption: str) -> str:
