@@ -41,7 +41,7 @@ from actors.chat.actor import chat_factory
 from actors.chat.callbacks import Callbacks, CallbackTable
 from actors.chat.command_base import CommandTable
 from actors.chat.commands import command_table
-from actors.chat.deps import ChatDeps, Transcriber
+from actors.chat.deps import ChatDeps, PhotoFetcher, Transcriber
 from actors.chat.drafts import BotDraftSink, Drafts
 from actors.chat.erase_command import EraseConfirm, vault_folder
 from actors.chat.proactive import Proactive
@@ -92,6 +92,8 @@ class BotSystem:
     polling: bool = False
     turns: TurnHandler = attrs.field(factory=NoAgent)
     transcribe: Transcriber | None = None
+    #: downloads the person's photos for the model (None: captions only)
+    photos: PhotoFetcher | None = None
     bot_factory: Callable[[], BotApiClient] | None = None
     poller_factory: Callable[..., Any] | None = None
     #: long-lived jobs started with the system, each ``run(*, task_status)`` (e.g. the
@@ -265,6 +267,7 @@ class BotSystem:
             outbox_ready=self._outbox_ready,
             running=RunningTurns(),
             transcribe=self.transcribe,
+            photos=self.photos,
             model_retry_cap=settings.send_retry_cap,
             model_deadline=settings.send_deadline,
             callbacks=Callbacks(self.db, self.callbacks),

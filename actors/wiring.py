@@ -46,6 +46,7 @@ from actors.scheduler.scheduler import Scheduler, SqlDueStore
 from actors.settings import Settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
+from actors.telegram.photos import download_photos
 from actors.telegram.types import Voice
 from actors.vault.writer import sql_vault_writer
 from memory.compaction.backlog import CompactionSweep, SqlBacklog
@@ -357,6 +358,7 @@ async def open_bot(
             announce=announce,
             turns=agent,
             transcribe=transcribe,
+            photos=partial(download_photos, bot, max_bytes=settings.photo_max_bytes),
             bot=bot,
             callbacks=taps,
             commands=command_table(

@@ -45,6 +45,7 @@ import attrs
 import trio
 
 from actors.agent.context import PERSONA, TurnContext, build_context
+from actors.agent.images import turn_reply_text
 from actors.agent.routine_turn import (
     DECLINE,
     DECLINE_SPEC,
@@ -57,7 +58,6 @@ from actors.agent.tool_loop import (
     LoopState,
     ToolLoop,
     is_outage,
-    reply_text,
     tool_specs,
     transcript_rows,
 )
@@ -182,7 +182,7 @@ class Agent:
             cache=loop_cache,
             on_event=progress.on_event if progress.streaming else None,
         )
-        state = LoopState([Message.user(turn.text)])
+        state = LoopState([Message.user(*turn.images, turn.text)])
         with trio.move_on_at(deadline) as scope, progress.stoppable() as stop:
             await loop.run(state, deadline)
         state.halt() if stop.cancelled_caught else state.flush()
@@ -193,7 +193,7 @@ class Agent:
             state.tripped = "time_limit"
         rows = transcript_rows(state.messages, self.clock())
         self._log(turn, state, memory)
-        text = reply_text(state)
+        text = turn_reply_text(state, bool(turn.images))
         await link_cited_entries(self.tool_db, chat_id, memory.pattern_ids, state.messages, text)
         user_row = ChatMessage(role="user", content=turn.text, created_at=now, id=user_id)
         over = self._over_budget(chat_id, context, len(window), [user_row, *rows])

@@ -17,6 +17,7 @@ import attrs
 from actors.agent.progress import NO_PROGRESS, TurnProgress
 from actors.queues.outbox import ParseMode
 from actors.telegram.keyboards import InlineKeyboard
+from memory.llm.protocol import ImageBlock
 from memory.tools.registry import Confirmations
 from runtime.db import Connection
 
@@ -42,6 +43,8 @@ class TurnInput:
     reason: Reason = "user_message"
     #: the routine's name (``reason`` "routine")
     routine: str | None = None
+    #: the person's photos, given to the model with ``text`` (never stored)
+    images: tuple[ImageBlock, ...] = attrs.field(default=(), eq=False, repr=False)
     #: where the turn shows its progress (the streamed draft)
     progress: TurnProgress = attrs.field(default=NO_PROGRESS, eq=False, repr=False)
 

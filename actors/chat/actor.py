@@ -54,7 +54,8 @@ from actors.chat.commands import command_table
 from actors.chat.deps import ChatDeps
 from actors.chat.due_runs import run_due
 from actors.chat.erase_command import is_word
-from actors.chat.turns import UNSUPPORTED, ChatTurns
+from actors.chat.other_kinds import answer_for
+from actors.chat.turns import ChatTurns
 from actors.chat.typing_indicator import typing_while
 from actors.chat.wakes import Wake
 from actors.errors import ChatErased, ModelUnavailable
@@ -247,9 +248,9 @@ class ChatActor(ChatTurns):
         if msg.voice is not None:
             await self._voice(inbox_id, ext, msg, msg.voice)
             return
-        if text is None and msg.caption is None and msg.media_group_id is None:
+        if text is None and msg.caption is None and msg.media_group_id is None and not msg.photo:
             await self._run_flushed(fragments.flush_all(self.state))
-            await self._commit(TurnReply(UNSUPPORTED), [inbox_id], skipped="no text")
+            await self._commit(TurnReply(answer_for(msg)), [inbox_id], skipped="no text")
             return
         self.sources[inbox_id] = (ext, "media_group" if msg.media_group_id else "text")
         item = fragments.Inbound(
@@ -260,6 +261,7 @@ class ChatActor(ChatTurns):
             received_at=trio.current_time(),
             update_ids=(inbox_id,),
             media_group_id=msg.media_group_id,
+            photos=(msg.photo,) if msg.photo else (),
         )
         self.ready += fragments.offer(self.state, item, trio.current_time())
 

@@ -5,7 +5,7 @@ two edges it is given, the voice :data:`Transcriber` and the typing :class:`Chat
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -21,9 +21,13 @@ from actors.chat.proactive import Proactive
 from actors.chat.store import ChatStore
 from actors.chat.wakes import PendingWakes, RunningTurns
 from actors.queues import inbox, outbox
+from actors.telegram.media import PhotoSize
 from actors.telegram.types import Voice
+from memory.llm.protocol import ImageBlock
 
 Transcriber = Callable[[int, Voice], Awaitable[str]]
+#: a message's photos (each one's sizes) -> image blocks (raises PhotoError)
+PhotoFetcher = Callable[[Sequence[Sequence[PhotoSize]]], Awaitable[tuple[ImageBlock, ...]]]
 
 
 class ChatActionClient(Protocol):
@@ -41,6 +45,8 @@ class ChatDeps:
     running: RunningTurns = attrs.field(factory=RunningTurns)
     wakes: PendingWakes = attrs.field(factory=PendingWakes)
     transcribe: Transcriber | None = None
+    #: downloads photos for the model (None: photos are read by their captions only)
+    photos: PhotoFetcher | None = None
     typing_interval: float = 5.0
     max_attempts: int = 3
     max_crashes: int = inbox.MAX_CRASHES

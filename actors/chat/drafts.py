@@ -12,9 +12,10 @@ Telegram accepts (a 429 waits its ``retry_after``):
   generation (:mod:`actors.router`). A draft lives 30 s without an update, so an unchanged one
   is refreshed every :data:`KEEPALIVE` seconds (a long tool call). It disappears by itself when
   the reply is sent.
-* ``edit`` mode (groups, ``STREAM_REPLIES=edit``, or ``auto`` once the API refused a draft): a
-  placeholder message edited as the text grows (at most once a second, Telegram's pace for
-  edits), deleted when the stream closes; the reply itself is a new message.
+* ``edit`` mode (``STREAM_REPLIES=edit``, any chat): a placeholder message edited as the text
+  grows (at most once a second, Telegram's pace for edits), deleted once the reply is queued;
+  the reply itself is a new message. Under ``auto`` a group's turn is not streamed (drafts
+  exist in private chats only), nor is a chat's once Telegram refused its draft.
 
 Either way the draft is only a view: the reply still goes through the outbox exactly once, so a
 crash mid-stream loses the draft and nothing else. A failure to show it is logged and never
@@ -129,8 +130,6 @@ class DraftStream:
     sink: DraftSink
     mode: ShowMode
     interval: float = 0.8
-    #: ``auto``: a refused draft falls back to editing a message
-    fallback: bool = True
     #: called once with the seconds from the stream's start to the first visible text
     on_first_text: Callable[[float], None] | None = None
     draft_id: int = attrs.field(factory=new_draft_id)
@@ -192,12 +191,7 @@ class DraftStream:
             log.info("draft.rate_limited", chat_id=self.chat_id, retry_after=wait)
             await trio.sleep(wait)
             self._changed.set()  # show the latest view after the wait
-        except (BadRequest, NotFound, Forbidden) as exc:
-            if self.mode == "draft" and self.fallback:
-                log.info("draft.refused_falling_back", chat_id=self.chat_id, error=str(exc))
-                self.mode = "edit"
-                self._changed.set()
-                return True
+        except (BadRequest, NotFound, Forbidden) as exc:  # this chat shows no stream: stop
             log.info("draft.refused", chat_id=self.chat_id, mode=self.mode, error=str(exc))
             return False
         except TelegramError as exc:  # the network or the Bot API: the next change retries
@@ -288,17 +282,19 @@ class Drafts:
                 self._nursery = None
 
     def open(self, chat_id: int) -> DraftStream | None:
-        """The stream of a turn in ``chat_id`` (None: ``off``, or not running). Drafts exist
-        in private chats only (a positive id); elsewhere ``auto`` edits a message."""
+        """The stream of a turn in ``chat_id`` (None: not streamed — ``off``, not running, or a
+        group under ``auto``: drafts exist in private chats only, a positive id, and an edited
+        message in a group would notify everyone; ``edit`` edits a message everywhere)."""
         if self.mode == "off" or self._nursery is None:
             return None
-        show: ShowMode = "draft" if self.mode == "auto" and chat_id > 0 else "edit"
+        if self.mode == "auto" and chat_id < 0:
+            return None
+        show: ShowMode = "draft" if self.mode == "auto" else "edit"
         return DraftStream(
             chat_id,
             self.sink,
             show,
             self.interval,
-            fallback=self.mode == "auto",
             on_first_text=self.on_first_text,
             spawn=self._nursery.start_soon,
         )

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 import attrs
 
+from actors.telegram.media import PhotoSize
+
 FRAGMENT_MIN_CHARS = 4000
 FRAGMENT_GAP_S = 1.5
 FRAGMENT_MAX_CHARS = 50_000
@@ -55,6 +57,8 @@ class Inbound:
     received_at: float
     update_ids: tuple[int, ...] = ()
     media_group_id: str | None = None
+    #: the photo it carries (its sizes), if any
+    photos: tuple[tuple[PhotoSize, ...], ...] = ()
 
 
 @attrs.frozen
@@ -68,6 +72,8 @@ class Flushed:
     update_ids: tuple[int, ...]
     received_at: float
     media_group_id: str | None = None
+    #: every photo of the combined messages, in order (each one's sizes)
+    photos: tuple[tuple[PhotoSize, ...], ...] = ()
 
     @property
     def parts(self) -> int:
@@ -90,6 +96,7 @@ def _combine(items: list[Inbound], text: str) -> Flushed:
         update_ids=tuple(u for m in items for u in m.update_ids),
         received_at=first.received_at,
         media_group_id=first.media_group_id,
+        photos=tuple(p for m in items for p in m.photos),
     )
 
 

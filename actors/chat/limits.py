@@ -53,6 +53,7 @@ def _joined(items: Sequence[fragments.Flushed]) -> fragments.Flushed:
         update_ids=tuple(u for i in items for u in i.update_ids),
         received_at=first.received_at,
         media_group_id=next((i.media_group_id for i in items if i.media_group_id), None),
+        photos=tuple(p for i in items for p in i.photos),
     )
 
 

@@ -24,6 +24,8 @@ from actors.chat.deps import ChatDeps
 from actors.chat.drafts import ChatProgress, DraftStream
 from actors.chat.typing_indicator import typing_while
 from actors.errors import ModelUnavailable
+from actors.telegram.errors import PhotoError
+from memory.llm.protocol import ImageBlock
 from runtime.backoff import backoff_delay
 from runtime.errors import (
     DatabaseError,
@@ -33,7 +35,15 @@ from runtime.logs import get_logger
 log = get_logger(__name__)
 
 SORRY = "Sorry, something went wrong on my side. Please try again in a moment."
-UNSUPPORTED = "I can only read text, captions and voice messages for now."
+UNSUPPORTED = "I can read text, photos and voice messages, but not this kind of message yet."
+
+
+def photo_text(count: int, caption: str) -> str:
+    """The person's words of a photo turn (stored as the user row): says photos were sent."""
+    said = "[sent a photo]" if count == 1 else f"[sent {count} photos]"
+    return f"{said} {caption}".strip()
+
+
 MODEL_AWAY = "I can't reach my model right now; I'll answer as soon as it's back."
 MODEL_GAVE_UP = (
     "Sorry, my model stayed unreachable for too long, so I could not answer one of your "
@@ -79,20 +89,30 @@ class ChatTurns:
         batch = limits.coalesce([*self.ready, *flushed])
         self.ready = []
         for n, item in enumerate(batch):
-            if not item.text.strip():
+            fetch = self.deps.photos if item.photos else None
+            if not item.text.strip() and fetch is None:
                 await self._commit(TurnReply(UNSUPPORTED), item.update_ids, skipped="no text")
                 continue
             if await self._held(batch[n:]):
                 return
+            images: tuple[ImageBlock, ...] = ()
+            if fetch is not None:
+                try:
+                    async with typing_while(self.deps.bot, self.chat_id, self.deps.typing_interval):
+                        images = await fetch(item.photos)
+                except PhotoError as exc:  # str(exc) is meant for the person
+                    await self._commit(TurnReply(str(exc)), item.update_ids)
+                    continue
             kinds = {self.sources.get(i, ("", "text"))[1] for i in item.update_ids}
             turn = TurnInput(
                 chat_id=self.chat_id,
-                text=item.text,
+                text=photo_text(len(images), item.text) if images else item.text,
                 inbox_ids=tuple(item.update_ids),
                 message_ids=tuple(item.message_ids),
                 external_ids=tuple(self._ext(i) for i in item.update_ids),
                 sender_id=item.sender_id or None,
-                kind="media_group" if "media_group" in kinds else "text",
+                kind="photo" if images else "media_group" if "media_group" in kinds else "text",
+                images=images,
             )
             await self._run_turn(turn)
 

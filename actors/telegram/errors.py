@@ -23,10 +23,7 @@ from runtime.errors import EngramError, SettingsError
 
 
 class TelegramError(EngramError):
-    """Base class of every error of the Telegram edge."""
-
-
-# --- Bot API answered {"ok": false} -----------------------------------------------------------
+    """Base class of every error of the Telegram edge (downloads and voice too)."""
 
 
 class ApiError(TelegramError):
@@ -43,11 +40,8 @@ class ApiError(TelegramError):
         migrate_to_chat_id: int | None = None,
     ) -> None:
         super().__init__(f"{method}: {error_code} {description}")
-        self.method = method
-        self.status = status
-        self.error_code = error_code
-        self.description = description
-        self.retry_after = retry_after
+        self.method, self.status, self.error_code = method, status, error_code
+        self.description, self.retry_after = description, retry_after
         self.migrate_to_chat_id = migrate_to_chat_id
 
 
@@ -169,6 +163,14 @@ class FileTooLarge(TelegramError):
         super().__init__(f"file too large: {shown} exceeds the limit of {limit} bytes")
         self.size = size
         self.limit = limit
+
+
+class DownloadFailed(TelegramError):
+    """getFile or the download failed (not for size); ``retryable`` if a retry may help."""
+
+    def __init__(self, detail: str, *, status: int | None = None, retryable: bool = False) -> None:
+        super().__init__(detail)
+        self.detail, self.status, self.retryable = detail, status, retryable
 
 
 class MalformedUpdate(TelegramError):
@@ -339,12 +341,15 @@ class VoiceTooLarge(VoiceError):
 
     def __init__(self, size: int | None, limit: int) -> None:
         super().__init__(
-            f"That voice message is too large for me to transcribe (over {_human(limit)}).",
+            f"That voice message is too large for me to transcribe (over {human_size(limit)}).",
             detail=f"voice of {'unknown size' if size is None else f'{size} bytes'} "
             f"exceeds {limit} bytes",
         )
-        self.size = size
-        self.limit = limit
+        self.size, self.limit = size, limit
+
+
+class PhotoError(VoiceError):
+    """A photo could not be read (too large, not downloaded, no image); ``str()``: the reply."""
 
 
 class TranscriptionFailed(VoiceError):
@@ -363,7 +368,7 @@ class TranscriptionFailed(VoiceError):
         self.retryable = retryable
 
 
-def _human(limit: int) -> str:
+def human_size(limit: int) -> str:
     mib = 1024 * 1024
     if limit >= mib:
         return f"{limit / mib:g} MB"

@@ -8,7 +8,15 @@ from typing import ClassVar
 
 import attrs
 
-from runtime.parsers import Secret, chat_ids, float_range, http_url, secret_token, web_url_problem
+from runtime.parsers import (
+    Secret,
+    chat_ids,
+    float_range,
+    http_url,
+    int_range,
+    secret_token,
+    web_url_problem,
+)
 from runtime.settings import Field, SettingsSection
 
 #: A bot token as @BotFather issues it: the bot's id, a colon, its secret (35 characters today).
@@ -85,6 +93,14 @@ class TelegramSettings(SettingsSection):
             "Bot API server (a local Bot API server or a test server).",
         ),
         Field(
+            "PHOTO_MAX_BYTES",
+            "photo_max_bytes",
+            "10485760",
+            int_range(1024, 20 * 1024 * 1024),
+            "Largest photo downloaded for the model (bytes; the largest size of a photo under "
+            "it is taken; Telegram lets bots download at most 20 MB).",
+        ),
+        Field(
             "SEND_RETRY_CAP",
             "send_retry_cap",
             "300",
@@ -107,5 +123,6 @@ class TelegramSettings(SettingsSection):
     telegram_webhook_url: str = ""
     telegram_allowed_chat_ids: frozenset[int]
     telegram_api_base_url: str
+    photo_max_bytes: int = 10 * 1024 * 1024
     send_retry_cap: float
     send_deadline: float

@@ -15,6 +15,7 @@ import attrs
 
 from actors.telegram.errors import MalformedUpdate, UnexpectedResponse
 from actors.telegram.forwards import forward_origin
+from actors.telegram.media import OTHER_KINDS, PhotoSize, photo_sizes
 
 UpdateKind = Literal[
     "message", "edited_message", "callback_query", "stopped_message_generation", "unknown"
@@ -52,11 +53,20 @@ class Message:
     caption: str | None = None
     voice: Voice | None = None
     media_group_id: str | None = None
-    has_photo: bool = False
+    #: the photo's sizes, smallest first (empty: no photo)
+    photo: tuple[PhotoSize, ...] = ()
+    #: a kind of message we do not read (a key of :data:`OTHER_KINDS`), or None
+    other_kind: str | None = None
+    #: a sticker's emoji, when it has one
+    sticker_emoji: str | None = None
     edit_date: int | None = None
     #: a forwarded message: who it came from (``user “Ann” (@ann)``, ``channel “News”``, …;
     #: :func:`forward_origin`), None for the person's own message
     forwarded_from: str | None = None
+
+    @property
+    def has_photo(self) -> bool:
+        return bool(self.photo)
 
 
 @attrs.frozen
@@ -205,14 +215,22 @@ def _parse_voice(value: object) -> Voice:
     )
 
 
+def _parse_photo(value: object, where: str) -> tuple[PhotoSize, ...]:
+    try:
+        return photo_sizes(value)
+    except ValueError as exc:
+        raise _Bad(f"{where}.photo: {exc}") from None
+
+
 def _parse_message(value: object, where: str) -> Message:
     obj = _obj(value, where)
     chat = _obj(obj.get("chat"), f"{where}.chat")
     sender = obj.get("from")
     photo = obj.get("photo")
-    if photo is not None and not isinstance(photo, list):
-        raise _Bad(f"{where}.photo is not a list")
     voice = obj.get("voice")
+    other = next((k for k in OTHER_KINDS if obj.get(k) is not None), None)
+    sticker = obj.get("sticker")
+    emoji = _opt_str(_obj(sticker, "sticker"), "emoji", "sticker") if sticker else None
     return Message(
         message_id=_req_int(obj, "message_id", where),
         chat_id=_req_int(chat, "id", f"{where}.chat"),
@@ -223,7 +241,9 @@ def _parse_message(value: object, where: str) -> Message:
         caption=_opt_str(obj, "caption", where),
         voice=None if voice is None else _parse_voice(voice),
         media_group_id=_opt_str(obj, "media_group_id", where),
-        has_photo=bool(photo),
+        photo=() if photo is None else _parse_photo(photo, where),
+        other_kind=other,
+        sticker_emoji=emoji,
         edit_date=_opt_int(obj, "edit_date", where),
         forwarded_from=forward_origin(obj),
     )

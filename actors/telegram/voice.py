@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Protocol
 
 import attrs
 import trio
@@ -34,14 +33,13 @@ from openai.types.audio import Transcription, TranscriptionVerbose
 from openai.types.audio.transcription import UsageDuration, UsageTokens
 
 from actors.telegram.errors import (
-    BadRequest,
+    DownloadFailed,
     FileTooLarge,
-    TelegramError,
     TranscriptionFailed,
     VoiceTooLarge,
-    is_transient,
 )
-from actors.telegram.types import FileInfo, Voice
+from actors.telegram.files import TelegramFiles, fetch_file
+from actors.telegram.types import Voice
 from memory.llm.cost import DEFAULT_RATES, RateTable
 from memory.llm.usage import log_api_usage, scrub_error
 from runtime.db import Queries
@@ -99,12 +97,7 @@ class NoSpeech(TranscriptionFailed):
 # --- download ----------------------------------------------------------------------------------
 
 
-class VoiceFiles(Protocol):
-    """What ``transcribe_voice`` needs of ``actors.telegram.client.BotApiClient``."""
-
-    async def get_file(self, file_id: str) -> FileInfo: ...
-
-    async def download_file(self, file_path: str, max_bytes: int) -> bytes: ...
+VoiceFiles = TelegramFiles
 
 
 @attrs.frozen
@@ -130,29 +123,15 @@ async def download_voice(
 
     Telegram failures become ``TranscriptionFailed`` (``retryable`` for network/429/5xx).
     """
-    if voice.file_size is not None and voice.file_size > max_bytes:
-        raise VoiceTooLarge(voice.file_size, max_bytes)
     try:
-        info = await bot.get_file(voice.file_id)
-        if info.file_size is not None and info.file_size > max_bytes:
-            raise VoiceTooLarge(info.file_size, max_bytes)
-        if info.file_path is None:
-            raise TranscriptionFailed(DOWNLOAD_FAILED, detail="getFile returned no file_path")
-        data = await bot.download_file(info.file_path, max_bytes)
-    # Telegram errors are token-free by construction, so they are safe to chain.
+        file_path, data = await fetch_file(bot, voice.file_id, max_bytes, voice.file_size)
     except FileTooLarge as exc:
         raise VoiceTooLarge(exc.size, max_bytes) from exc
-    except BadRequest as exc:
-        if "too big" in exc.description.lower():  # getFile refuses files over 20 MB
-            raise VoiceTooLarge(voice.file_size, max_bytes) from exc
-        raise TranscriptionFailed(DOWNLOAD_FAILED, detail=str(exc), status=exc.status) from exc
-    except TelegramError as exc:
+    except DownloadFailed as exc:
         raise TranscriptionFailed(
-            DOWNLOAD_FAILED, detail=str(exc), retryable=is_transient(exc)
+            DOWNLOAD_FAILED, detail=exc.detail, status=exc.status, retryable=exc.retryable
         ) from exc
-    if not data:
-        raise TranscriptionFailed(DOWNLOAD_FAILED, detail="the downloaded file is empty")
-    ext = _extension(info.file_path, voice.mime_type)
+    ext = _extension(file_path, voice.mime_type)
     return Audio(data, f"voice.{ext}", voice.mime_type or "audio/ogg")
 
 

@@ -17,6 +17,7 @@ from fakes.anthropic_api import check_messages
 
 from actors.agent.context import DEGRADED_NOTE
 from actors.agent.handler import Agent
+from actors.agent.images import IMAGES_REFUSED
 from actors.agent.tool_loop import (
     CAP_NOTE,
     NOTHING_DONE,
@@ -43,6 +44,7 @@ from memory.errors import (
 from memory.llm.anthropic_provider import message_params
 from memory.llm.protocol import (
     Completion,
+    ImageBlock,
     Message,
     OnEvent,
     StreamEvent,
@@ -719,3 +721,36 @@ class _Streaming:
 async def _stop_after(running: RunningTurns, seconds: float) -> None:
     await trio.sleep(seconds)
     assert running.cancel(CHAT)
+
+
+# --- photos (issue 23 item 4) ------------------------------------------------------------------
+
+JPEG = b"\xff\xd8\xff\xe0photo-bytes"
+
+
+async def test_the_photos_go_to_the_model_with_the_caption_and_are_not_stored(
+    autojump_clock: Any,
+) -> None:
+    llm = ScriptedLLM([text("A cat!")])
+    agent, store, _ = make_agent(llm)
+    photo = attrs.evolve(turn("[photo] look"), images=(ImageBlock("image/jpeg", JPEG),))
+    reply = await agent.run_turn(photo)
+    assert reply.text == "A cat!"
+    first = llm.requests[0].messages[-1]
+    assert first.role == "user" and first.blocks[0] == ImageBlock("image/jpeg", JPEG)
+    assert first.text == "[photo] look"
+    assert [r.content for r in store.chats[CHAT] if r.role == "user"] == ["[photo] look"]
+
+
+async def test_a_model_that_refuses_images_gets_one_clear_line(autojump_clock: Any) -> None:
+    refused = LLMRequestError(
+        "model does not support image input", provider="openai", model="m", status=400
+    )
+    llm = ScriptedLLM([refused])
+    agent, store, _ = make_agent(llm)
+    photo = attrs.evolve(turn("[photo] look"), images=(ImageBlock("image/jpeg", JPEG),))
+    reply = await agent.run_turn(photo)
+    assert reply.text == IMAGES_REFUSED
+    assert [r.content for r in store.chats[CHAT] if r.role == "user"] == ["[photo] look"]
+    plain = await make_agent(ScriptedLLM([refused]))[0].run_turn(turn("no photo"))
+    assert plain.text == SORRY_FAILED

@@ -18,8 +18,9 @@ from actors.chat.deps import ChatDeps
 from actors.chat.turns import MODEL_AWAY, MODEL_GAVE_UP, SORRY
 from actors.chat.wakes import RunningTurns, Wake
 from actors.queues import inbox
-from actors.telegram.errors import VoiceTooLarge
+from actors.telegram.errors import PhotoError, VoiceTooLarge
 from actors.telegram.types import Voice
+from memory.llm.protocol import ImageBlock
 from runtime.registry import Registry
 
 
@@ -114,9 +115,35 @@ async def test_media_group_combines_captions_after_500_ms(
     autojump_clock: trio.testing.MockClock, harness: Harness
 ) -> None:
     t0 = trio.current_time()
-    await harness.deliver(msg(1, 10, None, caption="first", media_group_id="g", photo=[{}]))
-    await harness.deliver(msg(2, 11, None, media_group_id="g", photo=[{}]))
-    await harness.deliver(msg(3, 12, None, caption="third", media_group_id="g", photo=[{}]))
+    await harness.deliver(
+        msg(
+            1,
+            10,
+            None,
+            caption="first",
+            media_group_id="g",
+            photo=[{"file_id": "p", "file_unique_id": "u", "width": 90, "height": 90}],
+        )
+    )
+    await harness.deliver(
+        msg(
+            2,
+            11,
+            None,
+            media_group_id="g",
+            photo=[{"file_id": "p", "file_unique_id": "u", "width": 90, "height": 90}],
+        )
+    )
+    await harness.deliver(
+        msg(
+            3,
+            12,
+            None,
+            caption="third",
+            media_group_id="g",
+            photo=[{"file_id": "p", "file_unique_id": "u", "width": 90, "height": 90}],
+        )
+    )
     await trio.sleep(3)
     assert len(harness.agent.turns) == 1
     turn, at = harness.agent.turns[0]
@@ -367,4 +394,43 @@ async def test_unknown_command_is_answered_without_the_agent(
     assert [c[0] for c in harness.store.commits] == [
         "Unknown command /mood, see /help.",
         command_table().help_text(),
+    ]
+
+
+def _photo(file_id: str) -> list[dict[str, Any]]:
+    return [{"file_id": file_id, "file_unique_id": f"u{file_id}", "width": 90, "height": 90}]
+
+
+async def test_an_album_of_two_photos_is_one_turn_with_both_images(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    fetched: list[list[str]] = []
+
+    async def photos(items: Any) -> tuple[ImageBlock, ...]:
+        fetched.append([sizes[-1].file_id for sizes in items])
+        return tuple(ImageBlock("image/jpeg", sizes[-1].file_id.encode()) for sizes in items)
+
+    harness.deps.photos = photos
+    await harness.deliver(
+        msg(1, 10, None, caption="our trip", media_group_id="g", photo=_photo("a"))
+    )
+    await harness.deliver(msg(2, 11, None, media_group_id="g", photo=_photo("b")))
+    await trio.sleep(1.0)
+    [(turn, _)] = harness.agent.turns
+    assert fetched == [["a", "b"]] and [i.data for i in turn.images] == [b"a", b"b"]
+    assert turn.text == "[sent 2 photos] our trip" and turn.kind == "photo"
+
+
+async def test_a_photo_that_cannot_be_downloaded_is_answered_with_why(
+    autojump_clock: trio.testing.MockClock, harness: Harness
+) -> None:
+    async def photos(items: Any) -> tuple[ImageBlock, ...]:
+        raise PhotoError("That photo is too large for me to look at (over 10 MB).")
+
+    harness.deps.photos = photos
+    await harness.deliver(msg(1, 10, None, photo=_photo("a")))
+    await trio.sleep(1.0)
+    assert harness.agent.turns == []
+    assert [c[0] for c in harness.store.commits] == [
+        "That photo is too large for me to look at (over 10 MB)."
     ]

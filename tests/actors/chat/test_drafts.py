@@ -148,7 +148,7 @@ async def test_flood_control_waits_its_retry_after(clock: trio.testing.MockClock
     assert sink.drafts and sink.drafts[0][0] >= 3.0
 
 
-async def test_a_refused_draft_falls_back_to_an_edited_message_deleted_at_the_end(
+async def test_a_refused_draft_stops_the_stream_and_nothing_else(
     clock: trio.testing.MockClock,
 ) -> None:
     sink = Sink(refuse_drafts=True)
@@ -157,6 +157,18 @@ async def test_a_refused_draft_falls_back_to_an_edited_message_deleted_at_the_en
         await stream_words(stream, 40, 0.1)
 
     stream = await run_turn(Drafts(sink, "auto", 0.8), body)
+    assert stream.updates == 0 and not sink.drafts and not sink.sent and not sink.edits
+
+
+async def test_edit_mode_edits_one_message_deleted_at_the_end(
+    clock: trio.testing.MockClock,
+) -> None:
+    sink = Sink()
+
+    async def body(stream: DraftStream) -> None:
+        await stream_words(stream, 40, 0.1)
+
+    stream = await run_turn(Drafts(sink, "edit", 0.8), body)
     assert stream.mode == "edit" and not sink.drafts
     assert len(sink.sent) == 1 and sink.edits
     times = [sink.sent[0][0]] + [t for t, _, _ in sink.edits]
@@ -164,20 +176,21 @@ async def test_a_refused_draft_falls_back_to_an_edited_message_deleted_at_the_en
     assert sink.deleted == [501]  # the placeholder goes once the reply is queued
 
 
-async def test_groups_get_the_edited_message_and_off_streams_nothing(
+async def test_groups_are_not_streamed_under_auto_and_off_streams_nothing(
     clock: trio.testing.MockClock,
 ) -> None:
     sink = Sink()
     drafts = Drafts(sink, "auto", 0.8)
     async with trio.open_nursery() as nursery:
         await nursery.start(drafts.run)
-        group = drafts.open(-100123)
-        assert group is not None and group.mode == "edit"
+        assert drafts.open(-100123) is None  # auto: drafts exist in private chats only
         assert Drafts(sink, "off").open(CHAT) is None
         edit = Drafts(sink, "edit")
         await nursery.start(edit.run)
         private = edit.open(CHAT)
-        assert private is not None and private.mode == "edit" and not private.fallback
+        assert private is not None and private.mode == "edit"
+        group = edit.open(-100123)
+        assert group is not None and group.mode == "edit"
         nursery.cancel_scope.cancel()
     assert Drafts(sink, "auto").open(CHAT) is None  # not running: nothing streams
 

@@ -40,7 +40,7 @@ async def whole_bot(
 async def test_export_in_the_chat_sends_the_snapshot(whole_bot: Bot, db: Database) -> None:
     await fill_chat(db, CHAT)
     [reply] = await whole_bot.say("/export")
-    assert reply.startswith("Here is everything I remember about you: the snapshot.")
+    assert reply.startswith("Here is everything I remember about you: the snapshot")
     [doc] = whole_bot.fake.sent_documents(CHAT)
     assert (
         doc.file_name.startswith(f"engram-memory-{CHAT}-") and doc.mime_type == "application/json"

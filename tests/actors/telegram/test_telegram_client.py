@@ -440,7 +440,7 @@ MESSAGE: dict[str, Any] = {
         "from": {"id": 42, "is_bot": False},
         "text": "hi",
         "media_group_id": "g1",
-        "photo": [{"file_id": "p"}],
+        "photo": [{"file_id": "p", "file_unique_id": "up", "width": 90, "height": 60}],
         "new_field": {"a": [1]},
     },
 }

@@ -1,0 +1,107 @@
+"""Issue 23 item 4 from outside: ``engram serve`` as a subprocess, the fake Bot API serving the
+photo files, the fake Anthropic recording the requests. A photo with a caption reaches the model
+as a base64 image with the caption and is answered; an album of two photos is one turn with
+both images."""
+
+from __future__ import annotations
+
+import base64
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from engram_outside import Engram, free_port, post_update, run_echo_anthropic, serve_env
+from fakes.bot_api import run_fake_bot_api
+
+CHAT = 4242031
+RED = b"\x89PNG\r\n\x1a\n" + b"red-square-pixels" * 8
+BLUE = b"\xff\xd8\xff\xe0" + b"blue-sky-pixels" * 8
+
+
+def photo_update(update_id: int, sizes: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
+    return {
+        "update_id": update_id,
+        "message": {
+            "message_id": update_id,
+            "date": int(time.time()),
+            "chat": {"id": CHAT, "type": "private", "first_name": "T"},
+            "from": {"id": CHAT, "is_bot": False, "first_name": "T"},
+            "photo": sizes,
+            **fields,
+        },
+    }
+
+
+def sizes_of(bot_api: Any, data: bytes, name: str) -> list[dict[str, Any]]:
+    thumb = bot_api.add_file(b"\xff\xd8\xff tiny", file_path=f"photos/{name}_s.jpg")
+    full = bot_api.add_file(data, file_path=f"photos/{name}.jpg")
+    return [
+        {
+            "file_id": f.file_id,
+            "file_unique_id": f.file_unique_id,
+            "width": w,
+            "height": w,
+            "file_size": len(d),
+        }
+        for f, w, d in ((thumb, 90, b"\xff\xd8\xff tiny"), (full, 1280, data))
+    ]
+
+
+def images_in(request: Any) -> list[bytes]:
+    first_user = request.body["messages"][-1]
+    return [
+        base64.b64decode(b["source"]["data"])
+        for b in first_user["content"]
+        if isinstance(b, dict) and b.get("type") == "image"
+    ]
+
+
+@pytest.mark.slow
+async def test_a_photo_and_an_album_reach_the_model(database_url: str, tmp_path: Path) -> None:
+    async with run_fake_bot_api() as bot_api, run_echo_anthropic() as model:
+        env = serve_env(
+            tmp_path,
+            bot_api=bot_api.base_url,
+            model=model.base_url,
+            port=free_port(),
+            chats=[CHAT],
+            DATABASE_URL=database_url,
+        )
+        engram = Engram(env, tmp_path / "engram.log")
+        await engram.start()
+        try:
+            await engram.wait_ready(limit=120)
+            async with httpx.AsyncClient(timeout=10) as client:
+                one = photo_update(1, sizes_of(bot_api, RED, "red"), caption="msg 1 my drawing")
+                assert await post_update(client, engram.port, one) == 200
+                with trio.fail_after(60):
+                    while len(bot_api.sent_texts(CHAT)) < 1:
+                        assert engram.running, engram.tail()
+                        await trio.sleep(0.1)
+                album = [
+                    photo_update(
+                        2, sizes_of(bot_api, RED, "a"), media_group_id="g1", caption="msg 2 holiday"
+                    ),
+                    photo_update(3, sizes_of(bot_api, BLUE, "b"), media_group_id="g1"),
+                ]
+                for body in album:
+                    assert await post_update(client, engram.port, body) == 200
+                with trio.fail_after(60):
+                    while len(bot_api.sent_texts(CHAT)) < 2:
+                        assert engram.running, engram.tail()
+                        await trio.sleep(0.1)
+        finally:
+            await engram.stop()
+    texts = bot_api.sent_texts(CHAT)
+    assert texts[0].startswith("re 1") and texts[1].startswith("re 2"), texts
+    turns = [r for r in model.requests if images_in(r)]
+    assert [images_in(r) for r in turns] == [[RED], [RED, BLUE]]
+    captions = [
+        "".join(b.get("text", "") for b in r.body["messages"][-1]["content"]) for r in turns
+    ]
+    assert "[sent a photo] msg 1 my drawing" in captions[0]
+    assert "[sent 2 photos] msg 2 holiday" in captions[1]
+    assert bot_api.downloads.count("photos/red_s.jpg") == 0  # the largest size, not the thumb
