@@ -35,6 +35,7 @@ from typing import Any
 
 import attrs
 import trio
+from quart import Blueprint
 
 from actors.agent.turn import NoAgent, TurnHandler
 from actors.chat.actor import chat_factory
@@ -104,6 +105,8 @@ class BotSystem:
     background: list[Callable[..., Awaitable[None]]] = attrs.field(factory=list)
     #: more of ``/readyz``'s body, each a name and its latest report (the heartbeat's checks)
     reports: list[tuple[str, Report]] = attrs.field(factory=list)
+    #: the HTTP app's blueprints (/metrics, /api/v1/)
+    blueprints: list[Blueprint] = attrs.field(factory=list)
     #: the singleton compactor (its ``request`` is the agent's ``on_over_budget``, given when the
     #: agent is built)
     compactor: CompactorActor | None = None
@@ -193,7 +196,8 @@ class BotSystem:
             if self.compactor is not None:
                 drains.append(("compactor", self.compactor.aclose))
             drains.append(("sender", self._stop_sender))
-            task_status.started(SystemHandle(routes=routes, drains=drains, reports=self.reports))
+            handle = SystemHandle(self.blueprints, routes, drains=drains, reports=self.reports)
+            task_status.started(handle)
 
     # --- the start steps ---------------------------------------------------------------------
 

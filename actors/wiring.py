@@ -44,6 +44,7 @@ from actors.settings import Settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
 from actors.telegram.types import Voice
+from actors.web.routes import web_blueprints
 from memory.compaction.backlog import CompactionSweep, SqlBacklog
 from memory.conversation.purge import PurgeJob
 from memory.conversation.routine_summary import RoutineSummarizer
@@ -310,6 +311,7 @@ async def open_bot(
         taps = CallbackTable()  # the buttons' handlers, registered by the commands
         services = MemoryServices(db, embedder, settings.timezone, thresholds, lexicons)
         controls.register_taps(taps)
+        beats = [job for job in jobs if isinstance(job, Heartbeat)]
         system = BotSystem(
             settings,
             db,
@@ -322,7 +324,13 @@ async def open_bot(
             callbacks=taps,
             commands=command_table(services, taps, controls.commands()),
             background=[job.run for job in jobs],
-            reports=[("heartbeat", job.report) for job in jobs if isinstance(job, Heartbeat)],
+            reports=[("heartbeat", job.report) for job in beats],
+            blueprints=web_blueprints(
+                settings,
+                services,
+                beats[0].report if beats else dict,
+                settings.telegram_allowed_chat_ids,
+            ),
             compactor=compactor,
             routines={routine.name: routine for routine in routines},
             routine_summarizer=RoutineSummarizer(memory_llm),

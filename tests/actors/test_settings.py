@@ -17,6 +17,7 @@ from actors.scheduler.routine_settings import RoutineSettings
 from actors.scheduler.settings import ProactiveSettings
 from actors.settings import Settings, load_settings
 from actors.telegram.settings import TelegramSettings
+from actors.web.settings import WebSettings
 from memory.llm.settings import LLMSettings
 from memory.settings import MemorySettings
 from memory.vault.settings import VaultSettings
@@ -34,6 +35,7 @@ SECTIONS: tuple[type[SettingsSection], ...] = (
     RoutineSettings,
     HeartbeatSettings,
     VaultSettings,
+    WebSettings,
 )
 
 
