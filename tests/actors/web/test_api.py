@@ -31,7 +31,10 @@ CHAT, OTHER = 7710001, -1007710002
 def app_for(db: Database, local: LocalEmbedder, **env: str) -> QuartTrio:
     settings = load_settings(WebSettings, env, dotenv=None)
     services = MemoryServices(db, local, "UTC")
-    health = lambda: {"status": "ok", "checked_at": None, "checks": {}}  # noqa: E731
+
+    def health() -> dict[str, Any]:
+        return {"status": "ok", "checked_at": None, "checks": {}}
+
     return create_app(blueprints=web_blueprints(settings, services, health, [CHAT]))
 
 
