@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from actors.cli import api_token as api_token_command
 from actors.cli import chats as chats_commands
 from actors.cli import config as config_command
 from actors.cli import doctor as doctor_command
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     journal_commands.register(sub)
     patterns_cli.register(sub)
     doctor_command.register(sub)
+    api_token_command.register(sub)
     return parser
 
 

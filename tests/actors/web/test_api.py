@@ -197,3 +197,18 @@ async def test_metrics_need_their_token_and_read_the_database(
     names = {name for name, _ in got}
     for family in ("engram_first_draft_seconds_count", "engram_turn_seconds_count"):
         assert family in names
+
+
+def test_api_token_command_prints_the_chat_token(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    from actors.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DASHBOARD_TOKEN", TOKEN)
+    assert main(["api-token", "--chat", str(OTHER)]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed == chat_token(TOKEN, OTHER)
+    assert scope_of(printed, TOKEN) is not None and TOKEN not in printed
+    monkeypatch.setenv("DASHBOARD_TOKEN", "")
+    assert main(["api-token", "--chat", "5"]) == 2
