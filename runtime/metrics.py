@@ -139,6 +139,12 @@ def turn_finished(outcome: str, seconds: float) -> None:
     TURN_SECONDS.observe(seconds)
 
 
+def first_draft_shown(seconds: float) -> None:
+    """A turn's first draft became visible ``seconds`` after the turn started (the drafts'
+    hook calls it)."""
+    FIRST_DRAFT_SECONDS.observe(seconds)
+
+
 def model_call(
     *,
     purpose: str,
