@@ -4,8 +4,9 @@ validate it and every response against it)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, get_args
 
+from actors.scheduler.health_checks import Severity
 from actors.web.errors import CODES
 
 _S = "#/components/schemas/"
@@ -54,11 +55,16 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Health": _obj(
         {
-            "status": {"type": "string", "enum": ["ok", "warning", "alert", "pending"]},
+            "status": {"type": "string", "enum": [*get_args(Severity), "pending"]},
             "checked_at": _null(WHEN),
             "checks": {
                 "type": "object",
-                "additionalProperties": _obj({"severity": STR, "detail": STR}),
+                "additionalProperties": _obj(
+                    {
+                        "severity": {"type": "string", "enum": list(get_args(Severity))},
+                        "detail": STR,
+                    }
+                ),
             },
             "database": {"type": "string", "enum": ["ok", "unreachable"]},
         }

@@ -33,7 +33,8 @@ def app_for(db: Database, local: LocalEmbedder, **env: str) -> QuartTrio:
     services = MemoryServices(db, local, "UTC")
 
     def health() -> dict[str, Any]:
-        return {"status": "ok", "checked_at": None, "checks": {}}
+        checks = {"outbox": {"severity": "critical", "detail": "3 replies given up"}}
+        return {"status": "critical", "checked_at": "2026-11-26T18:00:00+00:00", "checks": checks}
 
     return create_app(blueprints=web_blueprints(settings, services, health, [CHAT]))
 
@@ -107,7 +108,8 @@ async def test_search_pattern_episodes_usage_chats_health(
     status, body = await checked(app, "/api/v1/chats")
     assert {"chat_id": CHAT, "messages": 0, "patterns": 2} in body["chats"]
     status, body = await checked(app, "/api/v1/health")
-    assert (status, body["database"]) == (200, "ok")
+    assert (status, body["database"], body["status"]) == (200, "ok", "critical")
+    assert body["checks"]["outbox"]["detail"] == "3 replies given up"
 
 
 async def test_tokens_and_chat_scopes(app: QuartTrio, db: Database, local: LocalEmbedder) -> None:
