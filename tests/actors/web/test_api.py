@@ -201,6 +201,7 @@ async def test_metrics_need_their_token_and_read_the_database(
         assert family in names
 
 
+@pytest.mark.usefixtures("restore_logging")
 def test_api_token_command_prints_the_chat_token(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Any
 ) -> None:
