@@ -6,8 +6,7 @@
 :class:`~actors.scheduler.settings.ProactiveSettings`,
 :class:`~actors.scheduler.routine_settings.RoutineSettings`,
 :class:`~actors.scheduler.heartbeat_settings.HeartbeatSettings`,
-:class:`~memory.vault.settings.VaultSettings` and
-:class:`~actors.dashboard.settings.DashboardSettings`, in the
+:class:`~memory.vault.settings.VaultSettings` and :class:`~actors.web.settings.WebSettings`, in the
 README configuration table's order. Code that needs only one section takes that section's
 type; a ``Settings`` is all of them.
 """
@@ -21,11 +20,11 @@ from typing import ClassVar
 import attrs
 
 from actors.chat.settings import ChatSettings
-from actors.dashboard.settings import DashboardSettings
 from actors.scheduler.heartbeat_settings import HeartbeatSettings
 from actors.scheduler.routine_settings import RoutineSettings
 from actors.scheduler.settings import ProactiveSettings
 from actors.telegram.settings import TelegramSettings
+from actors.web.settings import WebSettings
 from memory.llm.settings import LLMSettings
 from memory.settings import MemorySettings
 from memory.vault.settings import VaultSettings
@@ -38,7 +37,7 @@ from runtime.settings import load_settings as load_section
 # reverse so the repr starts with the process settings, like ``fields``.
 @attrs.frozen(kw_only=True, slots=False)
 class Settings(
-    DashboardSettings,
+    WebSettings,
     VaultSettings,
     HeartbeatSettings,
     RoutineSettings,
@@ -61,7 +60,7 @@ class Settings(
         *RoutineSettings.fields,
         *HeartbeatSettings.fields,
         *VaultSettings.fields,
-        *DashboardSettings.fields,
+        *WebSettings.fields,
     )
 
 

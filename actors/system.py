@@ -35,6 +35,7 @@ from typing import Any
 
 import attrs
 import trio
+from quart import Blueprint
 
 from actors.agent.turn import NoAgent, TurnHandler
 from actors.chat.actor import chat_factory
@@ -68,6 +69,7 @@ from actors.telegram.startup import introduce
 from actors.telegram.webhook import WEBHOOK_PATH, webhook_handler
 from memory.conversation.routine_summary import RoutineSummarizer
 from memory.patterns.stats import cost_today, next_day_start
+from runtime import metrics
 from runtime.actor import Address
 from runtime.asgi import AsgiApp
 from runtime.db import Database, Queries
@@ -101,6 +103,8 @@ class BotSystem:
     background: list[Callable[..., Awaitable[None]]] = attrs.field(factory=list)
     #: more of ``/readyz``'s body, each a name and its latest report (the heartbeat's checks)
     reports: list[tuple[str, Report]] = attrs.field(factory=list)
+    #: the HTTP app's blueprints (/metrics, /api/v1/, /dashboard/)
+    blueprints: list[Blueprint] = attrs.field(factory=list)
     #: the singleton compactor (its ``request`` is the agent's ``on_over_budget``, given when the
     #: agent is built)
     compactor: CompactorActor | None = None
@@ -128,8 +132,7 @@ class BotSystem:
     #: the allowlist and pairing, once :meth:`run` started them
     chat_access: ChatAccess | None = attrs.field(init=False, default=None)
 
-    #: more pages of the HTTP app (the dashboard); how many chat actors run (once started)
-    blueprints: list[Any] = attrs.field(factory=list)
+    #: how many chat actors run (once started)
     live_chats: Callable[[], int] = lambda: 0
 
     #: the Bot API client, shared with its owner (the composition root: the voice transcriber
@@ -284,6 +287,7 @@ class BotSystem:
                 LocalOrTelegram(self.local, BotDraftSink(bot)),
                 settings.stream_replies,
                 settings.draft_interval,
+                on_first_text=metrics.first_draft_shown,
             ),
         )
 

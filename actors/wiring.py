@@ -49,6 +49,7 @@ from actors.telegram.client import BotApiClient
 from actors.telegram.photos import download_photos
 from actors.telegram.types import Voice
 from actors.vault.writer import sql_vault_writer
+from actors.web.routes import web_blueprints
 from memory.compaction.backlog import CompactionSweep, SqlBacklog
 from memory.conversation.purge import PurgeJob
 from memory.conversation.routine_summary import RoutineSummarizer
@@ -350,6 +351,7 @@ async def open_bot(
         taps = CallbackTable()  # the buttons' handlers, registered by the commands
         services = MemoryServices(db, embedder, settings.timezone, thresholds, lexicons)
         controls.register_taps(taps)
+        beats = [job for job in jobs if isinstance(job, Heartbeat)]
         system = BotSystem(
             settings,
             db,
@@ -365,7 +367,13 @@ async def open_bot(
                 services, taps, [*controls.commands(), *export_command(parts).commands()]
             ),
             background=[job.run for job in jobs] + ([vault.run] if vault is not None else []),
-            reports=[("heartbeat", job.report) for job in jobs if isinstance(job, Heartbeat)],
+            reports=[("heartbeat", job.report) for job in beats],
+            blueprints=web_blueprints(
+                settings,
+                services,
+                beats[0].report if beats else dict,
+                settings.telegram_allowed_chat_ids,
+            ),
             compactor=compactor,
             vault_mark=None if vault is None else vault.mark,
             routines={routine.name: routine for routine in routines},

@@ -35,6 +35,7 @@ import attrs
 import structlog
 import trio
 
+from runtime import metrics
 from runtime.actor import DEFAULT_CAPACITY, DEFAULT_SEND_TIMEOUT, Mailbox, Reply
 from runtime.errors import ActorStopped, MailboxFull, RegistryFull, RequestTimeout
 from runtime.supervisor import CrashBudget, RestartPolicy, is_database_outage
@@ -243,6 +244,8 @@ class Registry(Generic[K, M]):
 
     async def _run_slot(self, slot: _Slot[K, M]) -> None:
         budget = CrashBudget(slot.mailbox.name, self.policy)
+        live = metrics.LIVE_ACTORS.labels(self.name)
+        live.inc()
         try:
             with slot.mailbox.inbox:
                 while True:
@@ -267,6 +270,7 @@ class Registry(Generic[K, M]):
                         )
                         await trio.sleep(delay)
         finally:
+            live.dec()
             self._retire(slot)
             self._live -= 1
             self._wake()

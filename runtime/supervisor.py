@@ -32,6 +32,7 @@ import attrs
 import structlog
 import trio
 
+from runtime import metrics
 from runtime.actor import Address
 from runtime.backoff import backoff_delay
 from runtime.errors import DatabaseUnavailable, EscalationError, leaf_exceptions
@@ -97,6 +98,7 @@ class CrashBudget:
         now = trio.current_time()
         if is_database_outage(error):
             _record(self._outages, now, self.policy.window)
+            metrics.actor_restarted(self.name, outage=True)
             return min(self.policy.outage_backoff_cap, self.policy.backoff(len(self._outages) - 1))
         _record(self._crashes, now, self.policy.window)
         count = len(self._crashes)
@@ -109,6 +111,7 @@ class CrashBudget:
                 error=repr(error),
             )
             raise EscalationError(self.name, count, self.policy.window, error) from error
+        metrics.actor_restarted(self.name, outage=False)
         return self.policy.backoff(count - 1)
 
 
@@ -161,9 +164,14 @@ async def supervise(
     """Run ``start_child`` under ``policy`` (one-for-one); see the module docstring."""
     budget = CrashBudget(name, policy if policy is not None else RestartPolicy())
     relay = _Relay(name, task_status)
+    live = metrics.LIVE_ACTORS.labels(metrics.actor_kind(name))
     while True:
         try:
-            await start_child(task_status=relay)
+            live.inc()
+            try:
+                await start_child(task_status=relay)
+            finally:
+                live.dec()
         except Exception as exc:
             delay = budget.crashed(exc)
             if is_database_outage(exc):

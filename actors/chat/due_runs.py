@@ -32,6 +32,7 @@ from actors.errors import ModelUnavailable
 from actors.queues import inbox
 from actors.scheduler.routine import DueRun, RoutineContext
 from memory.conversation.messages import insert_routine_message
+from runtime import metrics
 from runtime.db import Connection
 from runtime.errors import DatabaseError, DatabaseOutage, DatabaseUnavailable
 from runtime.logs import get_logger
@@ -163,6 +164,7 @@ class _Run:
 
         log.info("chat.run_sent", chat_id=run.chat_id, name=run.name, model_calls=calls)
         await self.actor._commit(TurnReply(text, persist=persist), [self.inbox_id])
+        metrics.proactive_sent(run.kind)
 
     async def _finish(self, outcome: Outcome, reason: str, model_calls: int = 0) -> None:
         """Nothing sent: the run's record and its inbox row's end, together."""
@@ -179,3 +181,4 @@ class _Run:
             await record_run(conn, run, outcome, reason, model_calls)
             await inbox.mark_skipped(conn, [self.inbox_id], f"{outcome}: {reason}")
         self.actor.failures = 0
+        metrics.proactive_skipped(reason if outcome == "skipped" else outcome)

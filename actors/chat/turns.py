@@ -11,6 +11,7 @@ end are committed together.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from datetime import datetime
@@ -26,6 +27,7 @@ from actors.chat.typing_indicator import typing_while
 from actors.errors import ModelUnavailable
 from actors.telegram.errors import PhotoError
 from memory.llm.protocol import ImageBlock
+from runtime import metrics
 from runtime.backoff import backoff_delay
 from runtime.errors import (
     DatabaseError,
@@ -172,6 +174,7 @@ class ChatTurns:
         """Run the turn (its draft shown while it runs), then commit its reply."""
         reply: TurnReply | None = None
         outage: ModelUnavailable | None = None
+        started, outcome = time.perf_counter(), "ok"
         with trio.CancelScope() as scope:  # Stop before the generation began stops all of it
             self.deps.running.register(self.chat_id, scope, stream.draft_id if stream else None)
             try:
@@ -186,19 +189,22 @@ class ChatTurns:
                 raise  # the rows' failure or the database's (see _charging), not a SORRY
             except Exception as exc:
                 log.error("chat.turn_failed", inbox_ids=list(turn.inbox_ids), exc_info=exc)
-                reply = TurnReply(SORRY)
+                reply, outcome = TurnReply(SORRY), "failed"
             finally:
                 self.deps.running.unregister(self.chat_id, scope)
         if outage is not None:
             if await self._postpone(turn, outage):
+                metrics.turn_finished("postponed", time.perf_counter() - started)
                 raise outage  # leaves the actor's loops: the chat's later rows wait behind it
-            reply = TurnReply(MODEL_GAVE_UP)
+            reply, outcome = TurnReply(MODEL_GAVE_UP), "model_gave_up"
         self.model_failures = 0  # the model answered, or the wait for it is over
         if scope.cancelled_caught or reply is None:
             log.info("chat.turn_stopped", inbox_ids=list(turn.inbox_ids))
             await self.deps.store.mark_skipped(turn.inbox_ids, "stopped by /stop")
+            metrics.turn_finished("stopped", time.perf_counter() - started)
             return
         await self._commit(reply, turn.inbox_ids)
+        metrics.turn_finished(outcome, time.perf_counter() - started)
         if reply.after_commit is not None:
             try:
                 await reply.after_commit()

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from actors.cli import api_token as api_token_command
 from actors.cli import chat as chat_command
 from actors.cli import chats as chats_commands
 from actors.cli import config as config_command
@@ -111,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     doctor_command.register(sub)
     vault_commands.register(sub)
     dashboard_command.register(sub)
+    api_token_command.register(sub)
     return parser
 
 

@@ -26,6 +26,7 @@ from actors.scheduler import jobs
 from actors.scheduler.gates import Defer, Gate, GateState, Limits, Open, plan
 from actors.scheduler.jobs import Job
 from actors.scheduler.routine import INBOX_KIND, DueRun, update_key
+from runtime import metrics
 from runtime.db import Database, Queries
 from runtime.errors import DatabaseError
 from runtime.logs import get_logger
@@ -103,6 +104,7 @@ class SqlDueStore:
                         conn, job.chat_id, job.id, job.name, due, "skipped", gate.reason, at=now
                     )
                     await _move(conn, job, job.after(max(due, now)), now, "skipped", keep_due=None)
+                    metrics.proactive_skipped(gate.reason)
                 log.info(
                     "scheduler.run",
                     job_id=job.id,

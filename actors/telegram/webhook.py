@@ -38,6 +38,7 @@ from __future__ import annotations
 import hmac
 import json
 import math
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Container
 from typing import Any
@@ -51,6 +52,7 @@ from actors.telegram.chunking import utf16_len
 from actors.telegram.errors import MalformedUpdate
 from actors.telegram.ingest import InsertUpdate, Notify, Strangers, ingest
 from actors.telegram.types import Update, parse_update
+from runtime import metrics
 from runtime.asgi import Receive, Scope, Send, remote_address, send_response
 from runtime.backoff import backoff_delay
 from runtime.db import Queries
@@ -204,6 +206,7 @@ class TelegramWebhook:
             await send_response(send, 405, NOT_ALLOWED, headers=[(b"allow", b"POST")])
             return
         headers: list[tuple[bytes, bytes]] = []
+        started = time.perf_counter()
         try:
             status, body = await self._handle(scope, receive, headers)
         except _Disconnected:
@@ -212,6 +215,7 @@ class TelegramWebhook:
             log.error("webhook.internal_error", exc_info=exc)
             status, body = 500, INTERNAL
         await send_response(send, status, body, headers=headers)
+        metrics.webhook_answered(status, time.perf_counter() - started)
 
     async def _handle(
         self, scope: Scope, receive: Receive, headers: list[tuple[bytes, bytes]]

@@ -49,6 +49,7 @@ from memory.llm.protocol import LLM
 from memory.patterns.canonical import lock_key
 from memory.patterns.dedup import Adjudicator, LLMAdjudicator
 from memory.patterns.writes import ensure_indexes
+from runtime import metrics
 from runtime.db import Connection, Database
 from runtime.logs import get_logger
 
@@ -221,7 +222,34 @@ async def compact_chat(
     estimate: Estimate | None = None,
     adjudicator: Adjudicator | None = None,
 ) -> CompactionOutcome:
-    """Compact the oldest chunk of ``chat_id`` (see the module docstring)."""
+    """Compact the oldest chunk of ``chat_id`` (see the module docstring); counted in
+    ``engram_compactions`` by outcome (``error``: it raised)."""
+    try:
+        outcome = await _compact_chat(
+            db, llm, embedder, chat_id, options=options, estimate=estimate, adjudicator=adjudicator
+        )
+    except Exception:
+        metrics.compaction_finished("error")
+        raise
+    metrics.compaction_finished(
+        outcome.status,
+        created=outcome.patterns_created,
+        reinforced=outcome.patterns_reinforced,
+        contradicted=outcome.patterns_contradicted,
+    )
+    return outcome
+
+
+async def _compact_chat(
+    db: Database,
+    llm: LLM,
+    embedder: Embedder,
+    chat_id: int,
+    *,
+    options: CompactionOptions | None,
+    estimate: Estimate | None,
+    adjudicator: Adjudicator | None,
+) -> CompactionOutcome:
     opts = options or CompactionOptions()
     key = compaction_lock_key(chat_id)
     async with db.connection() as conn:

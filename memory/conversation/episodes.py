@@ -88,3 +88,20 @@ class SqlEpisodes:
         if limit <= 0:
             return ()
         return [episode_from_record(r) for r in await self.db.fetch(_RECENT, chat_id, limit)]
+
+
+_PAGE = """
+SELECT id, summary, started_at, ended_at, message_count FROM episodes e
+WHERE chat_id = $1
+  AND ($3::bigint IS NULL OR (ended_at, id) < (
+       SELECT b.ended_at, b.id FROM episodes b WHERE b.id = $3 AND b.chat_id = $1))
+ORDER BY ended_at DESC, id DESC LIMIT $2
+"""
+
+
+async def episodes_page(
+    db: Queries, chat_id: int, limit: int, before: int | None = None
+) -> list[Episode]:
+    """The chat's newest ``limit`` episodes, newest first; ``before``: only those older than
+    that episode of the chat (the next page; none when it is not the chat's)."""
+    return [episode_from_record(r) for r in await db.fetch(_PAGE, chat_id, limit, before)]

@@ -26,6 +26,7 @@ from typing import Any
 import attrs
 
 from memory.llm.cost import DEFAULT_RATES, Cost, RateTable, duration_cost, token_cost
+from runtime import metrics
 from runtime.db import Connection, Queries
 from runtime.logs import get_logger
 
@@ -169,6 +170,17 @@ async def log_api_usage(
     if latency_ms is not None and math.isfinite(latency_ms):
         latency = max(0, min(round(latency_ms), 2**31 - 1))
     clean_error = None if error is None else scrub_error(error, secrets)
+    metrics.model_call(
+        purpose=purpose,
+        model=model,
+        ok=ok,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cache_read_tokens=cache_read_tokens,
+        cache_write_tokens=cache_write_tokens,
+        cost_usd=cost,
+        latency_ms=latency,
+    )
     try:
         await db.execute(
             _INSERT if isinstance(db, Connection) else _INSERT_ASYNC,

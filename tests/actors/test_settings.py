@@ -12,12 +12,12 @@ import attrs
 import pytest
 
 from actors.chat.settings import ChatSettings
-from actors.dashboard.settings import DashboardSettings
 from actors.scheduler.heartbeat_settings import HeartbeatSettings
 from actors.scheduler.routine_settings import RoutineSettings
 from actors.scheduler.settings import ProactiveSettings
 from actors.settings import Settings, load_settings
 from actors.telegram.settings import TelegramSettings
+from actors.web.settings import WebSettings
 from memory.llm.settings import LLMSettings
 from memory.settings import MemorySettings
 from memory.vault.settings import VaultSettings
@@ -35,7 +35,7 @@ SECTIONS: tuple[type[SettingsSection], ...] = (
     RoutineSettings,
     HeartbeatSettings,
     VaultSettings,
-    DashboardSettings,
+    WebSettings,
 )
 
 
