@@ -109,9 +109,11 @@ def add_feed(bp: Blueprint, deps: DashboardDeps) -> None:
             chat = login.chat_id
         elif not login.may_see(chat):
             return "Not Found", 404
-        await websocket.accept()
+        # where the feed starts is read before the handshake completes: whatever is written
+        # once the socket is open is new
         row = await deps.db.fetchrow(_START, chat)
         marks = [int(row[k]) for k in ("m", "p", "u")] if row else [0, 0, 0]
+        await websocket.accept()
         while await auth.find_session(deps.db, sid or "", deps.clock()) is not None:
             for event in await new_events(deps.db, chat, marks):
                 await websocket.send_json(event)
