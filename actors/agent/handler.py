@@ -45,7 +45,7 @@ import attrs
 import trio
 
 from actors.agent.context import PERSONA, TurnContext, build_context
-from actors.agent.images import turn_reply_text
+from actors.agent.images import turn_reply_text, with_description
 from actors.agent.routine_turn import (
     DECLINE,
     DECLINE_SPEC,
@@ -209,13 +209,10 @@ class Agent:
                 await asks.send(conn, turn.inbox_ids)
 
         compact = partial(self._request_compaction, chat_id) if over else None
+        after = with_description(compact, self.llm, self.tool_db, chat_id, external_id, turn.images)
         keep = bool(rows) or stats is not None or asks is not None
-        return TurnReply(
-            text,
-            persist=persist if keep else None,
-            after_commit=compact,
-            model_calls=state.llm_calls,
-        )
+        persisted = persist if keep else None
+        return TurnReply(text, persist=persisted, after_commit=after, model_calls=state.llm_calls)
 
     async def _routine_turn(self, turn: TurnInput) -> TurnReply:
         """A routine turn (:mod:`actors.agent.routine_turn`): the brief is not stored as the

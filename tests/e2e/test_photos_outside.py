@@ -16,6 +16,8 @@ import trio
 from engram_outside import Engram, free_port, post_update, run_echo_anthropic, serve_env
 from fakes.bot_api import run_fake_bot_api
 
+from runtime.db import Database
+
 CHAT = 4242031
 RED = b"\x89PNG\r\n\x1a\n" + b"red-square-pixels" * 8
 BLUE = b"\xff\xd8\xff\xe0" + b"blue-sky-pixels" * 8
@@ -59,8 +61,19 @@ def images_in(request: Any) -> list[bytes]:
     ]
 
 
+def described(model: Any) -> list[Any]:
+    """The photo-description calls (no tools, the describing prompt)."""
+    return [
+        r
+        for r in model.requests
+        if images_in(r) and not r.body.get("tools") and "Describe" in str(r.body.get("system", ""))
+    ]
+
+
 @pytest.mark.slow
-async def test_a_photo_and_an_album_reach_the_model(database_url: str, tmp_path: Path) -> None:
+async def test_a_photo_and_an_album_reach_the_model(
+    database_url: str, db: Database, tmp_path: Path
+) -> None:
     async with run_fake_bot_api() as bot_api, run_echo_anthropic() as model:
         env = serve_env(
             tmp_path,
@@ -90,15 +103,26 @@ async def test_a_photo_and_an_album_reach_the_model(database_url: str, tmp_path:
                 for body in album:
                     assert await post_update(client, engram.port, body) == 200
                 with trio.fail_after(60):
-                    while len(bot_api.sent_texts(CHAT)) < 2:
+                    while len(bot_api.sent_texts(CHAT)) < 2 or len(described(model)) < 2:
                         assert engram.running, engram.tail()
                         await trio.sleep(0.1)
+                await trio.sleep(0.5)  # the description's row update commits
         finally:
             await engram.stop()
     texts = bot_api.sent_texts(CHAT)
     assert texts[0].startswith("re 1") and texts[1].startswith("re 2"), texts
-    turns = [r for r in model.requests if images_in(r)]
+    turns = [r for r in model.requests if images_in(r) and r.body.get("tools")]
     assert [images_in(r) for r in turns] == [[RED], [RED, BLUE]]
+    # after each reply, the model describes the photos (its own call) for the stored row
+    assert [images_in(r) for r in described(model)] == [[RED], [RED, BLUE]]
+    rows = await db.fetch(
+        "SELECT content FROM chat_messages WHERE chat_id = $1 AND role = 'user' ORDER BY id", CHAT
+    )
+    assert len(rows) == 2 and all(" — " in r["content"] for r in rows), rows
+    assert rows[0]["content"].startswith("[sent a photo] msg 1 my drawing — ")
+    assert (
+        await db.fetchval("SELECT count(*) FROM api_usage WHERE purpose = 'photo_description'") == 2
+    )
     captions = [
         "".join(b.get("text", "") for b in r.body["messages"][-1]["content"]) for r in turns
     ]
