@@ -331,6 +331,7 @@ async def open_bot(
             tools=tools,
             on_over_budget=compactor.request,
             prompt_cache=settings.prompt_cache(),
+            keep_photos=settings.keep_photos == "on",
             confirmations=model_asks,
             reminders=partial(ChatReminders, controls),
         )

@@ -49,10 +49,16 @@ async def fill(db: Database, chat: int) -> None:
         chat,
     )
     await x("INSERT INTO forget_flows (chat_id, topic) VALUES ($1, 'SingPass')", chat)
-    await x(
+    message_id = await db.fetchval(
         "INSERT INTO chat_messages (chat_id, role, content) "
-        "VALUES ($1, 'user', 'I live in Lisbon')",
+        "VALUES ($1, 'user', 'I live in Lisbon') RETURNING id",
         chat,
+    )
+    await x(
+        "INSERT INTO chat_photos (chat_id, message_id, position, media_type, data) "
+        "VALUES ($1, $2, 1, 'image/png', '\\x89504e47')",
+        chat,
+        message_id,
     )
     pids = []
     for text in ("User lives in Lisbon", "User likes fado"):

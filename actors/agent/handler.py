@@ -144,6 +144,8 @@ class Agent:
     block_rows: int = BLOCK_ROWS
     #: how the model's forget/supersede ask the person (None: those tools refuse)
     confirmations: AskFactory | None = None
+    #: KEEP_PHOTOS: the bytes of a turn's photos are kept (chat_photos)
+    keep_photos: bool = False
     #: a chat's reminders for the model's ``schedule_reminder`` (None: that tool refuses)
     reminders: Callable[[int], Reminders] | None = None
 
@@ -209,7 +211,9 @@ class Agent:
                 await asks.send(conn, turn.inbox_ids)
 
         compact = partial(self._request_compaction, chat_id) if over else None
-        after = with_description(compact, self.llm, self.tool_db, chat_id, external_id, turn.images)
+        after = with_description(
+            compact, self.llm, self.tool_db, chat_id, external_id, turn.images, self.keep_photos
+        )
         keep = bool(rows) or stats is not None or asks is not None
         persisted = persist if keep else None
         return TurnReply(text, persist=persisted, after_commit=after, model_calls=state.llm_calls)

@@ -53,6 +53,14 @@ _ADD = """
 UPDATE chat_messages SET content = content || $3
 WHERE chat_id = $1 AND external_message_id = $2 AND role = 'user'
 """
+_KEEP = """
+INSERT INTO chat_photos (chat_id, message_id, position, media_type, data)
+SELECT m.chat_id, m.id, p.position, p.media_type, p.data
+FROM chat_messages m,
+     unnest($3::text[], $4::bytea[]) WITH ORDINALITY AS p(media_type, data, position)
+WHERE m.chat_id = $1 AND m.external_message_id = $2 AND m.role = 'user'
+ON CONFLICT DO NOTHING
+"""
 
 
 async def describe(llm: LLM, chat_id: int, images: Sequence[ImageBlock]) -> str | None:
@@ -83,15 +91,19 @@ def with_description(
     chat_id: int,
     external_id: str | None,
     images: Sequence[ImageBlock],
+    keep: bool = False,
 ) -> Callable[[], Awaitable[object]] | None:
-    """``after`` (the turn's after-commit hook), then, for a turn with images, their description
-    added to its stored user row."""
+    """``after`` (the turn's after-commit hook), then, for a turn with images, their bytes kept
+    (``keep``: KEEP_PHOTOS) and their description added to its stored user row."""
     if not images or external_id is None:
         return after
 
     async def run() -> None:
         if after is not None:
             await after()
+        if keep:
+            types, data = [i.media_type for i in images], [i.data for i in images]
+            await db.execute(_KEEP, chat_id, external_id, types, data)
         text = await describe(llm, chat_id, images)
         if text:
             await db.execute(_ADD, chat_id, external_id, f" — {text}")

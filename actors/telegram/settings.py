@@ -11,6 +11,7 @@ import attrs
 from runtime.parsers import (
     Secret,
     chat_ids,
+    choice,
     float_range,
     http_url,
     int_range,
@@ -101,6 +102,14 @@ class TelegramSettings(SettingsSection):
             "it is taken; Telegram lets bots download at most 20 MB).",
         ),
         Field(
+            "KEEP_PHOTOS",
+            "keep_photos",
+            "off",
+            choice("off", "on"),
+            "on: keep the bytes of the photos a person sends (table chat_photos); off: only "
+            "the stored message saying a photo was sent, its caption and a short description.",
+        ),
+        Field(
             "SEND_RETRY_CAP",
             "send_retry_cap",
             "300",
@@ -124,5 +133,6 @@ class TelegramSettings(SettingsSection):
     telegram_allowed_chat_ids: frozenset[int]
     telegram_api_base_url: str
     photo_max_bytes: int = 10 * 1024 * 1024
+    keep_photos: str = "off"
     send_retry_cap: float
     send_deadline: float

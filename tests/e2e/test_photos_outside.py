@@ -71,8 +71,9 @@ def described(model: Any) -> list[Any]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("keep", ["off", "on"])
 async def test_a_photo_and_an_album_reach_the_model(
-    database_url: str, db: Database, tmp_path: Path
+    database_url: str, db: Database, tmp_path: Path, keep: str
 ) -> None:
     async with run_fake_bot_api() as bot_api, run_echo_anthropic() as model:
         env = serve_env(
@@ -82,6 +83,7 @@ async def test_a_photo_and_an_album_reach_the_model(
             port=free_port(),
             chats=[CHAT],
             DATABASE_URL=database_url,
+            KEEP_PHOTOS=keep,
         )
         engram = Engram(env, tmp_path / "engram.log")
         await engram.start()
@@ -129,3 +131,13 @@ async def test_a_photo_and_an_album_reach_the_model(
     assert "[sent a photo] msg 1 my drawing" in captions[0]
     assert "[sent 2 photos] msg 2 holiday" in captions[1]
     assert bot_api.downloads.count("photos/red_s.jpg") == 0  # the largest size, not the thumb
+    kept = await db.fetch(
+        "SELECT m.content, p.position, p.data FROM chat_photos p"
+        " JOIN chat_messages m ON m.id = p.message_id ORDER BY p.id"
+    )
+    if keep == "off":
+        assert kept == []  # the bytes are not kept
+    else:
+        assert [bytes(r["data"]) for r in kept] == [RED, RED, BLUE]
+        await db.execute("DELETE FROM chat_messages WHERE chat_id = $1", CHAT)
+        assert await db.fetchval("SELECT count(*) FROM chat_photos") == 0  # go with their row
