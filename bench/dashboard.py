@@ -1,4 +1,4 @@
-"""The JSON API with 100,000 patterns, and what metrics cost a turn.
+"""The JSON API and the dashboard's pages with 100,000 patterns, and what metrics cost a turn.
 
 1. API: a fresh database gets one chat's ``--patterns`` patterns by COPY with their 256-d
    vectors (``bench/retrieval.py``'s synthetic topics, as ``bench/commands.py``), 150
@@ -9,7 +9,9 @@
    token: memory search (the product's hybrid retrieval; query vectors computed up front, the
    embedding model is not part of the figure), a pattern by id (random ids: evidence, links,
    relations, aliases, audit), episodes, a chat's usage (30 days), /metrics (with its refresh
-   queries). The client shares this process's thread: its own time is in the figures.
+   queries); then, logged in, the dashboard's pages: memory (the newest patterns), memory search,
+   a pattern's page (its relations graph drawn), cost and usage (three SVG plots), health. The
+   client shares this process's thread: its own time is in the figures.
 2. Metrics overhead: ``bench/turn.py``'s measured turn (webhook in -> sendMessage out, the real
    process composition, the scripted model; Telegram's side in another process) in one
    database, run in four rounds off, on, on, off: "off" replaces the observing functions of
@@ -20,8 +22,8 @@
                               [--turns 200] [--smoke]
 
 Last line: ``dashboard api_p95_ms_search=.. api_p95_ms_pattern=.. api_p95_ms_episodes=..
-api_p95_ms_usage=.. api_p95_ms_metrics=.. turn_p95_ms_metrics_off=.. turn_p95_ms_metrics_on=..
-overhead_ms=..``.
+api_p95_ms_usage=.. api_p95_ms_metrics=.. api_p95_ms_page_memory=.. (every page)
+turn_p95_ms_metrics_off=.. turn_p95_ms_metrics_on=.. overhead_ms=..``.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ from retrieval import World, pct, with_database
 from retrieval import build as build_patterns
 
 from actors.chat.memory_commands import MemoryServices
+from actors.dashboard.context import DashboardDeps
+from actors.dashboard.pages import dashboard_blueprint
 from actors.web.metrics import refresh
 from actors.web.routes import web_blueprints
 from actors.web.settings import WebSettings
@@ -65,7 +69,18 @@ from runtime.migrate import apply_migrations
 from runtime.settings import load_settings
 
 TOKEN = "bench-dashboard-token-0123456789"
-KINDS = ("search", "pattern", "episodes", "usage", "metrics")
+KINDS = (
+    "search",
+    "pattern",
+    "episodes",
+    "usage",
+    "metrics",
+    "page_memory",
+    "page_search",
+    "page_pattern",
+    "page_usage",
+    "page_health",
+)
 OBSERVERS = (
     "webhook_answered",
     "turn_finished",
@@ -93,13 +108,19 @@ async def api_part(db: dbmod.Database, args: argparse.Namespace) -> dict[str, li
     ]
     settings = load_settings(WebSettings, {"DASHBOARD_TOKEN": TOKEN}, dotenv=None)
     services = MemoryServices(db, embedder, TZ, SEED, LexiconCache())
-    app = create_app(blueprints=web_blueprints(settings, services, dict, [CHAT]))
+    pages = dashboard_blueprint(DashboardDeps(db, TOKEN, services, allowed=frozenset([CHAT])))
+    app = create_app(blueprints=[*web_blueprints(settings, services, dict, [CHAT]), pages])
     paths = {
         "search": [f"/api/v1/chats/{CHAT}/patterns/search?q={q}" for q in searches],
         "pattern": [f"/api/v1/chats/{CHAT}/patterns/{i}" for i in ids],
         "episodes": [f"/api/v1/chats/{CHAT}/episodes"] * args.requests,
         "usage": [f"/api/v1/chats/{CHAT}/usage"] * args.requests,
         "metrics": ["/metrics"] * args.requests,
+        "page_memory": [f"/dashboard/chats/{CHAT}/memory"] * args.requests,
+        "page_search": [f"/dashboard/chats/{CHAT}/memory?q={q}" for q in searches],
+        "page_pattern": [f"/dashboard/chats/{CHAT}/patterns/{i}" for i in ids],
+        "page_usage": [f"/dashboard/usage?chat={CHAT}"] * args.requests,
+        "page_health": ["/dashboard/health"] * args.requests,
     }
     samples: dict[str, list[float]] = {k: [] for k in KINDS}
     stop = trio.Event()
@@ -116,6 +137,9 @@ async def api_part(db: dbmod.Database, args: argparse.Namespace) -> dict[str, li
         port = int(binds[0].rsplit(":", 1)[1])
         headers = {"Authorization": f"Bearer {TOKEN}"}
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", headers=headers) as c:
+            login = await c.post("/dashboard/login", data={"token": TOKEN})  # the page's cookie
+            if login.status_code != 302:
+                raise SystemExit(f"dashboard login: {login.status_code}")
             for kind in KINDS:
                 for n, path in enumerate([paths[kind][0], *paths[kind]]):
                     t0 = time.perf_counter()
