@@ -85,7 +85,7 @@ async def test_forget_everything_leaves_nothing_of_the_chat(
                 await say("/remind tomorrow 9:00 call mum", chat)
                 await say("/active on", chat)
             folder = tmp_path / "vault" / str(CHAT)
-            (folder / "daily").mkdir(parents=True)
+            (folder / "daily").mkdir(parents=True, exist_ok=True)  # the vault writer's, maybe
             (folder / "MEMORY.md").write_text("I play the cello")
             before = await count_chat_rows(db, CHAT)
             assert {"chat_messages", "patterns", "cron_jobs", "api_usage", "inbox"} <= set(before)

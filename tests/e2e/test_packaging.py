@@ -45,7 +45,8 @@ def _source_packages(root: Path) -> set[str]:
 
 def _expected_files(root: Path) -> set[str]:
     """The wheel's files outside its dist-info: each package's modules, the migrations, the
-    systemd unit and the export's schemas with their licence (package data)."""
+    systemd unit, the export's schemas with their licence and the dashboard's templates
+    (package data)."""
     files: set[str] = set()
     for package in _source_packages(root):
         files |= {p.relative_to(root).as_posix() for p in (root / package).glob("*.py")}
@@ -53,6 +54,8 @@ def _expected_files(root: Path) -> set[str]:
     files |= {p.relative_to(root).as_posix() for p in (root / "migrations").glob("*.sql")}
     schemas = root / "memory" / "export" / "schemas"
     files |= {p.relative_to(root).as_posix() for p in schemas.iterdir() if p.is_file()}
+    templates = root / "actors" / "dashboard" / "templates"
+    files |= {p.relative_to(root).as_posix() for p in templates.glob("*.html")}
     return files
 
 
