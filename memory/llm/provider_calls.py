@@ -173,6 +173,7 @@ async def call_and_record(
             **fields,
         )
 
+    call_log = log.bind(provider=ctx.provider, model=ctx.model, purpose=purpose, chat_id=chat_id)
     started = trio.current_time()
     failure: LLMError | None = None
     try:
@@ -187,12 +188,8 @@ async def call_and_record(
                 **_token_fields(so_far),
             )
         if so_far is not None:
-            log.info(
+            call_log.info(
                 "llm.call_cancelled",
-                provider=ctx.provider,
-                model=ctx.model,
-                purpose=purpose,
-                chat_id=chat_id,
                 input_tokens=so_far.input_tokens,
                 output_tokens=so_far.output_tokens,
             )
@@ -207,12 +204,8 @@ async def call_and_record(
         await record(
             latency_ms=latency_ms, ok=False, error=failure.message, **_token_fields(so_far)
         )
-        log.warning(
+        call_log.warning(
             "llm.call_failed",
-            provider=ctx.provider,
-            model=ctx.model,
-            purpose=purpose,
-            chat_id=chat_id,
             status=failure.status,
             error=failure.message,
             retry_after=failure.retry_after,
@@ -228,25 +221,17 @@ async def call_and_record(
     except LLMInvalidResponse as exc:
         invalid = exc
     cost = await record(
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        cache_read_tokens=tokens.cache_read_tokens,
-        cache_write_tokens=tokens.cache_write_tokens,
-        cache_write_1h_tokens=tokens.cache_write_1h_tokens,
+        **_token_fields(tokens),
         latency_ms=latency_ms,
         error=None if invalid is None else invalid.message,
     )
     if invalid is not None:
-        log.warning(
+        call_log.warning(
             "llm.invalid_response",
-            provider=ctx.provider,
-            model=ctx.model,
-            purpose=purpose,
-            chat_id=chat_id,
             error=invalid.message,
         )
         raise invalid
-    log.info(
+    call_log.info(
         "llm.call",
         provider=ctx.provider,
         model=ctx.model,
