@@ -71,7 +71,7 @@ from werkzeug.exceptions import HTTPException
 
 from fakes.images import ImageRejected, ImageRules
 from fakes.openai_stream import stream_body
-from fakes.sse import DroppedStream, Items, StreamFault, StreamTiming, pieces_in
+from fakes.sse import StreamFault, StreamTiming, pieces_in, send_stream
 
 DEFAULT_API_KEY = "sk-test-fakeopenai-0123456789abcdefghijklmnopqrstuvwxyz"
 TRANSCRIPTIONS = "audio.transcriptions"
@@ -1157,28 +1157,11 @@ class FakeOpenAI:
         items = stream_body(payload, options, fault)
         if streamed:
             return Response(
-                self._send_stream(call, items), content_type="text/event-stream; charset=utf-8"
+                send_stream(call, items, self.timing),
+                content_type="text/event-stream; charset=utf-8",
             )
         await trio.sleep_until(self.timing.at(call.time, pieces_in(items)))
         return Response(json.dumps(payload), content_type="application/json")
-
-    async def _send_stream(self, call: Call, items: Items) -> AsyncIterator[bytes]:
-        call.stream_end = "client_gone"
-        piece = 0
-        try:
-            for is_piece, name, data in items:
-                if is_piece:
-                    await trio.sleep_until(self.timing.at(call.time, piece))
-                    piece += 1
-                if name == "drop":
-                    call.stream_end = "drop"
-                    raise DroppedStream("scripted drop")
-                call.events.append(name)
-                yield data
-            call.stream_end = "error" if call.events[-1:] == ["error"] else "complete"
-        except trio.Cancelled:
-            call.stream_end = "client_gone"
-            raise
 
     # --- POST /v1/embeddings -------------------------------------------------------------------
 

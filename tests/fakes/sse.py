@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
 
 import attrs
+import trio
 
 _TOKEN = re.compile(r"\s*\S+|\s+")
 JSON_PIECE = 8
@@ -92,3 +94,35 @@ def cut(items: Items, fault: StreamFault | None, error: bytes) -> Items:
         out.append(item)
     out.append((False, "error", error) if fault.kind == "error" else (False, "drop", b""))
     return out
+
+
+class StreamedCall(Protocol):
+    """What a fake records of a streamed request (its arrival, the events sent, how it ended)."""
+
+    time: float
+    events: list[str]
+    stream_end: str | None
+
+
+async def send_stream(
+    call: StreamedCall, items: Items, timing: StreamTiming
+) -> AsyncIterator[bytes]:
+    """A streamed answer's body: ``items`` paced by ``timing`` (a piece at its due time), the
+    events recorded on ``call``, a scripted drop raised, how it ended kept in ``stream_end``
+    (complete, error, drop, or client_gone when the client went away first)."""
+    call.stream_end = "client_gone"
+    piece = 0
+    try:
+        for is_piece, name, data in items:
+            if is_piece:
+                await trio.sleep_until(timing.at(call.time, piece))
+                piece += 1
+            if name == "drop":
+                call.stream_end = "drop"
+                raise DroppedStream("scripted drop")
+            call.events.append(name)
+            yield data
+        call.stream_end = "error" if call.events[-1:] == ["error"] else "complete"
+    except trio.Cancelled:
+        call.stream_end = "client_gone"
+        raise
