@@ -33,6 +33,11 @@ log = get_logger(__name__)
 Handler = Callable[..., Awaitable[Any]]
 
 
+def is_bigint(value: int) -> bool:
+    """Whether ``value`` can be a database id (a BIGINT); larger ones name nothing."""
+    return -(2**63) <= value < 2**63
+
+
 def _abort(status: int) -> HTTPException:
     error = HTTPException()
     error.code = status
@@ -77,11 +82,13 @@ def dashboard_blueprint(deps: DashboardDeps) -> Blueprint:
             template, login=login, chats=chats, csrf=login.csrf, tz=deps.timezone, **values
         )
 
-    async def require(chat_id: int | None = None) -> auth.Login:
+    async def require(chat_id: int | None = None, *ids: int) -> auth.Login:
         login = await login_of()
         if login is None:
             raise _RedirectToLogin()
-        if chat_id is not None and not login.may_see(chat_id):
+        if chat_id is not None and not (login.may_see(chat_id) and is_bigint(chat_id)):
+            raise _abort(404)
+        if not all(map(is_bigint, ids)):
             raise _abort(404)
         return login
 
@@ -93,7 +100,7 @@ def dashboard_blueprint(deps: DashboardDeps) -> Blueprint:
         if not auth.csrf_matches(login, form.get("csrf")):
             log.warning("dashboard.csrf_refused", path=request.path)
             raise _abort(403)
-        if chat_id is not None and not login.may_see(chat_id):
+        if chat_id is not None and not (login.may_see(chat_id) and is_bigint(chat_id)):
             raise _abort(404)
         return login, form
 
@@ -160,23 +167,23 @@ def dashboard_blueprint(deps: DashboardDeps) -> Blueprint:
             return redirect(f"/dashboard/chats/{chats[0].chat_id}/memory")
         return await page(login, "home.html")
 
-    @bp.get("/chats/<int:chat_id>/memory")
+    @bp.get("/chats/<int(signed=True):chat_id>/memory")
     async def memory(chat_id: int) -> Any:
         login = await require(chat_id)
         view = await memory_view(deps, chat_id, request.args)
         return await page(login, "memory.html", chat_id=chat_id, v=view)
 
-    @bp.get("/chats/<int:chat_id>/patterns/<int:pattern_id>")
+    @bp.get("/chats/<int(signed=True):chat_id>/patterns/<int:pattern_id>")
     async def pattern(chat_id: int, pattern_id: int) -> Any:
-        login = await require(chat_id)
+        login = await require(chat_id, pattern_id)
         view = await pattern_view(deps, chat_id, pattern_id)
         if view is None:
             raise _abort(404)
         return await page(login, "pattern.html", chat_id=chat_id, v=view)
 
-    @bp.post("/chats/<int:chat_id>/patterns/<int:pattern_id>/<action>")
+    @bp.post("/chats/<int(signed=True):chat_id>/patterns/<int:pattern_id>/<action>")
     async def pattern_action(chat_id: int, pattern_id: int, action: str) -> Any:
-        if action not in ("forget", "pin", "unpin"):
+        if action not in ("forget", "pin", "unpin") or not is_bigint(pattern_id):
             raise _abort(404)
         await require_form(chat_id)
         if action == "forget":
@@ -193,7 +200,7 @@ def dashboard_blueprint(deps: DashboardDeps) -> Blueprint:
             return redirect(f"/dashboard/chats/{chat_id}/memory?done=forgotten")
         return redirect(f"/dashboard/chats/{chat_id}/patterns/{pattern_id}")
 
-    @bp.get("/chats/<int:chat_id>/conversation")
+    @bp.get("/chats/<int(signed=True):chat_id>/conversation")
     async def conversation(chat_id: int) -> Any:
         login = await require(chat_id)
         view = await conversation_view(deps, chat_id, request.args.get("day"))
@@ -205,7 +212,7 @@ def dashboard_blueprint(deps: DashboardDeps) -> Blueprint:
     async def usage() -> Any:
         login = await require()
         chat = request.args.get("chat", type=int)
-        if chat is not None and not login.may_see(chat):
+        if chat is not None and not (login.may_see(chat) and is_bigint(chat)):
             raise _abort(404)
         scope = chat if chat is not None else login.chat_id
         view = await usage_view(deps, scope, request.args.get("days", 30, type=int))

@@ -78,6 +78,14 @@ async def test_the_dashboard_refuses_what_it_must_and_does_what_it_shows(
             assert "I said: User keeps bees" in detail.text
             # another chat's pattern through this chat's pages: not found, and not forgotten
             assert (await web.get(f"{base}/chats/{A}/patterns/{theirs}")).status_code == 404
+            # ids no database column can hold name nothing (not a server error)
+            huge = 10**25
+            for path in (
+                f"/chats/{A}/patterns/{huge}",
+                f"/chats/{huge}/memory",
+                f"/usage?chat={huge}",
+            ):
+                assert (await web.get(f"{base}{path}")).status_code == 404, path
             csrf = csrf_of(page.text)
             r = await web.post(f"{base}/chats/{A}/patterns/{theirs}/forget", data={"csrf": csrf})
             assert r.status_code == 404
