@@ -78,11 +78,21 @@ def new_draft_id() -> int:
     return random.randrange(1, 2**31)
 
 
+def utf16_units(text: str) -> int:
+    """The length Telegram counts (UTF-16 code units: an emoji is two)."""
+    return len(text.encode("utf-16-le")) // 2
+
+
 def draft_view(text: str, status: str | None) -> str:
-    """What the draft shows: the text so far (its end, when long) and the status line."""
+    """What the draft shows: the text so far (its end, when long: at most
+    :data:`VIEW_CHARS` UTF-16 units, as Telegram counts) and the status line."""
     body = text.strip()
-    if len(body) > VIEW_CHARS:
-        body = "…" + body[-(VIEW_CHARS - 1) :]
+    if utf16_units(body) > VIEW_CHARS:
+        start, units = len(body), 1  # the "…" in front
+        while start > 0 and units + utf16_units(body[start - 1]) <= VIEW_CHARS:
+            start -= 1
+            units += utf16_units(body[start])
+        body = "…" + body[start:]
     if status:
         return f"{body}\n\n⏳ {status}" if body else f"⏳ {status}"
     return body

@@ -199,6 +199,8 @@ def test_a_long_text_shows_its_end_within_telegrams_limit() -> None:
     view = draft_view("x" * 10_000 + " the end", "remembering…")
     assert len(view) <= 4096 and view.startswith("…") and "the end" in view
     assert view.endswith("⏳ remembering…")
+    emoji = draft_view("🐝" * 5_000, None)  # two UTF-16 units each: Telegram counts those
+    assert len(emoji.encode("utf-16-le")) // 2 <= 4096 and emoji.endswith("🐝")
 
 
 async def test_stop_cancels_the_innermost_scope_and_only_for_the_shown_draft() -> None:
