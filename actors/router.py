@@ -14,11 +14,19 @@ Ingress (webhook or poller) stores an update in the inbox, then calls :meth:`Rou
 * wakes the chat's actor through the registry, coalesced: at most one undelivered wake per
   chat (the actor reads every open row when it takes it).
 
-On start it first returns the rows a dead process left ``processing`` to ``pending``, counting
-a crash for each (``inbox.recover_crashed``; never an attempt: a crash is charged to no one),
-then wakes every chat with open inbox rows (crash recovery); a sweep repeats the wake-up every
-``sweep_interval`` seconds, so a row whose wake was lost (mailbox full, actor crash) is picked
-up without a new message.
+With ``leases`` (several processes may share the database: :mod:`actors.queues.leases`), a
+chat's actor is woken only in the process holding the chat's lease: the router takes the lease
+(free, expired, or its own), or, when another live process holds it, wakes that owner through
+``LISTEN/NOTIFY`` (:data:`~actors.queues.lease_store.WAKE_CHANNEL`, payload ``chat_id``, with
+`` stop`` or `` stop <draft_id>`` when the update was a Stop for the owner's running turn). What
+a dead process left in hand is recovered per chat when its lease is taken over. On start, and
+every ``sweep_interval`` seconds, every chat with open inbox or outbox rows that no other live
+process holds is taken and woken, so a lost wake or notification, a dead owner or a released
+chat only delays a message.
+
+Without ``leases`` (one process alone, tests): on start the rows a dead process left
+``processing`` go back to ``pending``, a crash counted (``inbox.recover_crashed``; never an
+attempt), then every chat with open inbox rows is woken, and the sweep repeats the wake-up.
 """
 
 from __future__ import annotations
@@ -30,7 +38,8 @@ import trio
 
 from actors.chat.callbacks import Callbacks
 from actors.chat.wakes import PendingWakes, RunningTurns, Wake
-from actors.queues import inbox
+from actors.queues import inbox, lease_store
+from actors.queues.leases import ChatLeases
 from actors.telegram.types import CallbackQuery, Update
 from runtime.actor import Mailbox, serve
 from runtime.db import Database
@@ -55,6 +64,21 @@ class Accepted:
     update: Update
 
 
+@attrs.frozen
+class Remote:
+    """A wake from the process that received the chat's update (this one holds the lease)."""
+
+    chat_id: int
+
+
+def wake_payload(update: Update, chat_id: int) -> str:
+    """The notification waking ``chat_id``'s owner, naming a Stop the owner must act on."""
+    stop = update.stopped_generation
+    if stop is not None:
+        return f"{chat_id} stop {stop.draft_id}"
+    return f"{chat_id} stop" if is_stop_command(update) else str(chat_id)
+
+
 class CallbackAnswerer(Protocol):
     async def answer_callback_query(
         self, callback_query_id: str, text: str | None = None
@@ -75,7 +99,11 @@ class Router:
     sweep_interval: float = 30.0
     #: the answer texts of taps (None: every tap is answered without text)
     callbacks: Callbacks | None = None
-    mailbox: Mailbox[Accepted | int] = attrs.field(factory=lambda: Mailbox("router", 1024))
+    mailbox: Mailbox[Accepted | Remote | int] = attrs.field(factory=lambda: Mailbox("router", 1024))
+    #: several processes: wake a chat here only while holding its lease
+    leases: ChatLeases | None = None
+    #: the lease queries (the sweep's candidates, waking another owner); with ``leases``
+    lease_sql: lease_store.SqlLeases | None = None
     _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
 
     def accepted(self, inbox_id: int, update: Update) -> None:
@@ -98,13 +126,31 @@ class Router:
         except (MailboxFull, ActorError):
             log.warning("router.mailbox_full", chat_id=chat_id)
 
+    def remote(self, payload: str) -> None:
+        """A notification from another process (never blocks, never raises): act on a Stop
+        for a turn running here, then wake the chat."""
+        words = payload.split()
+        try:
+            chat_id = int(words[0])
+            draft_id = int(words[2]) if len(words) > 2 else None
+        except (IndexError, ValueError):
+            log.warning("router.bad_notification", payload=payload[:100])
+            return
+        if len(words) > 1 and self.running.cancel(chat_id, draft_id):
+            log.info("router.turn_cancelled", chat_id=chat_id, remote=True)
+        try:
+            self.mailbox.address.send_nowait(Remote(chat_id))
+        except (MailboxFull, ActorError):
+            log.warning("router.mailbox_full", chat_id=chat_id)
+
     async def run(self, *, task_status: trio.TaskStatus[Router] = trio.TASK_STATUS_IGNORED) -> None:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             with self.mailbox.inbox as box:
-                crashed = await inbox.recover_crashed(self.db)
-                if crashed:
-                    log.warning("router.crashed_rows", inbox_ids=crashed)
+                if self.leases is None:  # alone: whatever is processing was left by a crash
+                    crashed = await inbox.recover_crashed(self.db)
+                    if crashed:
+                        log.warning("router.crashed_rows", inbox_ids=crashed)
                 await self._recover()
                 nursery.start_soon(self._sweep)
                 task_status.started(self)
@@ -115,21 +161,44 @@ class Router:
         """Stop taking new updates (they stay in the inbox for the next start)."""
         self.mailbox.address.close()
 
-    async def _dispatch(self, item: Accepted | int) -> None:
+    async def _dispatch(self, item: Accepted | Remote | int) -> None:
         if isinstance(item, int):
             chat_id: int | None = item
+        elif isinstance(item, Remote):
+            chat_id = item.chat_id
         else:
             chat_id = item.update.chat_id
             cq = item.update.callback_query
             if cq is not None and self._nursery is not None:
                 self._nursery.start_soon(self._answer_callback, cq)
-        if chat_id is None or not self.wakes.claim(chat_id):
+        if chat_id is None or not await self._ours(chat_id, item):
+            return
+        if not self.wakes.claim(chat_id):
             return  # a wake is already on its way: the actor reads every open row
         try:
             await self.registry.send(chat_id, Wake())
         except ActorError as exc:  # full or stopping: the sweep will retry from the inbox
             self.wakes.release(chat_id)
             log.warning("router.wake_failed", chat_id=chat_id, error=type(exc).__name__)
+
+    async def _ours(self, chat_id: int, item: Accepted | Remote | int) -> bool:
+        """This process serves ``chat_id`` (its lease is held here, or taken now); else its
+        owner is woken (not for a notification: the owner moved on, the sweep catches up)."""
+        if self.leases is None:
+            return True
+        try:
+            if await self.leases.hold(chat_id):
+                return True
+            if self.lease_sql is not None and not isinstance(item, Remote):
+                payload = (
+                    wake_payload(item.update, chat_id)
+                    if isinstance(item, Accepted)
+                    else str(chat_id)
+                )
+                await self.lease_sql.wake_owner(payload)
+        except DatabaseError as exc:  # the sweep tries again
+            log.warning("router.lease_failed", chat_id=chat_id, error=str(exc))
+        return False
 
     async def _answer_callback(self, cq: CallbackQuery) -> None:
         try:
@@ -141,7 +210,11 @@ class Router:
             log.warning("router.callback_ack_failed", error=str(exc))
 
     async def _recover(self) -> None:
-        chats = await inbox.open_chats(self.db)
+        if self.lease_sql is not None:
+            sql = self.lease_sql
+            chats = await lease_store.open_work(sql.db, sql.owner)
+        else:
+            chats = await inbox.open_chats(self.db)
         if chats:
             log.info("router.recovering", chats=len(chats))
         for chat_id in chats:

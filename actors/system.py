@@ -4,29 +4,29 @@ order, each component ready before the next:
 
     BotSystem (nursery)
     ├─ (journal owners, getMe, setMyCommands, setWebhook: one-shot calls before the steps)
-    ├─ SenderActor          (supervised singleton) outbox -> Telegram
+    ├─ Ownership            chat leases (renewed, released), LISTEN for wakes from other processes
+    ├─ SenderActor          (supervised) outbox -> Telegram, for the chats leased here
     ├─ Registry[chat_id] -> ChatActor   (on demand, idle stop, restart on crash)
-    ├─ CompactorActor       (when given) singleton: chats over their context budget -> patterns
-    ├─ background jobs      (actors.wiring.JOBS: embedding backfill, retention purge, ...,
-    │                        the heartbeat, whose latest checks /readyz shows; the vault writer)
-    ├─ Router               inbox notifications -> chat actors; recovery sweep
-    ├─ Scheduler            (when given) supervised singleton: due jobs -> inbox rows, chats
-    │                       woken; drained first at shutdown (the tick in hand ends)
+    ├─ CompactorActor       (when given): chats over their context budget -> patterns
+    ├─ background jobs      the heartbeat (/readyz), the vault writer; and, in the one process
+    │                       holding their lease, the maintenance jobs (actors.wiring.JOBS)
+    ├─ Router               inbox notifications -> chat actors (lease held) or their owner
+    ├─ Scheduler            (when given, supervised): due jobs -> inbox rows, chats woken
     ├─ ChatAccess           who may talk: the allowlist (setting + stored), pairing, strangers
-    └─ Poller               (only with --polling) getUpdates -> inbox
-       or InboxWriter       (only with the webhook) group commit of webhook updates -> inbox
+    └─ Poller               (--polling, in the one process holding its lease) getUpdates -> inbox
+       or InboxWriter       (webhook) group commit of webhook updates -> inbox
 
-It hands back a :class:`~runtime.serve.SystemHandle`: the webhook route (webhook mode),
-and the drains run at shutdown in order: stop the poller and router (no new work), close the
-chat mailboxes (each actor finishes the message in hand and drains its buffer), stop the
-compactor after the compaction in hand (queued chats are asked again by their next turn), then
-stop the sender after the request in hand (a reply waiting out an outage stops waiting). Whatever
-is left waits in the inbox/outbox for the next start.
-The inbox writer has no drain: like the HTTP server it serves until the final cancel.
+It hands back a :class:`~runtime.serve.SystemHandle`: the webhook route (webhook mode), and the
+drains run at shutdown in order: the scheduler (the tick in hand ends), the poller and router
+(no new work), the chat mailboxes (each actor finishes the message in hand and its buffer), the
+compactor (after the compaction in hand), the sender (after the request in hand), then every
+chat lease is released, so other processes take the chats at once (a rolling restart). Whatever
+is left waits in the inbox/outbox. The inbox writer, like the HTTP server, serves until the end.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -53,6 +53,7 @@ from actors.journal_owner import assign_unowned_entries
 from actors.local.draft import LocalOrTelegram
 from actors.local.endpoint import chat_blueprint
 from actors.local.hub import Edges, LocalHub
+from actors.ownership import Ownership
 from actors.queues.dedupe import DedupeCache
 from actors.queues.inbox_writer import InboxWriter
 from actors.queues.outbox import OutboxRow
@@ -98,50 +99,48 @@ class BotSystem:
     photos: PhotoFetcher | None = None
     bot_factory: Callable[[], BotApiClient] | None = None
     poller_factory: Callable[..., Any] | None = None
-    #: long-lived jobs started with the system, each ``run(*, task_status)`` (e.g. the
-    #: embedding backfill); cancelled with it at shutdown
+    #: jobs started with the system, each ``run(*, task_status)`` (e.g. the heartbeat)
     background: list[Callable[..., Awaitable[None]]] = attrs.field(factory=list)
-    #: more of ``/readyz``'s body, each a name and its latest report (the heartbeat's checks)
+    #: the same, run in one process per database (named lease): the maintenance jobs
+    exclusive: list[tuple[str, Callable[..., Awaitable[None]]]] = attrs.field(factory=list)
+    #: what this process serves among several (built from the settings by :meth:`run`)
+    ownership: Ownership | None = None
+    #: more of ``/readyz``'s body: names and latest reports (the heartbeat's checks)
     reports: list[tuple[str, Report]] = attrs.field(factory=list)
     #: the HTTP app's blueprints (/metrics, /api/v1/, /dashboard/)
     blueprints: list[Blueprint] = attrs.field(factory=list)
-    #: the singleton compactor (its ``request`` is the agent's ``on_over_budget``, given when the
-    #: agent is built)
+    #: the compactor (its ``request`` is the agent's ``on_over_budget``)
     compactor: CompactorActor | None = None
     #: the vault writer's ``mark`` (VAULT=on): after every commit that queues a reply
     vault_mark: Callable[[int], None] | None = None
-    #: the singleton scheduler (due jobs -> inbox rows; started once the router can wake chats)
+    #: the scheduler (due jobs -> inbox rows; started once the router can wake chats)
     scheduler: Scheduler | None = None
     #: the message offered after pairing (the check-ins' button): ChatAccess's ``offer``
     pair_offer: Callable[[Queries, int], Awaitable[object]] | None = None
     #: shared by the sender and its restarts: rows in flight, replies given up (heartbeat)
     sender_ledger: SenderLedger = attrs.field(factory=SenderLedger)
-    #: the handlers of inline buttons (action name -> handler), filled before :meth:`run`
+    #: the handlers of inline buttons (action name -> handler)
     callbacks: CallbackTable = attrs.field(factory=CallbackTable)
-    #: the chat commands, registered as Telegram's menu at start (``setMyCommands``)
+    #: the chat commands (Telegram's menu: ``setMyCommands``)
     commands: CommandTable = attrs.field(factory=command_table)
-    #: the routines due runs name (issue 22; ``actors/scheduler/routines``), and what
-    #: summarises a routine's sent message for the window (MEMORY_MODEL)
+    #: the routines due runs name, and what summarises a routine's message (MEMORY_MODEL)
     routines: Mapping[str, Routine] = attrs.field(factory=dict)
     routine_summarizer: RoutineSummarizer = attrs.field(factory=RoutineSummarizer)
-
     #: shows the pairing instructions (``engram serve`` prints them to stdout)
     announce: Callable[[str], None] = lambda text: None
     #: more arguments of :class:`~actors.telegram.pairing.ChatAccess` (tests: ttl, clock, ...)
     access_options: dict[str, Any] = attrs.field(factory=dict)
     #: the allowlist and pairing, once :meth:`run` started them
     chat_access: ChatAccess | None = attrs.field(init=False, default=None)
-
     #: how many chat actors run (once started)
     live_chats: Callable[[], int] = lambda: 0
-
-    #: the Bot API client, shared with its owner (the composition root: the voice transcriber
-    #: uses it too); when ``None`` the system opens its own (``bot_factory`` or the settings)
+    #: the Bot API client, shared with its owner (None: the system opens its own)
     bot: BotApiClient | None = None
     telegram: bool = True  #: False: no Telegram at all (``engram chat --standalone``)
     local: LocalHub = attrs.field(factory=LocalHub)  #: the local chats' clients (/ws/chat)
 
     _sender: Address[OutboxReady] | None = attrs.field(init=False, default=None)
+    _sender_actor: SenderActor | None = attrs.field(init=False, default=None)
     _sender_done: trio.Event = attrs.field(init=False, factory=trio.Event)
     _poller_stop: trio.Event = attrs.field(init=False, factory=trio.Event)
     _poller_done: trio.Event = attrs.field(init=False, factory=trio.Event)
@@ -167,26 +166,32 @@ class BotSystem:
             yield client
 
     async def run(self, *, task_status: trio.TaskStatus[SystemHandle]) -> None:
-        """The start steps, in dependency order; each component is ``nursery.start``-ed and
-        ready (its ``started`` called) before the next step."""
+        """The start steps, in order; each component ready before the next."""
         settings = self.settings
         # entries imported before each chat owned its journal (migration 012)
         await assign_unowned_entries(self.db, settings.telegram_allowed_chat_ids)
         async with self._open_bot() as bot, trio.open_nursery() as nursery:
             username = await self._introduce(bot) if self.telegram else None
             self.local.poke = lambda chat_id: self._outbox_ready(chat_id, None)
+            own: Ownership = await nursery.start(self._ownership().run)
+            self.sender_ledger.recovered = True  # the leases recover what a dead run left
             self._sender = await nursery.start(self._start_sender, bot)
             edges = Edges(self.local, bot if self.telegram else None)  # local chats: frames
-            deps = self._chat_deps(edges, bot)
+            deps = self._chat_deps(edges, bot, own)
             if deps.drafts is not None:  # streamed replies: their tasks outlive each turn
                 await nursery.start(deps.drafts.run)
             registry: Registry[int, Any] = await nursery.start(self._chats(deps).run)
             self.live_chats = registry.__len__
+            own.chats.busy = lambda chat: chat in registry or self._sending(chat)
+            own.chats.on_taken = self._poke_sender
             if self.compactor is not None:
                 await nursery.start(self.compactor.run)
             for job in self.background:
                 await nursery.start(job)
-            router: Router = await nursery.start(self._router(edges, registry, deps).run)
+            for name, job in self.exclusive:
+                await nursery.start(own.exclusive(f"job:{name}", job))
+            router: Router = await nursery.start(self._router(edges, registry, deps, own).run)
+            own.on_wake = router.remote
             if self.scheduler is not None:
                 run = partial(self.scheduler.run, wake_chat=router.wake)
                 await nursery.start(supervise, "scheduler", run, settings.restart_policy())
@@ -208,10 +213,27 @@ class BotSystem:
             if self.compactor is not None:
                 drains.append(("compactor", self.compactor.aclose))
             drains.append(("sender", self._stop_sender))
+            drains.append(("leases", own.chats.release_all))  # a rolling restart's handover
             pages = [local_chat, *self.blueprints]
             task_status.started(SystemHandle(pages, routes, drains=drains, reports=self.reports))
 
     # --- the start steps ---------------------------------------------------------------------
+
+    def _ownership(self) -> Ownership:
+        if self.ownership is None:
+            settings = self.settings
+            self.ownership = Ownership(
+                self.db, settings.instance_name(), settings.chat_lease_ttl, self.local.chats
+            )
+        return self.ownership
+
+    def _sending(self, chat_id: int) -> bool:
+        return self._sender_actor is not None and self._sender_actor.working(chat_id)
+
+    def _poke_sender(self, chat_id: int) -> None:  # a chat taken over: look at its outbox
+        with contextlib.suppress(ActorError, AssertionError):  # the sweep finds the rows
+            assert self._sender is not None
+            self._sender.send_nowait(OutboxReady(chat_id))
 
     async def _introduce(self, bot: BotApiClient) -> str | None:
         """getMe, the command menu and (webhook mode) setWebhook; the bot's username."""
@@ -236,7 +258,9 @@ class BotSystem:
             ledger=self.sender_ledger,
             on_blocked=self._blocked,
             local=self.local,
+            may_send=self._ownership().may_send,
         )
+        self._sender_actor = actor
         try:
             await actor.run(task_status=task_status)
         finally:
@@ -261,10 +285,10 @@ class BotSystem:
         except ActorError:  # the sender's sweep finds the row anyway
             log.warning("system.outbox_notify_failed", chat_id=chat_id)
 
-    def _chat_deps(self, edges: Edges, bot: BotApiClient) -> ChatDeps:
+    def _chat_deps(self, edges: Edges, bot: BotApiClient, own: Ownership) -> ChatDeps:
         settings = self.settings
         return ChatDeps(
-            store=SqlChatStore(self.db),
+            store=SqlChatStore(self.db, owns=own.chats.holds),
             turns=self.turns,
             bot=edges,
             outbox_ready=self._outbox_ready,
@@ -304,9 +328,19 @@ class BotSystem:
             key_name="chat_id",
         )
 
-    def _router(self, edges: Edges, registry: Registry[int, Any], deps: ChatDeps) -> Router:
+    def _router(
+        self, edges: Edges, registry: Registry[int, Any], deps: ChatDeps, own: Ownership
+    ) -> Router:
         return Router(
-            self.db, registry, edges, deps.running, wakes=deps.wakes, callbacks=deps.callbacks
+            self.db,
+            registry,
+            edges,
+            deps.running,
+            wakes=deps.wakes,
+            callbacks=deps.callbacks,
+            leases=own.chats,
+            lease_sql=own.sql,
+            sweep_interval=min(30.0, own.ttl / 2),
         )
 
     def _access(self, router: Router, username: str | None) -> ChatAccess:
@@ -329,9 +363,10 @@ class BotSystem:
         *,
         task_status: trio.TaskStatus[None],
     ) -> None:
-        """getUpdates -> inbox (``--polling``)."""
-        poller_factory = self.poller_factory or _default_poller()
-        poller = poller_factory(
+        """getUpdates -> inbox, where the "poller" lease is held (one consumer allowed)."""
+        from actors.telegram.poller import Poller  # imported only in polling mode
+
+        poller = (self.poller_factory or Poller)(
             self.db,
             bot,
             allowed_chat_ids=chats,
@@ -340,8 +375,9 @@ class BotSystem:
             stop=self._poller_stop,
             strangers=chats.stranger,
         )
+        run = self._ownership().exclusive("poller", poller.run, stop=self._poller_stop)
         try:
-            await poller.run(task_status=task_status)
+            await run(task_status=task_status)
         finally:
             self._poller_done.set()
 
@@ -360,9 +396,3 @@ class BotSystem:
             insert=writer.insert_update,
             strangers=chats.stranger,
         )
-
-
-def _default_poller() -> Callable[..., Any]:
-    from actors.telegram.poller import Poller
-
-    return Poller

@@ -126,6 +126,8 @@ class PeriodicJob:
     name: str
     interval: str | None
     build: Callable[[Parts, float | None], Any]  # -> a job with ``run`` (and ``interval``)
+    #: True: one process per database runs it (a named lease); False: every process
+    once: bool = True
 
 
 def _every(interval: float | None) -> float:
@@ -176,6 +178,7 @@ JOBS: tuple[PeriodicJob, ...] = (
             allowed_chat_ids=p.settings.telegram_allowed_chat_ids,
             bot_api=lambda: Contact(p.bot.last_ok, p.bot.last_failure),
         ),
+        once=False,  # each process checks itself (its /readyz)
     ),
     PeriodicJob(
         "pattern_ttl",
@@ -367,7 +370,9 @@ async def open_bot(
             commands=command_table(
                 services, taps, [*controls.commands(), *export_command(parts).commands()]
             ),
-            background=[job.run for job in jobs] + ([vault.run] if vault is not None else []),
+            background=[j.run for j, spec in zip(jobs, JOBS, strict=True) if not spec.once]
+            + ([vault.run] if vault is not None else []),
+            exclusive=[(spec.name, j.run) for j, spec in zip(jobs, JOBS, strict=True) if spec.once],
             reports=[("heartbeat", job.report) for job in beats],
             blueprints=web_blueprints(
                 settings,

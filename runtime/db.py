@@ -8,17 +8,17 @@ The pool is trio's (:mod:`runtime.db_pool`): taking and returning a connection c
 crossing, so a plain query crosses into asyncio once, for the statement itself. The pgvector
 codec is registered on every connection (vectors in and out as numpy arrays).
 
-Session state (advisory locks, settings, cursors, LISTEN) is only ever changed on a connection
-held through :meth:`Database.connection` / :meth:`Database.transaction`; such a connection is
-reset (asyncpg's reset: rollback, ``RESET ALL`` & co.) before it goes back to the pool. A
-one-shot query leaves no session state behind, so it goes back without that round trip.
+Session state (advisory locks, settings, cursors) is only changed on a connection held through
+:meth:`Database.connection` / :meth:`Database.transaction`, reset (rollback, ``RESET ALL`` &
+co.) before it goes back to the pool; a one-shot query goes back without that round trip.
+:func:`listen` keeps a connection of its own.
 """
 
 from __future__ import annotations
 
 import abc
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Any, ParamSpec, Protocol, TypeVar
 
 import asyncpg
@@ -38,13 +38,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 Row = Mapping[str, Any]
 EXTENSION_LOCK_KEY = 0x656E677265787401
-
-PGVECTOR_HELP = (
-    "the PostgreSQL server has no pgvector extension; install it "
-    "(Debian/Ubuntu: apt install postgresql-16-pgvector; macOS: brew install pgvector; "
-    "managed services: enable the 'vector' extension), or unset DATABASE_URL to use the "
-    "embedded server, which ships it"
-)
 
 
 def asyncio_loop() -> Any:
@@ -79,7 +72,7 @@ def map_error(exc: BaseException) -> errors.DatabaseError:
         )
         message = str(exc)
         if state == "42704" and "vector" in message:
-            return errors.ExtensionMissing(PGVECTOR_HELP, sqlstate=state)
+            return errors.ExtensionMissing(errors.PGVECTOR_HELP, sqlstate=state)
         return cls(f"{type(exc).__name__}: {message}", sqlstate=state or None)
     if isinstance(exc, asyncpg.InterfaceError | asyncpg.exceptions.InternalClientError):
         if "connection" in str(exc).lower() and "closed" in str(exc).lower():
@@ -242,6 +235,56 @@ class Database(_Queries):
             yield conn
 
 
+async def listen(
+    url: str,
+    channel: str,
+    on_payload: Callable[[str], None],
+    *,
+    retry_cap: float = 5.0,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """``LISTEN channel`` on its own connection, ``on_payload`` called here for each notice,
+    until cancelled; a lost connection is reopened with backoff (what was sent meanwhile is
+    lost: a listener needs a sweep behind it). Started after the first attempt."""
+    delay, status = 0.1, task_status
+    while True:
+        got, payloads = trio.open_memory_channel[str](1024)
+        lost = trio.CancelScope()
+        raw = await _listening(url, channel, got, lost)
+        status.started()
+        status = trio.TASK_STATUS_IGNORED
+        if raw is not None:
+            delay = 0.1
+            try:
+                with lost:
+                    async for payload in payloads:
+                        on_payload(payload)
+            finally:
+                raw.terminate()
+            log.warning("db.listen_lost", channel=channel)
+        await trio.sleep(delay)
+        delay = min(delay * 2, retry_cap)
+
+
+async def _listening(
+    url: str, channel: str, got: trio.MemorySendChannel[str], lost: trio.CancelScope
+) -> Any:
+    """A connection listening on ``channel`` into ``got`` (None: unreachable)."""
+    try:
+        raw = await _bridge(asyncpg.connect, url, timeout=10)
+        raw.add_termination_listener(lambda _conn: lost.cancel())
+        await _bridge(raw.add_listener, channel, lambda *notice: _offer(got, notice[-1], channel))
+    except errors.DatabaseUnavailable as exc:
+        log.warning("db.listen_unavailable", channel=channel, error=str(exc))
+        return None
+    return raw
+
+
+def _offer(to: trio.MemorySendChannel[str], payload: str, channel: str) -> None:
+    with suppress(trio.WouldBlock):  # a flood: the sweep catches what is dropped
+        to.send_nowait(payload)
+
+
 async def _reset(raw: Any) -> bool:
     """Reset a connection's session (asyncpg's reset: it first waits for a cancelled statement
     to end, then rolls back an open transaction, ``RESET ALL``, advisory locks, LISTEN);
@@ -281,8 +324,7 @@ async def _connect_tracked(url: str, connect_timeout: float, health: DatabaseHea
 async def _ensure_pgvector(url: str, connect_timeout: float) -> None:
     try:
         conn = await asyncpg.connect(url)
-    except ValueError as exc:  # asyncpg's ClientConfigurationError is one
-        # the driver's own reading of the URL refused it (its text may quote the URL)
+    except ValueError as exc:  # ClientConfigurationError: the driver refused the URL
         raise errors.SettingsError(
             "DATABASE_URL", f"the database driver cannot use it ({type(exc).__name__})"
         ) from None
@@ -291,7 +333,7 @@ async def _ensure_pgvector(url: str, connect_timeout: float) -> None:
             "SELECT count(*) FROM pg_available_extensions WHERE name = 'vector'"
         )
         if not available:
-            raise errors.ExtensionMissing(PGVECTOR_HELP)
+            raise errors.ExtensionMissing(errors.PGVECTOR_HELP)
         installed = await conn.fetchval(
             "SELECT count(*) FROM pg_extension WHERE extname = 'vector'"
         )

@@ -122,6 +122,14 @@ class ExtensionMissing(DatabaseError):
     """A required extension (pgvector) is not installed on the server."""
 
 
+PGVECTOR_HELP = (
+    "the PostgreSQL server has no pgvector extension; install it "
+    "(Debian/Ubuntu: apt install postgresql-16-pgvector; macOS: brew install pgvector; "
+    "managed services: enable the 'vector' extension), or unset DATABASE_URL to use the "
+    "embedded server, which ships it"
+)
+
+
 class IntegrityViolation(DatabaseError):
     """A constraint rejected the statement (unique, foreign key, check, not null)."""
 

@@ -7,7 +7,10 @@ are :mod:`runtime.parsers`.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
+import socket
 import zoneinfo
 from pathlib import Path
 from typing import ClassVar
@@ -17,7 +20,7 @@ import platformdirs
 
 from runtime.db_url import database_url, redact_url, url_passwords
 from runtime.errors import SettingsError
-from runtime.parsers import choice, float_range, host, int_range
+from runtime.parsers import choice, float_range, host, int_range, visible
 from runtime.settings import Field, SettingsSection
 from runtime.supervisor import RestartPolicy
 
@@ -173,6 +176,22 @@ class ProcessSettings(SettingsSection):
             "Seconds without messages before a chat actor stops.",
         ),
         Field(
+            "CHAT_LEASE_TTL",
+            "chat_lease_ttl",
+            "10",
+            float_range(1, 600),
+            "Seconds a process's lease on a chat lasts unrenewed (renewed each third): when a "
+            "process dies, another takes its chats over within about 1.5 times this.",
+        ),
+        Field(
+            "ENGRAM_INSTANCE",
+            "instance",
+            "",
+            visible("a name"),
+            "This process's name among several on one database (empty: host, port and home). "
+            "A process restarted under the same name takes its chats back at once.",
+        ),
+        Field(
             "ACTOR_MAX_LIVE",
             "actor_max_live",
             "1000",
@@ -233,6 +252,8 @@ class ProcessSettings(SettingsSection):
     db_outage_limit: float = 300.0
     shutdown_deadline: float
     actor_idle_timeout: float
+    chat_lease_ttl: float = 10.0
+    instance: str = ""
     actor_max_live: int
     mailbox_size: int
     restart_backoff_base: float
@@ -248,6 +269,15 @@ class ProcessSettings(SettingsSection):
             max_restarts=self.restart_max,
             window=self.restart_window,
         )
+
+    def instance_name(self) -> str:
+        """ENGRAM_INSTANCE, else ``host:port:<home digest>`` (and the pid on a random port):
+        the same on a restart, different for two processes that may run at once."""
+        if self.instance:
+            return self.instance
+        home = hashlib.sha256(str(self.home).encode()).hexdigest()[:8]
+        name = f"{socket.gethostname()}:{self.port}:{home}"
+        return name if self.port else f"{name}:{os.getpid()}"
 
     def check(self) -> list[SettingsError]:
         problems = []

@@ -143,6 +143,10 @@ class Registry(Generic[K, M]):
         """Number of live actor tasks (an evicted or idle-stopped actor counts until it exits)."""
         return self._live
 
+    def __contains__(self, key: object) -> bool:
+        """``key`` has a registered actor."""
+        return key in self._slots
+
     def live_keys(self) -> list[K]:
         """Keys with a registered actor (one that accepts messages)."""
         return list(self._slots)

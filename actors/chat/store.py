@@ -4,7 +4,7 @@ implementation over :mod:`actors.queues.inbox` and :mod:`actors.queues.outbox`."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, cast
 
 import attrs
@@ -13,8 +13,11 @@ from actors.agent.turn import TurnReply
 from actors.errors import NotCollectable
 from actors.queues import erased, inbox, outbox
 from runtime.db import Connection, Database
+from runtime.logs import get_logger
 
 __all__ = ["ChatStore", "SqlChatStore"]
+
+log = get_logger(__name__)
 
 
 class ChatStore(Protocol):
@@ -57,10 +60,15 @@ class SqlChatStore:
     """:class:`ChatStore` on PostgreSQL: one transaction per committed turn."""
 
     db: Database
+    #: several processes: rows are taken only while this says the chat's lease is held here
+    owns: Callable[[int], bool] | None = None
 
     async def take_open(
         self, chat_id: int, after: int, max_attempts: int, max_crashes: int
     ) -> tuple[list[inbox.InboxRow], int | None]:
+        if self.owns is not None and not self.owns(chat_id):
+            log.warning("chat.not_leased", chat_id=chat_id)
+            return [], None  # the lease was lost: the chat's owner takes the rows
         return await inbox.take_open(self.db, chat_id, after, max_attempts, max_crashes)
 
     async def mark_processing(self, ids: Sequence[int]) -> None:

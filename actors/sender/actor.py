@@ -4,23 +4,24 @@ The chat actor commits a reply to the outbox, then sends :class:`OutboxReady` ``
 One worker task per chat with open rows sends them strictly in id order (chats concurrently);
 every request passes the per-chat pacing (one per ``chat_interval`` s) and the global limiter
 (``global_rate`` per ``global_period``). On start-up, and every ``sweep_interval``, every chat
-with open rows gets a worker, so a lost notification only delays a reply.
+with open rows gets a worker (with ``may_send``: a chat whose lease this process holds), so a
+lost notification only delays a reply.
 
 Exactly once, or visibly uncertain. Before a chunk (:func:`~actors.sender.store.plan_chunks`)
 is handed to the Bot API its row records, committed, that it is in flight (``mark_in_flight``;
 for a reply claimed by its turn's commit, that commit did it); after Telegram's answer the
-outcome is recorded (``record_chunk_sent``, idempotent, or ``release_in_flight`` when the
-answer proves it was not delivered), retried through database errors with backoff, each
-attempt shielded from cancellation for ``record_timeout``, instead of crashing the sender. A
-starting sender marks ``uncertain`` every open row still in flight — left by an earlier
-process, or by this process's crashed sender (:class:`~actors.sender.policy.SenderLedger`):
-it was interrupted between request and record, and is never resent.
+outcome is recorded (``record_chunk_sent``, idempotent, or ``release_in_flight`` when not
+delivered), retried through database errors with backoff, each attempt shielded for
+``record_timeout``. A starting sender marks ``uncertain`` the open rows still in flight — left
+by this process's crashed sender (:class:`~actors.sender.policy.SenderLedger`) or by an
+earlier process (unless the leases recover those per chat): interrupted between request and
+record, never resent.
 
 Per request, the policy of :mod:`actors.sender.policy` (429, parse errors, retries up to the
-deadline, uncertain, failed). A worker waiting out a failure keeps its row open; a closed
-sender stops waiting and leaves the row to the next start. The local chats (``local``, a
-:class:`~actors.sender.store.ChunkTransport`) are not paced; a row of one waits in the outbox
-while its transport has no receiver (the worker ends; the transport wakes the sender).
+deadline, uncertain, failed). A worker waiting out a failure keeps its row open; a closed sender
+leaves it to the next start. The local chats (``local``, a
+:class:`~actors.sender.store.ChunkTransport`) are not paced; a row of one waits while its
+transport has no receiver (the worker ends; the transport wakes the sender).
 """
 
 from __future__ import annotations
@@ -92,11 +93,9 @@ class OutboxReady:
 class SenderActor:
     """The outbox sender; ``run`` reports ``Address[OutboxReady]`` once the start-up scan is done.
 
-    ``db`` is a database handle (wrapped in :class:`~actors.sender.store.DbOutbox`) or any
-    :class:`~actors.sender.store.OutboxStore`. ``ledger``: shared by the senders of one process
-    (the supervisor restarts a crashed one). Timing uses only ``trio.sleep``/``current_time``,
-    so it runs on a MockClock; ``wall_clock`` only ages rows (their ``created_at``).
-    """
+    ``db``: a database handle (wrapped in :class:`~actors.sender.store.DbOutbox`) or any
+    :class:`~actors.sender.store.OutboxStore`; ``ledger``: shared by the senders of one process.
+    Timing is ``trio.sleep``/``current_time`` (MockClock); ``wall_clock`` only ages rows."""
 
     db: Queries | OutboxStore
     client: MessageClient
@@ -111,6 +110,8 @@ class SenderActor:
     )
     #: the transport of the chats not on Telegram (the local chats), if any
     local: ChunkTransport | None = attrs.field(default=None, kw_only=True)
+    #: several processes: a chat's rows are sent only where this says (its lease is held)
+    may_send: Callable[[int], Awaitable[bool]] | None = attrs.field(default=None, kw_only=True)
     store: OutboxStore = attrs.field(init=False)
     _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
     _workers: set[int] = attrs.field(init=False, factory=set)
@@ -129,9 +130,8 @@ class SenderActor:
             )
         self._pacer = ChatPacer(self.settings.chat_interval, self.limiter)
 
-    @property
-    def active_chats(self) -> frozenset[int]:
-        return frozenset(self._workers)  # chats that have a worker right now
+    def working(self, chat_id: int) -> bool:
+        return chat_id in self._workers  # the chat has a worker right now
 
     @property
     def gave_up(self) -> int:
@@ -202,8 +202,7 @@ class SenderActor:
                 await trio.sleep(interval)
                 await self._sweep()
 
-    def _idle(self, chat_id: int) -> bool:
-        """No worker on ``chat_id`` and workers may start."""
+    def _idle(self, chat_id: int) -> bool:  # no worker on ``chat_id``; workers may start
         return chat_id not in self._workers and not self._stopping and self._nursery is not None
 
     def _wake(self, chat_id: int) -> None:
@@ -223,6 +222,8 @@ class SenderActor:
         chunk marked in flight by the chat actor's commit), sent before looking for more."""
         with structlog.contextvars.bound_contextvars(chat_id=chat_id):
             try:
+                if self.may_send is not None and not await self.may_send(chat_id):
+                    return
                 rows = [] if first is None else [first]
                 while True:
                     for row in rows:  # a row waiting for a receiver ends the worker (unless
@@ -378,8 +379,7 @@ class SenderActor:
             failures, base=s.retry_base, cap=s.retry_cap, jitter=s.jitter, draw=self.rng.random()
         )
 
-    async def _wait(self, delay: float) -> bool:
-        """Sleep ``delay`` seconds; False at once when the sender is closed meanwhile."""
+    async def _wait(self, delay: float) -> bool:  # False at once when closed meanwhile
         with trio.move_on_after(delay):
             await self._stopped.wait()
             return False

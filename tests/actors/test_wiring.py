@@ -110,9 +110,20 @@ async def test_every_periodic_job_starts_with_its_interval_setting(
                 "heartbeat",
                 "pattern_ttl",
             ]
-            # the jobs, then the vault writer (VAULT=on)
-            assert bot.system.background[:-1] == [job.run for job in bot.jobs]
+            # the heartbeat in every process, then the vault writer (VAULT=on); the maintenance
+            # jobs in the one process holding their lease ("job:<name>")
+            runs = {spec.name: job.run for spec, job in zip(JOBS, bot.jobs, strict=True)}
+            assert bot.system.background[:-1] == [runs["heartbeat"]]
             assert isinstance(getattr(bot.system.background[-1], "__self__", None), VaultWriter)
+            assert bot.system.exclusive == [
+                (name, run) for name, run in runs.items() if name != "heartbeat"
+            ]
+            held = await db.fetch(
+                "SELECT name FROM process_leases WHERE name LIKE 'job:%' ORDER BY name"
+            )
+            assert [r["name"] for r in held] == sorted(
+                f"job:{name}" for name in runs if name != "heartbeat"
+            )
             for spec, job in zip(JOBS, bot.jobs, strict=True):
                 if spec.interval is not None:
                     assert job.interval == getattr(settings, spec.interval) == 4321.0, spec.name

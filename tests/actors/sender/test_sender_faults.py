@@ -151,7 +151,7 @@ async def test_a_database_error_on_record_is_retried_without_crash_or_resend(
         sender = SenderActor(store, bot, settings=FAST)
         async with running(sender):
             row = await wait_final(db, row_id)
-            while sender.active_chats:  # noqa: ASYNC110 - the worker may still be retrying
+            while sender.working(8):  # noqa: ASYNC110 - the worker may still be retrying
                 await trio.sleep(0.01)
     assert fake.sent_texts(8) == ["recorded once"]
     assert (row.status, row.chunks_sent, row.chunk_in_flight) == ("sent", 1, None)

@@ -1,0 +1,83 @@
+"""Ownership: what this process serves among several on one database.
+
+One :class:`Ownership` per process, built by the system: the chat leases
+(:class:`~actors.queues.leases.ChatLeases`, renewed and released by its task), the listener on
+:data:`~actors.queues.lease_store.WAKE_CHANNEL` (another process received an update of a chat
+held here), and :meth:`Ownership.exclusive`, which runs a component in one process per database
+(:func:`~actors.queues.exclusive.run_exclusive`).
+
+What runs where (README "Scaling"): a chat's turns, routines and sends in the process holding its
+lease; long polling and the maintenance jobs in the process holding their named lease; the
+scheduler in every process (due jobs are claimed ``FOR UPDATE SKIP LOCKED``, each run once); the
+compactor in every process (one compaction per chat at a time: an advisory lock, in the
+database); the heartbeat, the vault writer (files of the chats committed here), the HTTP server
+and the dashboard in every process.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import attrs
+import trio
+
+from actors.queues.exclusive import run_exclusive
+from actors.queues.lease_store import WAKE_CHANNEL, SqlLeases
+from actors.queues.leases import ChatLeases
+from runtime.db import Database, listen
+from runtime.errors import DatabaseError
+from runtime.logs import get_logger
+
+log = get_logger(__name__)
+
+
+def _ignore(_payload: str) -> None:
+    return None
+
+
+@attrs.define(eq=False)
+class Ownership:
+    db: Database
+    owner: str
+    ttl: float = 10.0
+    #: chats whose in-flight chunks are sent again after a takeover (the local chats)
+    redeliver: range = range(0)
+    incarnation: str = attrs.field(factory=lambda: secrets.token_hex(8))
+    #: a notification from another process (the router's ``remote``), set once it runs
+    on_wake: Callable[[str], None] = _ignore
+    sql: SqlLeases = attrs.field(init=False)
+    chats: ChatLeases = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.sql = SqlLeases(self.db, self.owner, self.incarnation, self.redeliver)
+        self.chats = ChatLeases(self.sql, self.ttl)
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[Ownership] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Renew the leases and listen for wakes until cancelled."""
+        log.info("ownership.started", owner=self.owner, incarnation=self.incarnation)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.chats.run)
+            await nursery.start(partial(listen, self.db.url, WAKE_CHANNEL, self._woken))
+            task_status.started(self)
+
+    def _woken(self, payload: str) -> None:
+        self.on_wake(payload)
+
+    async def may_send(self, chat_id: int) -> bool:
+        """The sender's question: this process holds (or now takes) the chat's lease."""
+        try:
+            return await self.chats.hold(chat_id)
+        except DatabaseError as exc:  # the sender's sweep asks again
+            log.warning("ownership.lease_failed", chat_id=chat_id, error=str(exc))
+            return False
+
+    def exclusive(
+        self, name: str, job: Callable[..., Awaitable[Any]], stop: trio.Event | None = None
+    ) -> Callable[..., Awaitable[None]]:
+        """``job`` (a component) run only while this process holds lease ``name``."""
+        return partial(run_exclusive, self.sql, name, self.ttl, job, stop=stop)
