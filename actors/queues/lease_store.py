@@ -29,7 +29,7 @@ WAKE_CHANNEL = "engram_chats"
 
 _ACQUIRE = """
 WITH prev AS (
-    SELECT incarnation FROM chat_leases WHERE chat_id = $1
+    SELECT owner, incarnation FROM chat_leases WHERE chat_id = $1
 ), got AS (
     INSERT INTO chat_leases AS l (chat_id, owner, incarnation, expires_at)
     VALUES ($1, $2, $3, now() + make_interval(secs => $4))
@@ -58,7 +58,7 @@ WITH prev AS (
 SELECT EXISTS (SELECT 1 FROM got) AS got, EXISTS (SELECT 1 FROM fresh) AS fresh,
     ARRAY(SELECT id FROM requeued ORDER BY id) AS requeued,
     ARRAY(SELECT id FROM unsure ORDER BY id) AS unsure,
-    (SELECT owner FROM chat_leases WHERE chat_id = $1) AS holder
+    CASE WHEN EXISTS (SELECT 1 FROM got) THEN $2 ELSE (SELECT owner FROM prev) END AS holder
 """
 
 
@@ -71,7 +71,7 @@ class Acquired:
     fresh: bool = False
     requeued: tuple[int, ...] = ()  # inbox rows back to pending (a crash counted)
     unsure: tuple[int, ...] = ()  # outbox rows made uncertain (or, local, sent again)
-    holder: str | None = None  # who holds it now, as far as this statement saw
+    holder: str | None = None  # who holds it (this process, or the one seen holding it)
 
 
 @attrs.frozen
