@@ -25,7 +25,7 @@ import attrs
 import trio
 
 from actors.queues.exclusive import run_exclusive
-from actors.queues.lease_store import WAKE_CHANNEL, SqlLeases
+from actors.queues.lease_store import SWEEP_NOW, WAKE_CHANNEL, SqlLeases
 from actors.queues.leases import ChatLeases
 from runtime.db import Database, listen
 from runtime.errors import DatabaseError
@@ -53,7 +53,15 @@ class Ownership:
 
     def __attrs_post_init__(self) -> None:
         self.sql = SqlLeases(self.db, self.owner, self.incarnation, self.redeliver)
-        self.chats = ChatLeases(self.sql, self.ttl)
+        self.chats = ChatLeases(self.sql, self.ttl, on_released=self._released)
+
+    async def _released(self) -> None:
+        """Every chat let go (a rolling restart): the others sweep now (best effort)."""
+        with trio.move_on_after(2):
+            try:
+                await self.sql.wake_owner(SWEEP_NOW)
+            except DatabaseError as exc:
+                log.warning("ownership.notify_failed", error=str(exc))
 
     async def run(
         self, *, task_status: trio.TaskStatus[Ownership] = trio.TASK_STATUS_IGNORED

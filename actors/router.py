@@ -18,7 +18,8 @@ With ``leases`` (several processes may share the database: :mod:`actors.queues.l
 chat's actor is woken only in the process holding the chat's lease: the router takes the lease
 (free, expired, or its own), or, when another live process holds it, wakes that owner through
 ``LISTEN/NOTIFY`` (:data:`~actors.queues.lease_store.WAKE_CHANNEL`, payload ``chat_id``, with
-`` stop`` or `` stop <draft_id>`` when the update was a Stop for the owner's running turn). What
+`` stop`` or `` stop <draft_id>`` when the update was a Stop for the owner's running turn; ``*``
+from a process that released its chats: sweep now). What
 a dead process left in hand is recovered per chat when its lease is taken over. On start, and
 every ``sweep_interval`` seconds, every chat with open inbox or outbox rows that no other live
 process holds is taken and woken, so a lost wake or notification, a dead owner or a released
@@ -105,6 +106,7 @@ class Router:
     #: the lease queries (the sweep's candidates, waking another owner); with ``leases``
     lease_sql: lease_store.SqlLeases | None = None
     _nursery: trio.Nursery | None = attrs.field(init=False, default=None)
+    _sweep_now: trio.Event = attrs.field(init=False, factory=trio.Event)
 
     def accepted(self, inbox_id: int, update: Update) -> None:
         """Called by ingress after the inbox insert; never blocks, never raises."""
@@ -130,6 +132,9 @@ class Router:
         """A notification from another process (never blocks, never raises): act on a Stop
         for a turn running here, then wake the chat."""
         words = payload.split()
+        if words == [lease_store.SWEEP_NOW]:  # another process let go of its chats
+            self._sweep_now.set()
+            return
         try:
             chat_id = int(words[0])
             draft_id = int(words[2]) if len(words) > 2 else None
@@ -222,7 +227,9 @@ class Router:
 
     async def _sweep(self) -> None:
         while True:
-            await trio.sleep(self.sweep_interval)
+            with trio.move_on_after(self.sweep_interval):
+                await self._sweep_now.wait()
+            self._sweep_now = trio.Event()
             try:
                 await self._recover()
             except DatabaseError as exc:

@@ -26,6 +26,8 @@ from runtime.db import Queries
 
 #: the channel on which a process that received a chat's update wakes the chat's owner
 WAKE_CHANNEL = "engram_chats"
+#: its payload from a process that released its chats (a rolling restart): sweep now
+SWEEP_NOW = "*"
 
 _ACQUIRE = """
 WITH prev AS (

@@ -17,7 +17,7 @@ sent, so a process whose renewals fail stops using its chats before another may 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Protocol
 
 import attrs
@@ -57,6 +57,10 @@ def _nothing(_chat_id: int) -> None:
     return None
 
 
+async def _nothing_async() -> None:
+    return None
+
+
 @attrs.define(eq=False)
 class ChatLeases:
     store: LeaseStore
@@ -65,6 +69,8 @@ class ChatLeases:
     busy: Callable[[int], bool] = _never
     #: a chat just taken from another run (or from no one): e.g. the sender looks at its outbox
     on_taken: Callable[[int], None] = _nothing
+    #: after :meth:`release_all` let go of chats (the system: NOTIFY the other processes)
+    on_released: Callable[[], Awaitable[object]] = _nothing_async
     _held: dict[int, _Hold] = attrs.field(init=False, factory=dict)
     _releasing: dict[int, trio.Event] = attrs.field(init=False, factory=dict)
     _closed: bool = attrs.field(init=False, default=False)
@@ -139,12 +145,14 @@ class ChatLeases:
                 log.warning("lease.lost", chat_id=chat_id)
 
     async def release_all(self) -> None:
-        """Shutting down: take no more chats and let go of every held one."""
+        """Shutting down: take no more chats and let go of every held one; ``on_released``
+        then tells the other processes (they sweep at once instead of at their next sweep)."""
         self._closed = True
         chats = list(self._held)
         if chats:
             await self._release(chats)
             log.info("lease.released_all", chats=len(chats))
+            await self.on_released()
 
     async def _release(self, chats: list[int]) -> None:
         done = trio.Event()

@@ -122,3 +122,16 @@ async def test_a_dead_owners_chat_is_taken_over_by_the_sweep(db: Database) -> No
         assert took <= 2 * 1.0 + 0.5  # the ttl, then the sweep (half a ttl)
         rows = await inbox.pending_for_chat(db, 9)
         assert [(r.status, r.crashes) for r in rows] == [("pending", 1)]  # recovered
+
+
+async def test_a_process_letting_go_makes_the_others_sweep_at_once(db: Database) -> None:
+    async with process(db, "b", ttl=60) as b:  # b's own sweep: only every 30 s
+        async with process(db, "a", ttl=60) as a:
+            await a.receive(db, 1, 4, "first")
+            await until(a.registry.woken)
+            await a.receive(db, 2, 4, "second")  # stored, a's actor will not get to it ...
+            await a.own.chats.release_all()  # ... a rolling restart lets go of the chat
+        started = trio.current_time()
+        await until(b.registry.woken, seconds=5)
+        assert b.registry.sent == [4] and b.own.chats.holds(4)
+        assert trio.current_time() - started < 5  # not the 30 s sweep
