@@ -73,6 +73,7 @@ class ChatLeases:
     on_released: Callable[[], Awaitable[object]] = _nothing_async
     _held: dict[int, _Hold] = attrs.field(init=False, factory=dict)
     _releasing: dict[int, trio.Event] = attrs.field(init=False, factory=dict)
+    _taking: dict[int, trio.Event] = attrs.field(init=False, factory=dict)
     _closed: bool = attrs.field(init=False, default=False)
 
     def holds(self, chat_id: int) -> bool:
@@ -90,11 +91,18 @@ class ChatLeases:
         if self.holds(chat_id):
             self._held[chat_id].used = now
             return True
-        while (releasing := self._releasing.get(chat_id)) is not None:
-            await releasing.wait()  # a release in flight would delete what we take now
+        while (busy := self._in_flight(chat_id)) is not None:
+            await busy.wait()  # a release in flight would delete what we take now; a take in
+            if self.holds(chat_id):  # flight (the sender's, the router's) may have taken it
+                return await self.hold(chat_id)
         if self._closed:
             return False
-        got = await self.store.acquire(chat_id, self.ttl)
+        self._taking[chat_id] = taking = trio.Event()
+        try:
+            got = await self.store.acquire(chat_id, self.ttl)
+        finally:
+            del self._taking[chat_id]
+            taking.set()
         if not got.got:
             self._held.pop(chat_id, None)
             return False
@@ -109,6 +117,10 @@ class ChatLeases:
                 )
             self.on_taken(chat_id)
         return True
+
+    def _in_flight(self, chat_id: int) -> trio.Event | None:
+        releasing = self._releasing.get(chat_id)
+        return releasing if releasing is not None else self._taking.get(chat_id)
 
     async def run(
         self, *, task_status: trio.TaskStatus[ChatLeases] = trio.TASK_STATUS_IGNORED
