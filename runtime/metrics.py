@@ -99,6 +99,16 @@ LIVE_ACTORS = Gauge(
     ["kind"],
     registry=REGISTRY,
 )
+CHAT_LEASES = Gauge(
+    "engram_chat_leases",
+    "Chats whose lease this process holds (several processes on one database: README Scaling).",
+    registry=REGISTRY,
+)
+CHAT_LEASES_LOST = Counter(
+    "engram_chat_leases_lost",
+    "Chat leases this process found taken by another at renewal (it stopped serving them).",
+    registry=REGISTRY,
+)
 RESTARTS = Counter(
     "engram_actor_restarts",
     "Actor restarts after a crash, by kind and cause (crash, database outage).",

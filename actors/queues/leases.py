@@ -24,6 +24,7 @@ import attrs
 import trio
 
 from actors.queues.lease_store import Acquired
+from runtime import metrics
 from runtime.errors import DatabaseError
 from runtime.logs import get_logger
 
@@ -107,6 +108,7 @@ class ChatLeases:
             self._held.pop(chat_id, None)
             return False
         self._held[chat_id] = _Hold(now, now + self.ttl * MARGIN)
+        metrics.CHAT_LEASES.set(len(self._held))
         if got.fresh:
             if got.requeued or got.unsure:
                 log.warning(
@@ -138,6 +140,7 @@ class ChatLeases:
         if idle:
             await self._release(idle)
         keep = list(self._held)
+        metrics.CHAT_LEASES.set(len(keep))
         if not keep:
             return
         now = trio.current_time()
@@ -154,7 +157,9 @@ class ChatLeases:
                 hold.until = max(hold.until, now + self.ttl * MARGIN)
             else:
                 del self._held[chat_id]
+                metrics.CHAT_LEASES_LOST.inc()
                 log.warning("lease.lost", chat_id=chat_id)
+        metrics.CHAT_LEASES.set(len(self._held))
 
     async def release_all(self) -> None:
         """Shutting down: take no more chats and let go of every held one; ``on_released``
@@ -171,6 +176,7 @@ class ChatLeases:
         for chat_id in chats:
             del self._held[chat_id]
             self._releasing[chat_id] = done
+        metrics.CHAT_LEASES.set(len(self._held))
         try:
             await self.store.release(chats)
         except DatabaseError as exc:  # they expire on their own

@@ -84,6 +84,7 @@ async def test_metrics_after_a_turn_and_the_api_from_outside(
             assert value(text, "engram_model_cost_usd_total", purpose="agent") > 0
             assert value(text, "engram_live_actors", kind="chats") == 1
             assert value(text, "engram_live_actors", kind="sender") == 1
+            assert value(text, "engram_chat_leases") == 1  # the one chat, served here
             assert value(text, "engram_inbox_depth", status="pending") == 0
             assert value(text, "engram_database_up") == 1
             assert value(text, "engram_first_draft_seconds_count") in (0, 1)  # a text draft, if any
