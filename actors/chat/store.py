@@ -110,7 +110,7 @@ class SqlChatStore:
                 )
                 return row if row.status == "sending" else None
         async with self.db.transaction() as conn:
-            await erased.require_rows(conn, inbox_ids)  # not for an erased chat's rows
+            await erased.require_rows(conn, chat_id, inbox_ids)  # not for an erased chat's rows
             if reply.persist is not None:
                 await reply.persist(conn)
             if skipped is None:

@@ -286,7 +286,7 @@ WITH open AS (
     WHERE chat_id = $1 AND status = ANY($2::text[]) AND id > $3
 ), claimed AS (
     UPDATE inbox SET status = 'processing'
-    WHERE id = (SELECT min(id) FROM open) AND attempts < $4 AND crashes < $5
+    WHERE chat_id = $1 AND id = (SELECT min(id) FROM open) AND attempts < $4 AND crashes < $5
       AND status = ANY($2::text[])
     RETURNING id, {{commit}}
 )
@@ -314,6 +314,7 @@ async def take_open(
 async def open_chats(db: Queries) -> list[int]:
     """Chats with open rows, the one with the oldest open row first (crash recovery)."""
     recs = await db.fetch(
+        "/* all chats: recovery sweep, the chats with open rows */ "
         "SELECT chat_id FROM inbox WHERE chat_id IS NOT NULL AND status = ANY($1::text[]) "
         "GROUP BY chat_id ORDER BY min(id)",
         list(OPEN_STATUSES),
@@ -326,6 +327,7 @@ async def recover_crashed(db: Queries) -> list[int]:
     go back to ``pending`` with ``crashes`` + 1 (``attempts`` untouched). Their ids, in order.
     Run it once per process, before any chat actor claims a row."""
     recs = await db.fetch(
+        "/* all chats: at a process start, rows a dead process left processing */ "
         "UPDATE inbox SET status = 'pending', crashes = crashes + 1 "
         "WHERE status = 'processing' RETURNING id"
     )

@@ -145,10 +145,10 @@ fence AS (SELECT {fence} AS ok), older AS (
     RETURNING {columns}
 ), done AS (
     UPDATE inbox SET status = 'done', processed_at = now(), last_error = NULL
-    WHERE id = ANY($5::bigint[]) AND status <> 'done' RETURNING id
+    WHERE chat_id = $1 AND id = ANY($5::bigint[]) AND status <> 'done' RETURNING id
 )
 SELECT reply.*, (SELECT count(*) FROM done) AS done FROM reply
-""".replace("{columns}", _COLUMNS).replace("{fence}", erased.fence(5))
+""".replace("{columns}", _COLUMNS).replace("{fence}", erased.fence(5, chat=1))
 _WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE)\s", re.IGNORECASE)
 _PARAM = re.compile(r"\$(\d+)")
 
@@ -264,6 +264,7 @@ async def next_pending(
 async def chats_with_pending(db: Queries) -> list[int]:
     """Chats with open rows, the one with the oldest open row first."""
     recs = await db.fetch(
+        "/* all chats: recovery sweep, the chats with open rows */ "
         "SELECT chat_id FROM outbox WHERE status = ANY($1::text[]) "
         "GROUP BY chat_id ORDER BY min(id)",
         list(OPEN_STATUSES),
@@ -350,6 +351,7 @@ async def recover_in_flight(
     returned; rows of chats in ``redeliver`` (local chats) stay open, to be sent again."""
     again = "chat_id BETWEEN $3::bigint AND $4::bigint"
     recs = await db.fetch(
+        "/* all chats: the sender's recovery of chunks left in flight */ "
         f"UPDATE outbox SET status = CASE WHEN {again} THEN status ELSE 'uncertain' END, "
         f"chunk_in_flight = CASE WHEN {again} THEN NULL ELSE chunk_in_flight END, "
         "last_error = 'chunk ' || (chunk_in_flight + 1) || ' was in flight when its sender "

@@ -122,7 +122,7 @@ ORDER BY id FOR UPDATE
 """
 
 _MOVE_ENTRIES = """
-WITH moved AS (DELETE FROM pattern_entries WHERE pattern_id = $2 RETURNING *)
+WITH moved AS (DELETE FROM pattern_entries WHERE chat_id = $3 AND pattern_id = $2 RETURNING *)
 INSERT INTO pattern_entries AS pe (pattern_id, entry_uuid, chat_id, source, confidence,
                                    times_linked, last_linked_at, created_at)
 SELECT $1, entry_uuid, chat_id, source, confidence, times_linked, last_linked_at, created_at
@@ -137,8 +137,9 @@ ON CONFLICT (pattern_id, entry_uuid) DO UPDATE SET
 """
 
 _MOVE_ALIASES = """
-UPDATE pattern_aliases a SET pattern_id = $1 WHERE a.pattern_id = $2
-  AND NOT EXISTS (SELECT 1 FROM pattern_aliases s WHERE s.pattern_id = $1 AND s.content = a.content)
+UPDATE pattern_aliases a SET pattern_id = $1 WHERE a.chat_id = $3 AND a.pattern_id = $2
+  AND NOT EXISTS (SELECT 1 FROM pattern_aliases s
+                  WHERE s.chat_id = $3 AND s.pattern_id = $1 AND s.content = a.content)
 """
 
 _ADD_ALIAS = """
@@ -148,19 +149,19 @@ WITH ins AS (
 )
 INSERT INTO alias_embeddings (alias_id, model, chat_id, dims, embedding)
 SELECT ins.id, pe.model, pe.chat_id, pe.dims, pe.embedding
-FROM ins JOIN pattern_embeddings pe ON pe.pattern_id = $2
+FROM ins JOIN pattern_embeddings pe ON pe.chat_id = $3 AND pe.pattern_id = $2
 """
 
 _MOVE_RELATIONS = """
-UPDATE pattern_relations r SET {col} = $1 WHERE r.{col} = $2 AND r.{other} <> $1
-  AND NOT EXISTS (SELECT 1 FROM pattern_relations x WHERE x.{col} = $1
+UPDATE pattern_relations r SET {col} = $1 WHERE r.chat_id = $3 AND r.{col} = $2 AND r.{other} <> $1
+  AND NOT EXISTS (SELECT 1 FROM pattern_relations x WHERE x.chat_id = $3 AND x.{col} = $1
                   AND x.{other} = r.{other} AND x.relation = r.relation)
 """
 
 _SURVIVOR = """
 UPDATE patterns SET strength = $2, times_seen = $3, confidence = $4, first_seen = $5,
     last_seen = $6, contradiction_count = $7, updated_at = now()
-WHERE id = $1
+WHERE chat_id = $8 AND id = $1
 """
 
 
@@ -211,16 +212,20 @@ async def merge_pair(
             other_id=s,
         )
         await conn.execute(
-            "UPDATE pattern_observations SET pattern_id = $1 WHERE pattern_id = $2", s, lo
+            "UPDATE pattern_observations SET pattern_id = $1 "
+            "WHERE chat_id = $3 AND pattern_id = $2",
+            s,
+            lo,
+            chat_id,
         )
-        await conn.execute(_MOVE_ENTRIES, s, lo)
-        await conn.execute(_MOVE_ALIASES, s, lo)
+        await conn.execute(_MOVE_ENTRIES, s, lo, chat_id)
+        await conn.execute(_MOVE_ALIASES, s, lo, chat_id)
         await conn.execute(_ADD_ALIAS, s, lo, chat_id, loser_content)
         for col, other in (
             ("from_pattern_id", "to_pattern_id"),
             ("to_pattern_id", "from_pattern_id"),
         ):
-            await conn.execute(_MOVE_RELATIONS.format(col=col, other=other), s, lo)
+            await conn.execute(_MOVE_RELATIONS.format(col=col, other=other), s, lo, chat_id)
         c = combine(survivor, loser)
         await conn.execute(
             _SURVIVOR,
@@ -231,6 +236,7 @@ async def merge_pair(
             c.first_seen,
             c.last_seen,
             c.contradiction_count,
+            chat_id,
         )
         if by_id[lo]["is_core_tenet"] and not by_id[s]["is_core_tenet"]:
             await set_core_tenet(
