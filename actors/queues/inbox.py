@@ -240,15 +240,21 @@ async def insert_updates(db: Queries, updates: Sequence[NewUpdate]) -> list[int 
     ]
 
 
-async def get(db: Queries, row_id: int) -> InboxRow | None:
-    """One row by id."""
-    rec = await db.fetchrow(f"SELECT {_COLUMNS} FROM inbox WHERE id = $1", row_id)
+async def get(db: Queries, chat_id: int, row_id: int) -> InboxRow | None:
+    """One row of the chat by id."""
+    rec = await db.fetchrow(
+        f"SELECT {_COLUMNS} FROM inbox WHERE chat_id = $2 AND id = $1", row_id, chat_id
+    )
     return None if rec is None else InboxRow.from_record(rec)
 
 
-async def get_by_key(db: Queries, update_key: str) -> InboxRow | None:
-    """One row by its update key (``update:<id>``)."""
-    rec = await db.fetchrow(f"SELECT {_COLUMNS} FROM inbox WHERE update_key = $1", update_key)
+async def get_by_key(db: Queries, chat_id: int, update_key: str) -> InboxRow | None:
+    """One row of the chat by its update key (``update:<id>``)."""
+    rec = await db.fetchrow(
+        f"SELECT {_COLUMNS} FROM inbox WHERE chat_id = $2 AND update_key = $1",
+        update_key,
+        chat_id,
+    )
     return None if rec is None else InboxRow.from_record(rec)
 
 
@@ -334,63 +340,68 @@ async def recover_crashed(db: Queries) -> list[int]:
     return sorted(r["id"] for r in recs)
 
 
-async def release(db: Queries, ids: Sequence[int], reason: str) -> int:
+async def release(db: Queries, chat_id: int, ids: Sequence[int], reason: str) -> int:
     """Hand claimed rows back, uncharged (``pending``, ``reason`` kept): their turn could not
     run for a cause outside them (the model is down) and is to be tried again. Final rows are
     left alone; returns the rows released."""
     recs = await db.fetch(
         "UPDATE inbox SET status = 'pending', last_error = $2 "
-        "WHERE id = ANY($1::bigint[]) AND status = ANY($3::text[]) RETURNING id",
+        "WHERE chat_id = $4 AND id = ANY($1::bigint[]) AND status = ANY($3::text[]) RETURNING id",
         _ids(ids),
         truncate_error(reason),
         list(OPEN_STATUSES),
+        chat_id,
     )
     return len(recs)
 
 
-async def mark_processing(db: Queries, ids: Sequence[int]) -> int:
+async def mark_processing(db: Queries, chat_id: int, ids: Sequence[int]) -> int:
     """Claim open rows (no charge); final rows are left alone. Returns rows claimed."""
     recs = await db.fetch(
         "UPDATE inbox SET status = 'processing' "
-        "WHERE id = ANY($1::bigint[]) AND status = ANY($2::text[]) RETURNING id",
+        "WHERE chat_id = $3 AND id = ANY($1::bigint[]) AND status = ANY($2::text[]) RETURNING id",
         _ids(ids),
         list(OPEN_STATUSES),
+        chat_id,
     )
     return len(recs)
 
 
-async def mark_done(conn_or_db: Queries, ids: Sequence[int]) -> int:
+async def mark_done(conn_or_db: Queries, chat_id: int, ids: Sequence[int]) -> int:
     """Mark rows done (final). Run it in the transaction that enqueued the turn's reply."""
     recs = await conn_or_db.fetch(
         "UPDATE inbox SET status = 'done', processed_at = now(), last_error = NULL "
-        "WHERE id = ANY($1::bigint[]) AND status <> 'done' RETURNING id",
+        "WHERE chat_id = $2 AND id = ANY($1::bigint[]) AND status <> 'done' RETURNING id",
         _ids(ids),
+        chat_id,
     )
     return len(recs)
 
 
-async def mark_skipped(db: Queries, ids: Sequence[int], reason: str) -> int:
+async def mark_skipped(db: Queries, chat_id: int, ids: Sequence[int], reason: str) -> int:
     """Give up on rows (final), keeping ``reason`` in ``last_error``; done rows stay done."""
     recs = await db.fetch(
         "UPDATE inbox SET status = 'skipped', processed_at = now(), last_error = $2 "
-        "WHERE id = ANY($1::bigint[]) AND status <> 'done' RETURNING id",
+        "WHERE chat_id = $3 AND id = ANY($1::bigint[]) AND status <> 'done' RETURNING id",
         _ids(ids),
         truncate_error(reason),
+        chat_id,
     )
     if recs:
         log.info("inbox.skipped", ids=[r["id"] for r in recs], reason=truncate_error(reason)[:200])
     return len(recs)
 
 
-async def mark_failed(db: Queries, row_id: int, error: str) -> int | None:
+async def mark_failed(db: Queries, chat_id: int, row_id: int, error: str) -> int | None:
     """Charge the row a failed attempt (``attempts`` + 1; it stays open for a retry); returns
     ``attempts``. None when the row does not exist or is already final.
     """
     attempts: int | None = await db.fetchval(
         "UPDATE inbox SET status = 'failed', attempts = attempts + 1, last_error = $2 "
-        "WHERE id = $1 AND status = ANY($3::text[]) RETURNING attempts",
+        "WHERE chat_id = $4 AND id = $1 AND status = ANY($3::text[]) RETURNING attempts",
         row_id,
         truncate_error(error),
         list(OPEN_STATUSES),
+        chat_id,
     )
     return attempts

@@ -45,9 +45,9 @@ async def test_insert_roundtrip_and_duplicate_key(db: dbmod.Database) -> None:
     assert isinstance(row_id, int)
     assert await inbox.insert_update(db, "update:1", 1, 42, "message", payload) is None
     assert await db.fetchval("SELECT count(*) FROM inbox") == 1
-    row = await inbox.get(db, row_id)
+    row = await inbox.get(db, 42, row_id)
     assert row is not None
-    assert row == await inbox.get_by_key(db, "update:1")
+    assert row == await inbox.get_by_key(db, 42, "update:1")
     assert (row.update_key, row.update_id, row.chat_id, row.kind) == ("update:1", 1, 42, "message")
     assert row.payload == payload
     assert (row.status, row.attempts, row.last_error, row.processed_at) == (
@@ -62,7 +62,7 @@ async def test_payload_jsonb_hostile_strings_are_made_storable(db: dbmod.Databas
     payload = {"update_id": 2, "a\x00b": ["nul\x00here", "lone \ud800 surrogate"], "n": 1.5}
     row_id = await inbox.insert_update(db, "update:2", 2, 1, "message", payload)
     assert row_id is not None
-    row = await inbox.get(db, row_id)
+    row = await inbox.get(db, 1, row_id)
     assert row is not None
     assert row.payload == {
         "update_id": 2,
@@ -146,51 +146,51 @@ async def test_pending_for_chat_in_order_and_open_chats(db: dbmod.Database) -> N
     assert [r.id for r in await inbox.pending_for_chat(db, 100, limit=2)] == [a1, a2]
     assert await inbox.open_chats(db) == [100, 200]
 
-    await inbox.mark_processing(db, [a1])
-    await inbox.mark_done(db, [a1])
-    await inbox.mark_skipped(db, [a2], "edited away")
-    await inbox.mark_processing(db, [a3])
-    assert await inbox.mark_failed(db, a3, "boom") == 1
+    await inbox.mark_processing(db, 100, [a1])
+    await inbox.mark_done(db, 100, [a1])
+    await inbox.mark_skipped(db, 100, [a2], "edited away")
+    await inbox.mark_processing(db, 100, [a3])
+    assert await inbox.mark_failed(db, 100, a3, "boom") == 1
     # failed rows stay open (retried); done/skipped rows are gone from the queue
     assert [r.id for r in await inbox.pending_for_chat(db, 100)] == [a3]
-    await inbox.mark_done(db, [b1])
+    await inbox.mark_done(db, 200, [b1])
     assert await inbox.open_chats(db) == [100]
-    await inbox.mark_done(db, [a3])
+    await inbox.mark_done(db, 100, [a3])
     assert await inbox.open_chats(db) == []
     assert await inbox.pending_for_chat(db, 100) == []
 
 
 async def test_status_transitions_and_attempts(db: dbmod.Database) -> None:
     row_id = await _insert(db, 20, 1)
-    assert await inbox.mark_processing(db, [row_id, row_id]) == 1
-    assert await inbox.mark_failed(db, row_id, "first") == 1
+    assert await inbox.mark_processing(db, 1, [row_id, row_id]) == 1
+    assert await inbox.mark_failed(db, 1, row_id, "first") == 1
     # claiming charges nothing: only the row's own failures count
-    assert await inbox.mark_processing(db, [row_id]) == 1
-    assert await inbox.mark_processing(db, [row_id]) == 1
-    assert await inbox.mark_failed(db, row_id, "x" * 5000) == 2
-    row = await inbox.get(db, row_id)
+    assert await inbox.mark_processing(db, 1, [row_id]) == 1
+    assert await inbox.mark_processing(db, 1, [row_id]) == 1
+    assert await inbox.mark_failed(db, 1, row_id, "x" * 5000) == 2
+    row = await inbox.get(db, 1, row_id)
     assert row is not None
     assert (row.status, row.attempts, row.crashes) == ("failed", 2, 0)
     assert row.last_error is not None and len(row.last_error) == inbox.MAX_ERROR_CHARS
 
-    assert await inbox.mark_done(db, [row_id]) == 1
-    row = await inbox.get(db, row_id)
+    assert await inbox.mark_done(db, 1, [row_id]) == 1
+    row = await inbox.get(db, 1, row_id)
     assert row is not None
     assert (row.status, row.last_error) == ("done", None)
     assert row.processed_at is not None
     # final rows are not resurrected or re-labelled
-    assert await inbox.mark_processing(db, [row_id]) == 0
-    assert await inbox.mark_failed(db, row_id, "late") is None
-    assert await inbox.mark_skipped(db, [row_id], "late") == 0
-    assert await inbox.mark_done(db, [row_id]) == 0
-    row = await inbox.get(db, row_id)
+    assert await inbox.mark_processing(db, 1, [row_id]) == 0
+    assert await inbox.mark_failed(db, 1, row_id, "late") is None
+    assert await inbox.mark_skipped(db, 1, [row_id], "late") == 0
+    assert await inbox.mark_done(db, 1, [row_id]) == 0
+    row = await inbox.get(db, 1, row_id)
     assert row is not None and row.status == "done"
 
 
 async def test_mark_skipped_keeps_reason(db: dbmod.Database) -> None:
     row_id = await _insert(db, 30, 1)
-    assert await inbox.mark_skipped(db, [row_id], "poison: 5 attempts") == 1
-    row = await inbox.get(db, row_id)
+    assert await inbox.mark_skipped(db, 1, [row_id], "poison: 5 attempts") == 1
+    row = await inbox.get(db, 1, row_id)
     assert row is not None
     assert (row.status, row.last_error) == ("skipped", "poison: 5 attempts")
     assert row.processed_at is not None
@@ -200,9 +200,9 @@ async def test_mark_done_inside_a_transaction_rolls_back(db: dbmod.Database) -> 
     row_id = await _insert(db, 40, 1)
     with pytest.raises(RuntimeError):
         async with db.transaction() as conn:
-            await inbox.mark_done(conn, [row_id])
+            await inbox.mark_done(conn, 1, [row_id])
             raise RuntimeError("crash before commit")
-    row = await inbox.get(db, row_id)
+    row = await inbox.get(db, 1, row_id)
     assert row is not None and row.status == "pending"
 
 
@@ -337,7 +337,7 @@ async def test_enqueue_and_mark_done_in_a_caller_transaction(db: dbmod.Database)
     a = await _insert(db, 60, 8)
     async with db.transaction() as conn:
         await outbox.enqueue_reply(conn, 8, "r", inbox_ids=[a])
-        await inbox.mark_done(conn, [a])
+        await inbox.mark_done(conn, 8, [a])
     assert await inbox.pending_for_chat(db, 8) == []
     assert len(await outbox.next_pending(db, 8)) == 1
 
@@ -353,13 +353,13 @@ async def test_take_open_claims_the_first_row_only(db: dbmod.Database) -> None:
     assert (stored[b].status, stored[b].attempts) == ("pending", 0)  # claimed when taken
     rows, claimed = await inbox.take_open(db, 9, a, 3)
     assert [r.id for r in rows] == [b, c] and claimed == b
-    await inbox.mark_done(db, [a, b, c])
+    await inbox.mark_done(db, 9, [a, b, c])
     assert await inbox.take_open(db, 9, 0, 3) == ([], None)
     # a row out of attempts is returned but not claimed (the actor gives up on it)
     await db.execute("UPDATE inbox SET attempts = 3 WHERE id = $1", other)
     rows, claimed = await inbox.take_open(db, 10, 0, 3)
     assert [(r.id, r.attempts) for r in rows] == [(other, 3)] and claimed is None
-    assert (await inbox.get(db, other)).attempts == 3  # type: ignore[union-attr]
+    assert (await inbox.get(db, 10, other)).attempts == 3  # type: ignore[union-attr]
     # and so is a row in its turn at MAX_CRASHES crashes
     crashed = await _insert(db, 81, 12)
     await db.execute("UPDATE inbox SET crashes = $2 WHERE id = $1", crashed, inbox.MAX_CRASHES)
@@ -372,13 +372,13 @@ async def test_recover_crashed_counts_a_crash_not_an_attempt(db: dbmod.Database)
     failed = await _insert(db, 85, 14)
     _, claimed = await inbox.take_open(db, 13, 0, 3)  # then the process dies
     assert claimed == a
-    await inbox.mark_processing(db, [failed])
-    await inbox.mark_failed(db, failed, "its own exception")
+    await inbox.mark_processing(db, 14, [failed])
+    await inbox.mark_failed(db, 14, failed, "its own exception")
     assert await inbox.recover_crashed(db) == [a]  # only the row in hand at the crash
     rows = {r.id: r for r in await inbox.pending_for_chat(db, 13)}
     assert (rows[a].status, rows[a].attempts, rows[a].crashes) == ("pending", 0, 1)
     assert (rows[b].status, rows[b].crashes) == ("pending", 0)
-    stored = await inbox.get(db, failed)
+    stored = await inbox.get(db, 14, failed)
     assert stored is not None and (stored.status, stored.attempts, stored.crashes) == (
         "failed",
         1,
@@ -488,12 +488,12 @@ async def test_release_hands_claimed_rows_back_uncharged(db: dbmod.Database) -> 
     a = await _insert(db, 120, 30)
     _, claimed = await inbox.take_open(db, 30, 0, 3)
     assert claimed == a
-    assert await inbox.release(db, [a], "model unavailable: LLMOverloaded") == 1
-    row = await inbox.get(db, a)
+    assert await inbox.release(db, 30, [a], "model unavailable: LLMOverloaded") == 1
+    row = await inbox.get(db, 30, a)
     assert row is not None and (row.status, row.attempts, row.crashes) == ("pending", 0, 0)
     assert row.last_error == "model unavailable: LLMOverloaded"
-    await inbox.mark_done(db, [a])
-    assert await inbox.release(db, [a], "late") == 0  # final rows stay final
+    await inbox.mark_done(db, 30, [a])
+    assert await inbox.release(db, 30, [a], "late") == 0  # final rows stay final
 
 
 async def test_a_notice_is_not_repeated_while_it_is_the_chats_latest_reply(
