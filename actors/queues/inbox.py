@@ -94,6 +94,7 @@ _COLUMNS = (
     "id, update_key, update_id, chat_id, kind, payload, status, attempts, last_error, "
     "received_at, processed_at, crashes"
 )
+_ONE = f"SELECT {_COLUMNS} FROM inbox WHERE chat_id = $1 AND"  # + the row's key = $2
 # NUL and lone surrogates: valid in JSON text and Python str, rejected by PostgreSQL jsonb.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
@@ -242,19 +243,13 @@ async def insert_updates(db: Queries, updates: Sequence[NewUpdate]) -> list[int 
 
 async def get(db: Queries, chat_id: int, row_id: int) -> InboxRow | None:
     """One row of the chat by id."""
-    rec = await db.fetchrow(
-        f"SELECT {_COLUMNS} FROM inbox WHERE chat_id = $2 AND id = $1", row_id, chat_id
-    )
+    rec = await db.fetchrow(f"{_ONE} id = $2", chat_id, row_id)
     return None if rec is None else InboxRow.from_record(rec)
 
 
 async def get_by_key(db: Queries, chat_id: int, update_key: str) -> InboxRow | None:
     """One row of the chat by its update key (``update:<id>``)."""
-    rec = await db.fetchrow(
-        f"SELECT {_COLUMNS} FROM inbox WHERE chat_id = $2 AND update_key = $1",
-        update_key,
-        chat_id,
-    )
+    rec = await db.fetchrow(f"{_ONE} update_key = $2", chat_id, update_key)
     return None if rec is None else InboxRow.from_record(rec)
 
 
@@ -320,9 +315,8 @@ async def take_open(
 async def open_chats(db: Queries) -> list[int]:
     """Chats with open rows, the one with the oldest open row first (crash recovery)."""
     recs = await db.fetch(
-        "/* all chats: recovery sweep, the chats with open rows */ "
         "SELECT chat_id FROM inbox WHERE chat_id IS NOT NULL AND status = ANY($1::text[]) "
-        "GROUP BY chat_id ORDER BY min(id)",
+        "GROUP BY chat_id ORDER BY min(id) /* all chats: recovery sweep */",
         list(OPEN_STATUSES),
     )
     return [r["chat_id"] for r in recs]
@@ -333,9 +327,8 @@ async def recover_crashed(db: Queries) -> list[int]:
     go back to ``pending`` with ``crashes`` + 1 (``attempts`` untouched). Their ids, in order.
     Run it once per process, before any chat actor claims a row."""
     recs = await db.fetch(
-        "/* all chats: at a process start, rows a dead process left processing */ "
         "UPDATE inbox SET status = 'pending', crashes = crashes + 1 "
-        "WHERE status = 'processing' RETURNING id"
+        "WHERE status = 'processing' RETURNING id /* all chats: crash recovery at a start */"
     )
     return sorted(r["id"] for r in recs)
 

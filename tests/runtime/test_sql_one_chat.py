@@ -29,11 +29,7 @@ TABLES = frozenset({"patterns", "inbox", "outbox", "chat_messages", "pattern_ent
 #: the in-process tests whose flows the whole-run scan records: turns, commands and their
 #: buttons, compaction, the sender, the scheduler, the dashboard, the CLI, maintenance jobs
 SCANNED = ("tests/actors", "tests/memory", "tests/e2e/test_agent_e2e.py")
-FILTER = ("-k", "not outside and not test_sql_one_chat", *SCANNED)
-
-#: not fixed yet (their functions take no chat_id; the chat-lease lane edits these files now):
-#: the queues' writes by row id. The count may only go down.
-DEFERRED = {"actors/queues/inbox.py": 7, "actors/queues/outbox.py": 9}
+FILTER = ("-m", "not slow", "-k", "not outside and not test_sql_one_chat", *SCANNED)
 
 
 def test_the_rule() -> None:
@@ -91,16 +87,9 @@ async def test_a_chat_run_sends_one_chat_sql(bot: Bot, local: LocalEmbedder) -> 
         await bot.delivered()
     got = judge(list(recorder.statements), await chat_tables(bot.db))
     assert len(recorder.statements) >= 40, sorted(recorder.statements)
-    offenders = [
-        f"{sorted(recorder.statements[q].origins)} {q}"
-        for q in got["offends"]
-        if not _deferred(recorder.statements[q].origins)
-    ]
+    offenders = [f"{sorted(recorder.statements[q].origins)} {q}" for q in got["offends"]]
     assert offenders == []
-
-
-def _deferred(origins: set[str]) -> bool:
-    return all(o.split(":")[0] in DEFERRED for o in origins)
+    assert got["ok"]  # the chat's own statements were judged, not only sweeps
 
 
 @pytest.mark.slow
@@ -117,7 +106,7 @@ def test_every_flow_of_the_suite_sends_one_chat_sql(tmp_path: Path, database_url
         timeout=1500,
         check=False,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert proc.returncode in (0, 1), proc.stdout[-3000:]  # 1: a test failed (its own report)
     recorded: dict[str, set[str]] = {}
     for line in out.read_text(encoding="utf-8").splitlines():
         origins, sql = line.split("\t", 1)
@@ -131,13 +120,5 @@ def test_every_flow_of_the_suite_sends_one_chat_sql(tmp_path: Path, database_url
 
     got = judge(list(recorded), trio.run(tables))
     print(f"sql statements recorded={len(recorded)} marked={len(got['marked'])}")
-    per_file: dict[str, int] = {}
-    offenders = []
-    for q in got["offends"]:
-        if _deferred(recorded[q]):
-            for f in {o.split(":")[0] for o in recorded[q]}:
-                per_file[f] = per_file.get(f, 0) + 1
-        else:
-            offenders.append(f"{sorted(recorded[q])} {q}")
-    assert offenders == []
-    assert all(per_file.get(f, 0) <= n for f, n in DEFERRED.items()), per_file
+    assert [f"{sorted(recorded[q])} {q}" for q in got["offends"]] == []
+    assert len(got["marked"]) < len(recorded) // 5  # the sweeps stay the exception

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from actors.agent.turn import TurnReply
 from actors.chat.store import SqlChatStore
-from actors.queues import inbox, outbox
+from actors.queues import inbox, outbox, sending
 from runtime import db as dbmod
 from runtime import errors
 
@@ -232,22 +232,22 @@ async def test_parse_mode_is_checked_by_the_schema(db: dbmod.Database) -> None:
 
 async def test_chunks_resume_point_in_flight_mark_and_sent(db: dbmod.Database) -> None:
     row_id = await outbox.enqueue_reply(db, 1, "long reply")
-    assert await outbox.mark_in_flight(db, row_id, 0) == 1
-    assert (await outbox.get(db, row_id)).chunk_in_flight == 0  # type: ignore[union-attr]
-    assert await outbox.record_chunk_sent(db, row_id, 0, 1001) is True
-    assert await outbox.record_chunk_sent(db, row_id, 0, 1001) is True  # a retry: no change
-    assert await outbox.mark_in_flight(db, row_id, 1) == 2
-    assert await outbox.record_chunk_sent(db, row_id, 1, 1002) is True
+    assert await sending.mark_in_flight(db, 1, row_id, 0) == 1
+    assert (await outbox.get(db, 1, row_id)).chunk_in_flight == 0  # type: ignore[union-attr]
+    assert await sending.record_chunk_sent(db, 1, row_id, 0, 1001) is True
+    assert await sending.record_chunk_sent(db, 1, row_id, 0, 1001) is True  # a retry: no change
+    assert await sending.mark_in_flight(db, 1, row_id, 1) == 2
+    assert await sending.record_chunk_sent(db, 1, row_id, 1, 1002) is True
     # crash here: the row is still open, nothing in flight, and says where to resume
     (row,) = await outbox.next_pending(db, 1)
     assert (row.status, row.chunks_sent, row.telegram_message_ids) == ("sending", 2, (1001, 1002))
     assert row.chunk_in_flight is None
-    assert await outbox.mark_in_flight(db, row_id, 2) == 3
-    assert await outbox.release_in_flight(db, row_id, 2, "502 Bad Gateway") is True
-    assert await outbox.release_in_flight(db, row_id, 2, "again") is False  # nothing marked
-    assert await outbox.mark_in_flight(db, row_id, 2) == 4
-    assert await outbox.record_chunk_sent(db, row_id, 2, 1003, last=True) is True
-    row2 = await outbox.get(db, row_id)
+    assert await sending.mark_in_flight(db, 1, row_id, 2) == 3
+    assert await sending.release_in_flight(db, 1, row_id, 2, "502 Bad Gateway") is True
+    assert await sending.release_in_flight(db, 1, row_id, 2, "again") is False  # nothing marked
+    assert await sending.mark_in_flight(db, 1, row_id, 2) == 4
+    assert await sending.record_chunk_sent(db, 1, row_id, 2, 1003, last=True) is True
+    row2 = await outbox.get(db, 1, row_id)
     assert row2 is not None
     assert (row2.status, row2.attempts, row2.chunks_sent, row2.chunk_in_flight) == (
         "sent",
@@ -260,17 +260,17 @@ async def test_chunks_resume_point_in_flight_mark_and_sent(db: dbmod.Database) -
     assert await outbox.next_pending(db) == []
     assert await outbox.chats_with_pending(db) == []
     # final rows stay final
-    assert await outbox.mark_in_flight(db, row_id, 3) is None
-    assert await outbox.record_chunk_sent(db, row_id, 3, 9) is False
-    assert await outbox.mark_failed(db, row_id, "late") is False
+    assert await sending.mark_in_flight(db, 1, row_id, 3) is None
+    assert await sending.record_chunk_sent(db, 1, row_id, 3, 9) is False
+    assert await sending.mark_failed(db, 1, row_id, "late") is False
 
 
 async def test_recover_in_flight_makes_interrupted_rows_uncertain(db: dbmod.Database) -> None:
     cut = await outbox.enqueue_reply(db, 1, "cut")
     mine = await outbox.enqueue_reply(db, 2, "mine")
     idle = await outbox.enqueue_reply(db, 3, "not started")
-    await outbox.mark_in_flight(db, cut, 0)
-    await outbox.mark_in_flight(db, mine, 0)
+    await sending.mark_in_flight(db, 1, cut, 0)
+    await sending.mark_in_flight(db, 2, mine, 0)
     assert [r.id for r in await outbox.recover_in_flight(db, [mine])] == [mine]
     [row] = await outbox.recover_in_flight(db)
     assert (row.id, row.status, row.chunk_in_flight) == (cut, "uncertain", 0)
@@ -282,16 +282,16 @@ async def test_recover_in_flight_makes_interrupted_rows_uncertain(db: dbmod.Data
 async def test_failed_and_uncertain_are_final_and_not_resent(db: dbmod.Database) -> None:
     failed = await outbox.enqueue_reply(db, 1, "a")
     uncertain = await outbox.enqueue_reply(db, 1, "b")
-    await outbox.mark_sending(db, failed)
-    assert await outbox.mark_failed(db, failed, "403 Forbidden: bot was blocked") is True
-    await outbox.mark_sending(db, uncertain)
-    assert await outbox.mark_uncertain(db, uncertain, "read timeout after send") is True
+    await sending.mark_sending(db, 1, failed)
+    assert await sending.mark_failed(db, 1, failed, "403 Forbidden: bot was blocked") is True
+    await sending.mark_sending(db, 1, uncertain)
+    assert await sending.mark_uncertain(db, 1, uncertain, "read timeout after send") is True
     assert await outbox.next_pending(db, 1) == []
     rows = {r["id"]: r for r in await db.fetch("SELECT id, status, last_error FROM outbox")}
     assert rows[failed]["status"] == "failed"
     assert rows[uncertain]["status"] == "uncertain"
     assert rows[uncertain]["last_error"] == "read timeout after send"
-    assert await outbox.mark_sent(db, uncertain) is False
+    assert await sending.mark_sent(db, 1, uncertain) is False
 
 
 async def test_commit_turn_claims_the_row_when_the_chat_has_no_other_open_row(
@@ -300,12 +300,12 @@ async def test_commit_turn_claims_the_row_when_the_chat_has_no_other_open_row(
     a = await _insert(db, 60, 9)
     alone = await outbox.commit_turn(db, chat_id=9, text="r1", inbox_ids=[a], claim=True)
     assert (alone.status, alone.attempts, alone.chunk_in_flight) == ("sending", 1, 0)
-    assert await outbox.get(db, alone.id) == alone
+    assert await outbox.get(db, 9, alone.id) == alone
     b = await _insert(db, 61, 9)
     behind = await outbox.commit_turn(db, chat_id=9, text="r2", inbox_ids=[b], claim=True)
     assert (behind.status, behind.attempts) == ("pending", 0)  # r1 is still open: after it
     assert behind.chunk_in_flight is None
-    await outbox.mark_sent(db, alone.id)
+    await sending.mark_sent(db, 9, alone.id)
     other = await outbox.commit_turn(db, chat_id=10, text="x", inbox_ids=[], claim=True)
     assert other.status == "sending"  # another chat's open rows do not count
 
@@ -314,7 +314,7 @@ async def test_commit_turn_is_atomic(db: dbmod.Database) -> None:
     a = await _insert(db, 50, 7)
     b = await _insert(db, 51, 7)
     new = await outbox.commit_turn(db, chat_id=7, text="reply", inbox_ids=[a, b])
-    row = await outbox.get(db, new.id)
+    row = await outbox.get(db, 7, new.id)
     assert row is not None and row.inbox_ids == (a, b) and row == new
     assert row.status == "pending" and row.attempts == 0  # not claimed unless asked
     assert await inbox.pending_for_chat(db, 7) == []
