@@ -10,10 +10,13 @@ query that touches chat data must reach one shard): a DML statement that mention
 table (after FROM, JOIN, UPDATE, INTO or USING) must pin ``chat_id`` to one value — the text
 holds ``chat_id = $n`` (any qualifier, any cast, either side) — or, for an INSERT/COPY of rows,
 name ``chat_id`` among the columns it writes (Citus routes each row by its value) and read no
-chat-scoped table without the pin. ``chat_id = ANY(...)`` is several chats, not one. A
-deliberate cross-chat statement (a sweep, an operator overview) carries the marker comment
-``/* all chats: <reason> */`` and is listed, not failed. Statements other than SELECT, INSERT,
-UPDATE, DELETE and WITH (DDL, SET, LISTEN) are not checked; nor are migrations.
+chat-scoped table without the pin. ``chat_id = ANY(...)`` is several chats, not one, and so is
+``$n IS NULL OR chat_id = $n`` (every chat when NULL). A deliberate cross-chat statement (a
+sweep, an operator overview) carries the marker comment ``/* all chats: <reason> */`` and is
+listed, not failed. Statements other than SELECT, INSERT, UPDATE, DELETE and WITH (DDL, SET,
+LISTEN) are not checked; nor are migrations. The rule is textual: one pin anywhere in the
+statement passes it (a CTE that writes another table by id alone would slip through; the ones
+found were pinned too).
 
 Across existing tests: ``ENGRAM_SQL_RECORD=/tmp/sql.txt pytest -p sql_recorder tests/...``
 records every statement of the run and appends them to that file."""
@@ -46,6 +49,8 @@ _TABLE = re.compile(
 _PINNED = re.compile(
     r"(?:\bchat_id\s*=\s*\(?\s*\$\d+)|(?:\$\d+(?:::\w+)?\s*=\s*(?:\w+\.)?chat_id\b)", re.I
 )
+#: "one chat, or every chat when $n is NULL": not a pin (the NULL case reads every shard)
+_OPTIONAL = re.compile(r"\$\d+(?:::\w+)?\s+IS\s+NULL\s+OR\s+(?:\w+\.)?chat_id\s*=\s*\$\d+", re.I)
 _INSERT = re.compile(r"^\s*INSERT\s+INTO\s+(\w+)(?:\s+AS\s+\w+)?\s*\(([^)]*)\)", re.I)
 _DML = re.compile(r"^\s*\(?\s*(SELECT|INSERT|UPDATE|DELETE|WITH|COPY)\b", re.I)
 
@@ -142,7 +147,7 @@ def verdict(sql: str, tables: frozenset[str]) -> str:
         return "ok"
     if MARKER.search(sql):
         return "marked"
-    if _PINNED.search(bare):
+    if _PINNED.search(_OPTIONAL.sub(" ", bare)):
         return "ok"
     insert = _INSERT.match(bare) or re.match(r"^\s*COPY\s+(\w+)\s*\(([^)]*)\)", bare, re.I)
     if insert is not None:

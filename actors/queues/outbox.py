@@ -249,13 +249,11 @@ async def get(db: Queries, chat_id: int, row_id: int) -> OutboxRow | None:
     return None if rec is None else OutboxRow.from_record(rec)
 
 
-async def next_pending(
-    db: Queries, chat_id: int | None = None, limit: int = 100
-) -> list[OutboxRow]:
-    """Open rows (pending, sending) in id order — of one chat, or of every chat."""
+async def next_pending(db: Queries, chat_id: int, limit: int = 100) -> list[OutboxRow]:
+    """Open rows (pending, sending) of one chat in id order."""
     recs = await db.fetch(
         f"SELECT {_COLUMNS} FROM outbox WHERE status = ANY($1::text[]) "
-        "AND ($2::bigint IS NULL OR chat_id = $2) ORDER BY id LIMIT $3",
+        "AND chat_id = $2 ORDER BY id LIMIT $3",
         list(OPEN_STATUSES),
         chat_id,
         limit,

@@ -117,9 +117,13 @@ def merge_reason(survivor_id: int, differences: str) -> str:
 _LOCK = """
 SELECT id, chat_id, content, status, strength, times_seen, confidence, first_seen, last_seen,
        contradiction_count, is_core_tenet
-FROM patterns WHERE id = ANY($1::bigint[]) AND ($2::bigint IS NULL OR chat_id = $2)
+FROM patterns WHERE chat_id = $2 AND id = ANY($1::bigint[])
 ORDER BY id FOR UPDATE
 """
+_CHATS_OF = (
+    "/* all chats: the chats of patterns known by id (a merge without its chat) */ "
+    "SELECT DISTINCT chat_id FROM patterns WHERE id = ANY($1::bigint[]) AND status = 'active'"
+)
 
 _MOVE_ENTRIES = """
 WITH moved AS (DELETE FROM pattern_entries WHERE chat_id = $3 AND pattern_id = $2 RETURNING *)
@@ -191,6 +195,13 @@ async def merge_pair(
     survivor's new pin are audited as ``actor``'s (the merge job, or the person's
     ``/memory merge``)."""
     async with db.transaction() as conn:
+        if chat_id is None:  # the pair's chat, read first: the lock is one chat's
+            chats = await conn.fetch(_CHATS_OF, [a_id, b_id])
+            if len(chats) > 1:
+                raise ValueError(f"patterns {a_id} and {b_id} belong to different chats")
+            if not chats:
+                return None
+            chat_id = int(chats[0]["chat_id"])
         rows = await conn.fetch(_LOCK, [a_id, b_id], chat_id)
         if len(rows) != 2 or any(r["status"] != "active" for r in rows):
             return None
@@ -291,7 +302,9 @@ async def _decide(
     if not verdict.merge:  # both core_intent_match and merge_decision
         return attrs.evolve(pair, decision="keep", differences=differences)
     if dry_run:
-        rows = await db.fetch(_LOCK.replace(" FOR UPDATE", ""), [pair.a_id, pair.b_id], None)
+        rows = await db.fetch(
+            _LOCK.replace(" FOR UPDATE", ""), [pair.a_id, pair.b_id], pair.chat_id
+        )
         survivor, loser = choose_survivor(*(_stats(r) for r in rows))
         return attrs.evolve(
             pair,
@@ -300,7 +313,9 @@ async def _decide(
             loser_id=loser.id,
             differences=differences,
         )
-    merged = await merge_pair(db, pair.a_id, pair.b_id, differences=differences)
+    merged = await merge_pair(
+        db, pair.a_id, pair.b_id, differences=differences, chat_id=pair.chat_id
+    )
     if merged is None:  # changed meanwhile (forgotten, merged by another run)
         return attrs.evolve(pair, decision="skipped", differences=differences)
     log.info(

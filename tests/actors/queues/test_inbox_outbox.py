@@ -220,8 +220,8 @@ async def test_enqueue_and_next_pending_in_order(db: dbmod.Database) -> None:
     assert first.inbox_ids == (11, 12)
     assert (first.status, first.attempts, first.chunks_sent) == ("pending", 0, 0)
     assert first.telegram_message_ids == ()
-    assert [r.id for r in await outbox.next_pending(db)] == [o1, o2, o3]
-    assert [r.id for r in await outbox.next_pending(db, limit=1)] == [o1]
+    assert [r.id for r in await outbox.next_pending(db, 2)] == [o2]
+    assert [r.id for r in await outbox.next_pending(db, 1, limit=1)] == [o1]
     assert await outbox.chats_with_pending(db) == [1, 2]
 
 
@@ -257,7 +257,7 @@ async def test_chunks_resume_point_in_flight_mark_and_sent(db: dbmod.Database) -
     )
     assert row2.telegram_message_ids == (1001, 1002, 1003)
     assert row2.sent_at is not None and row2.last_error is None
-    assert await outbox.next_pending(db) == []
+    assert await outbox.next_pending(db, 1) == []
     assert await outbox.chats_with_pending(db) == []
     # final rows stay final
     assert await sending.mark_in_flight(db, 1, row_id, 3) is None
@@ -276,7 +276,7 @@ async def test_recover_in_flight_makes_interrupted_rows_uncertain(db: dbmod.Data
     assert (row.id, row.status, row.chunk_in_flight) == (cut, "uncertain", 0)
     assert "chunk 1 was in flight" in (row.last_error or "")
     assert await outbox.recover_in_flight(db) == []
-    assert [r.id for r in await outbox.next_pending(db)] == [idle]
+    assert [[r.id for r in await outbox.next_pending(db, c)] for c in (1, 2, 3)] == [[], [], [idle]]
 
 
 async def test_failed_and_uncertain_are_final_and_not_resent(db: dbmod.Database) -> None:
