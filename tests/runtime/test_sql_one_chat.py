@@ -71,7 +71,8 @@ async def bot(db: Database, fake_claude: FakeAnthropic, local: LocalEmbedder) ->
 
 
 async def test_a_chat_run_sends_one_chat_sql(bot: Bot, local: LocalEmbedder) -> None:
-    """A turn, /memory, /summary, /forget with its buttons, /help, in one running bot."""
+    """A turn, /memory, /summary, /stats, /remember, /forget with its buttons, /help, in one
+    running bot (the sender, the router, the chat actor, the command table on the way)."""
     recorder = SqlRecorder()
     await add_pattern(bot.db, local, "User wants to launch the SingPass API by Q2", kind="goal")
     await add_pattern(bot.db, local, "User enjoys hiking on weekends", kind="preference")
@@ -79,7 +80,7 @@ async def test_a_chat_run_sends_one_chat_sql(bot: Bot, local: LocalEmbedder) -> 
     with recorder.installed():
         bot.claude.queue_text("Hello again.")
         assert await bot.say("Hi there") == ["Hello again."]
-        for command in ("/memory", "/summary", "/help"):
+        for command in ("/memory", "/summary", "/stats", "/remember I like green tea", "/help"):
             assert await bot.say(command)
         await bot.say("/forget SingPass")
         message = bot.last_id()
