@@ -121,6 +121,7 @@ def test_every_flow_of_the_suite_sends_one_chat_sql(tmp_path: Path, database_url
             return await chat_tables(db)
 
     got = judge(list(recorded), trio.run(tables))
-    print(f"sql statements recorded={len(recorded)} marked={len(got['marked'])}")
+    summary = proc.stdout.strip().splitlines()[-1]
+    print(f"sql statements recorded={len(recorded)} marked={len(got['marked'])} ({summary})")
     assert [f"{sorted(recorded[q])} {q}" for q in got["offends"]] == []
     assert len(got["marked"]) < len(recorded) // 5  # the sweeps stay the exception
