@@ -142,10 +142,10 @@ class ChatActor(ChatTurns):
             ids, store = list(self.in_hand), self.deps.store
             if isinstance(exc, NOT_THE_ROWS):
                 log.warning("chat.rows_delayed", inbox_ids=ids, error=type(exc).__name__)
-                await store.release(ids, f"{type(exc).__name__}: {exc}")
+                await store.release(self.chat_id, ids, f"{type(exc).__name__}: {exc}")
             elif ids:
                 log.error("chat.rows_failed", inbox_ids=ids, exc_info=exc)
-                await store.mark_failed(ids, f"{type(exc).__name__}: {exc}")
+                await store.mark_failed(self.chat_id, ids, f"{type(exc).__name__}: {exc}")
             else:
                 log.error("chat.failed", exc_info=exc)
             self._start_over()
@@ -199,12 +199,12 @@ class ChatActor(ChatTurns):
             why = "too many failed attempts" if failed else f"in its turn at {row.crashes} crashes"
             await self._run_flushed(fragments.flush_all(self.state))
             if row.kind == INBOX_KIND:  # not the person's message: nothing to tell them
-                await store.mark_skipped([row.id], why)
+                await store.mark_skipped(self.chat_id, [row.id], why)
                 return
             await self._commit(TurnReply(GAVE_UP), [row.id], skipped=why)
             return
         if not claimed:
-            await store.mark_processing([row.id])
+            await store.mark_processing(self.chat_id, [row.id])
         if row.kind == INBOX_KIND:  # a due run: after the texts before it, never with them
             await self._run_flushed(fragments.flush_all(self.state))
             self.in_hand = (row.id,)
@@ -213,7 +213,7 @@ class ChatActor(ChatTurns):
         try:
             update = parse_update(row.payload)
         except MalformedUpdate as exc:
-            await store.mark_skipped([row.id], f"malformed update: {exc}")
+            await store.mark_skipped(self.chat_id, [row.id], f"malformed update: {exc}")
             return
         ext = row.update_key
         msg = update.message or update.edited_message
@@ -227,13 +227,15 @@ class ChatActor(ChatTurns):
             await self._run_flushed(fragments.flush_all(self.state))
             self.received.pop(row.id, None)
             if self.deps.callbacks is None:
-                await store.mark_skipped([row.id], "button tap: no callback handlers")
+                await store.mark_skipped(self.chat_id, [row.id], "button tap: no callback handlers")
             elif await self.deps.callbacks.tap(self.chat_id, row.id, update.callback_query):
                 self.deps.outbox_ready(self.chat_id, None)
         elif update.kind == "stopped_message_generation":  # acted on when it arrived (router)
-            await store.mark_skipped([row.id], "stop pressed")
+            await store.mark_skipped(self.chat_id, [row.id], "stop pressed")
         else:
-            await store.mark_skipped([row.id], f"unsupported update kind {update.kind}")
+            await store.mark_skipped(
+                self.chat_id, [row.id], f"unsupported update kind {update.kind}"
+            )
 
     async def _message(self, inbox_id: int, ext: str, msg: Message) -> None:
         text = msg.text

@@ -351,7 +351,7 @@ class Callbacks:
             if not isinstance(outcome, Redeemed) or handler is None or query.message_id is None:
                 why = f"no handler {name!r}" if name is not None else type(outcome).__name__
                 log.info("callbacks.dead_tap", chat_id=chat_id, inbox_id=inbox_id, why=why)
-                await inbox.mark_skipped(conn, [inbox_id], f"button tap: {why}")
+                await inbox.mark_skipped(conn, chat_id, [inbox_id], f"button tap: {why}")
                 return False
             ctx = CallbackContext(
                 conn,
@@ -363,7 +363,7 @@ class Callbacks:
                 outcome.keyboard,
             )
             await handler(ctx)
-            await inbox.mark_done(conn, [inbox_id])
+            await inbox.mark_done(conn, chat_id, [inbox_id])
             log.info(
                 "callbacks.tap", chat_id=chat_id, inbox_id=inbox_id, action=name, queued=ctx.queued
             )

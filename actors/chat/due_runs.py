@@ -59,16 +59,18 @@ async def run_due(actor: ChatTurns, row: inbox.InboxRow) -> None:
             inbox_id=row.id,
             error=f"{type(exc).__name__}: {exc}",
         )
-        await deps.store.mark_skipped([row.id], f"bad routine payload: {type(exc).__name__}")
+        await deps.store.mark_skipped(
+            chat_id, [row.id], f"bad routine payload: {type(exc).__name__}"
+        )
         return
     if run.chat_id != chat_id:
         log.warning("chat.run_wrong_chat", chat_id=chat_id, inbox_id=row.id, run_chat=run.chat_id)
-        await deps.store.mark_skipped([row.id], "routine run for another chat")
+        await deps.store.mark_skipped(chat_id, [row.id], "routine run for another chat")
         return
     proactive = deps.proactive
     if proactive is None:
         log.warning("chat.run_unconfigured", chat_id=chat_id, inbox_id=row.id, name=run.name)
-        await deps.store.mark_skipped([row.id], "no proactive lane configured")
+        await deps.store.mark_skipped(chat_id, [row.id], "no proactive lane configured")
         return
     await _Run(actor, proactive, run, row.id).go()
 
@@ -179,6 +181,6 @@ class _Run:
         )
         async with self.proactive.db.transaction() as conn:
             await record_run(conn, run, outcome, reason, model_calls)
-            await inbox.mark_skipped(conn, [self.inbox_id], f"{outcome}: {reason}")
+            await inbox.mark_skipped(conn, run.chat_id, [self.inbox_id], f"{outcome}: {reason}")
         self.actor.failures = 0
         metrics.proactive_skipped(reason if outcome == "skipped" else outcome)

@@ -20,7 +20,7 @@ Outcome = Literal["sent", "declined", "skipped", "failed"]
 
 _GATE_STATE = """
 SELECT p.active, p.paused_at IS NOT NULL AS paused
-FROM (SELECT $1::bigint AS chat_id) c LEFT JOIN chat_proactive p ON p.chat_id = c.chat_id
+FROM (SELECT $1::bigint AS chat_id) c LEFT JOIN chat_proactive p ON p.chat_id = $1
 """
 
 
@@ -45,7 +45,7 @@ _RECORD = """
 INSERT INTO proactive_runs (chat_id, job_id, name, due_at, outcome, reason, model_calls)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 """
-_LAST_OUTCOME = "UPDATE cron_jobs SET last_outcome = $2 WHERE id = $1"
+_LAST_OUTCOME = "UPDATE cron_jobs SET last_outcome = $2 WHERE chat_id = $3 AND id = $1"
 
 
 async def record_run(
@@ -57,7 +57,7 @@ async def record_run(
     await conn.execute(
         _RECORD, run.chat_id, run.job_id, run.name, due, outcome, reason, model_calls
     )
-    await conn.execute(_LAST_OUTCOME, run.job_id, outcome)
+    await conn.execute(_LAST_OUTCOME, run.job_id, outcome, run.chat_id)
 
 
 @attrs.frozen

@@ -30,15 +30,15 @@ class ChatStore(Protocol):
         :func:`actors.queues.inbox.take_open`)."""
         ...
 
-    async def mark_processing(self, ids: Sequence[int]) -> None: ...
+    async def mark_processing(self, chat_id: int, ids: Sequence[int]) -> None: ...
 
-    async def mark_skipped(self, ids: Sequence[int], reason: str) -> None: ...
+    async def mark_skipped(self, chat_id: int, ids: Sequence[int], reason: str) -> None: ...
 
-    async def mark_failed(self, ids: Sequence[int], error: str) -> None:
+    async def mark_failed(self, chat_id: int, ids: Sequence[int], error: str) -> None:
         """Charge each row a failed attempt (an exception while it was processed)."""
         ...
 
-    async def release(self, ids: Sequence[int], reason: str) -> None:
+    async def release(self, chat_id: int, ids: Sequence[int], reason: str) -> None:
         """Hand the rows back uncharged, to be tried again (the model is down)."""
         ...
 
@@ -71,18 +71,18 @@ class SqlChatStore:
             return [], None  # the lease was lost: the chat's owner takes the rows
         return await inbox.take_open(self.db, chat_id, after, max_attempts, max_crashes)
 
-    async def mark_processing(self, ids: Sequence[int]) -> None:
-        await inbox.mark_processing(self.db, ids)
+    async def mark_processing(self, chat_id: int, ids: Sequence[int]) -> None:
+        await inbox.mark_processing(self.db, chat_id, ids)
 
-    async def mark_skipped(self, ids: Sequence[int], reason: str) -> None:
-        await inbox.mark_skipped(self.db, ids, reason)
+    async def mark_skipped(self, chat_id: int, ids: Sequence[int], reason: str) -> None:
+        await inbox.mark_skipped(self.db, chat_id, ids, reason)
 
-    async def mark_failed(self, ids: Sequence[int], error: str) -> None:
+    async def mark_failed(self, chat_id: int, ids: Sequence[int], error: str) -> None:
         for row_id in dict.fromkeys(ids):
-            await inbox.mark_failed(self.db, row_id, error)
+            await inbox.mark_failed(self.db, chat_id, row_id, error)
 
-    async def release(self, ids: Sequence[int], reason: str) -> None:
-        await inbox.release(self.db, ids, reason)
+    async def release(self, chat_id: int, ids: Sequence[int], reason: str) -> None:
+        await inbox.release(self.db, chat_id, ids, reason)
 
     async def notify(self, chat_id: int, text: str) -> outbox.OutboxRow | None:
         return await outbox.enqueue_notice(self.db, chat_id, text)
@@ -118,7 +118,7 @@ class SqlChatStore:
                 )
                 return row if row.status == "sending" else None
         async with self.db.transaction() as conn:
-            await erased.require_rows(conn, inbox_ids)  # not for an erased chat's rows
+            await erased.require_rows(conn, chat_id, inbox_ids)  # not for an erased chat's rows
             if reply.persist is not None:
                 await reply.persist(conn)
             if skipped is None:
@@ -134,5 +134,5 @@ class SqlChatStore:
             await outbox.enqueue_reply(
                 conn, chat_id, reply.text, reply.parse_mode, None, list(inbox_ids)
             )
-            await inbox.mark_skipped(conn, list(inbox_ids), skipped)
+            await inbox.mark_skipped(conn, chat_id, list(inbox_ids), skipped)
         return None

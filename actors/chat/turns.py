@@ -122,7 +122,7 @@ class ChatTurns:
         """The held messages' turn, now that the limit allows it (claimed again first)."""
         ids = [i for item in held for i in item.update_ids]
         self.in_hand = tuple(ids)
-        await self.deps.store.mark_processing(ids)
+        await self.deps.store.mark_processing(self.chat_id, ids)
         await self._run_flushed(held)
 
     async def _held(self, items: Sequence[fragments.Flushed]) -> bool:
@@ -143,7 +143,7 @@ class ChatTurns:
         ids = [i for item in items for i in item.update_ids]
         self.held += items
         self.held_until = until
-        await deps.store.release(ids, "waiting: per-chat limit")
+        await deps.store.release(self.chat_id, ids, "waiting: per-chat limit")
         if not self.told_limit and why:
             self.told_limit = True
             text = limits.RATE_LIMITED if why == "rate" else limits.COST_LIMITED
@@ -200,7 +200,7 @@ class ChatTurns:
         self.model_failures = 0  # the model answered, or the wait for it is over
         if scope.cancelled_caught or reply is None:
             log.info("chat.turn_stopped", inbox_ids=list(turn.inbox_ids))
-            await self.deps.store.mark_skipped(turn.inbox_ids, "stopped by /stop")
+            await self.deps.store.mark_skipped(self.chat_id, turn.inbox_ids, "stopped by /stop")
             metrics.turn_finished("stopped", time.perf_counter() - started)
             return
         await self._commit(reply, turn.inbox_ids)
@@ -222,7 +222,7 @@ class ChatTurns:
         if age >= deps.model_deadline:
             log.error("chat.model_gave_up", inbox_ids=list(ids), age=round(age), cause=cause)
             return False
-        await deps.store.release(ids, str(outage))
+        await deps.store.release(self.chat_id, ids, str(outage))
         notice = await deps.store.notify(self.chat_id, MODEL_AWAY)
         if notice is not None:
             deps.outbox_ready(self.chat_id, notice if notice.status == "sending" else None)

@@ -128,7 +128,11 @@ async def cmd_patterns_show(settings: Settings, args: argparse.Namespace) -> int
 
     async with open_settings_database(settings) as db:
         await apply_migrations(db)
-        chat_id = await db.fetchval("SELECT chat_id FROM patterns WHERE id = $1", args.id)
+        chat_id = await db.fetchval(
+            "/* all chats: operator CLI, a pattern's chat found by its id */ "
+            "SELECT chat_id FROM patterns WHERE id = $1",
+            args.id,
+        )
         detail = None if chat_id is None else await explain(db, int(chat_id), args.id)
     if detail is None:
         return fail(f"no pattern {args.id}", 1)

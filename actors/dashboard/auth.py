@@ -84,6 +84,7 @@ async def start_session(db: Queries, chat_id: int | None, now: datetime) -> str:
 async def find_session(db: Queries, sid: str, now: datetime) -> Login | None:
     """The live session with id ``sid`` (None: unknown, ended or expired)."""
     row = await db.fetchrow(
+        "/* all chats: a session found by its secret, its chat unknown until found */ "
         "SELECT id, chat_id, csrf FROM dashboard_sessions WHERE sid_hash = $1 AND expires_at > $2",
         _hash(sid),
         now,
@@ -96,7 +97,9 @@ async def find_session(db: Queries, sid: str, now: datetime) -> Login | None:
 async def end_session(db: Queries, session_id: int) -> None:
     """Log out: the session's row is deleted (and expired ones with it)."""
     await db.execute(
-        "DELETE FROM dashboard_sessions WHERE id = $1 OR expires_at < now()", session_id
+        "/* all chats: expired sessions purged with the signed-out one */ "
+        "DELETE FROM dashboard_sessions WHERE id = $1 OR expires_at < now()",
+        session_id,
     )
 
 
@@ -120,6 +123,7 @@ async def use_link(db: Queries, secret: str, now: datetime) -> tuple[bool, int |
     """Use up a one-time link: (True, its chat) the first time within its validity, else
     (False, None)."""
     row = await db.fetchrow(
+        "/* all chats: a sign-in link found by its secret, its chat unknown until found */ "
         "UPDATE dashboard_links SET used_at = $2"
         " WHERE secret_hash = $1 AND used_at IS NULL AND expires_at > $2 RETURNING chat_id",
         _hash(secret),

@@ -24,6 +24,7 @@ log = get_logger(__name__)
 PREVIEW_CHARS = 200
 
 _START = """
+/* all chats: the dashboard's operator view when no chat is chosen */
 SELECT (SELECT coalesce(max(id), 0) FROM chat_messages
         WHERE $1::bigint IS NULL OR chat_id = $1) AS m,
        (SELECT coalesce(max(id), 0) FROM patterns WHERE $1::bigint IS NULL OR chat_id = $1) AS p,
@@ -37,6 +38,7 @@ _PATTERNS = """
 SELECT id, kind, content, status FROM patterns WHERE chat_id = $1 AND id > $2 ORDER BY id LIMIT 50
 """
 _COSTS = """
+/* all chats: the dashboard's operator view when no chat is chosen */
 SELECT id, chat_id, purpose, model, cost_usd, input_tokens, output_tokens FROM api_usage
 WHERE id > $2 AND ($1::bigint IS NULL OR chat_id = $1) ORDER BY id LIMIT 50
 """

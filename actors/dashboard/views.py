@@ -246,6 +246,7 @@ class HealthView:
 
 
 _QUEUES = """
+/* all chats: the dashboard's operator view when no chat is chosen */
 SELECT 'inbox' AS q, status, count(*) AS n FROM inbox
 WHERE status <> 'done' AND ($1::bigint IS NULL OR chat_id = $1) GROUP BY 1, 2
 UNION ALL
@@ -253,6 +254,7 @@ SELECT 'outbox', status, count(*) FROM outbox
 WHERE status NOT IN ('sent', 'failed') AND ($1::bigint IS NULL OR chat_id = $1) GROUP BY 1, 2
 """
 _COMPACTIONS = """
+/* all chats: the dashboard's operator view when no chat is chosen */
 SELECT status, count(*) AS n FROM compaction_runs
 WHERE started_at >= $1 AND ($2::bigint IS NULL OR chat_id = $2) GROUP BY 1
 """

@@ -94,6 +94,7 @@ _COLUMNS = (
     "id, update_key, update_id, chat_id, kind, payload, status, attempts, last_error, "
     "received_at, processed_at, crashes"
 )
+_ONE = f"SELECT {_COLUMNS} FROM inbox WHERE chat_id = $1 AND"  # + the row's key = $2
 # NUL and lone surrogates: valid in JSON text and Python str, rejected by PostgreSQL jsonb.
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
@@ -240,15 +241,15 @@ async def insert_updates(db: Queries, updates: Sequence[NewUpdate]) -> list[int 
     ]
 
 
-async def get(db: Queries, row_id: int) -> InboxRow | None:
-    """One row by id."""
-    rec = await db.fetchrow(f"SELECT {_COLUMNS} FROM inbox WHERE id = $1", row_id)
+async def get(db: Queries, chat_id: int, row_id: int) -> InboxRow | None:
+    """One row of the chat by id."""
+    rec = await db.fetchrow(f"{_ONE} id = $2", chat_id, row_id)
     return None if rec is None else InboxRow.from_record(rec)
 
 
-async def get_by_key(db: Queries, update_key: str) -> InboxRow | None:
-    """One row by its update key (``update:<id>``)."""
-    rec = await db.fetchrow(f"SELECT {_COLUMNS} FROM inbox WHERE update_key = $1", update_key)
+async def get_by_key(db: Queries, chat_id: int, update_key: str) -> InboxRow | None:
+    """One row of the chat by its update key (``update:<id>``)."""
+    rec = await db.fetchrow(f"{_ONE} update_key = $2", chat_id, update_key)
     return None if rec is None else InboxRow.from_record(rec)
 
 
@@ -286,7 +287,7 @@ WITH open AS (
     WHERE chat_id = $1 AND status = ANY($2::text[]) AND id > $3
 ), claimed AS (
     UPDATE inbox SET status = 'processing'
-    WHERE id = (SELECT min(id) FROM open) AND attempts < $4 AND crashes < $5
+    WHERE chat_id = $1 AND id = (SELECT min(id) FROM open) AND attempts < $4 AND crashes < $5
       AND status = ANY($2::text[])
     RETURNING id, {{commit}}
 )
@@ -315,7 +316,7 @@ async def open_chats(db: Queries) -> list[int]:
     """Chats with open rows, the one with the oldest open row first (crash recovery)."""
     recs = await db.fetch(
         "SELECT chat_id FROM inbox WHERE chat_id IS NOT NULL AND status = ANY($1::text[]) "
-        "GROUP BY chat_id ORDER BY min(id)",
+        "GROUP BY chat_id ORDER BY min(id) /* all chats: recovery sweep */",
         list(OPEN_STATUSES),
     )
     return [r["chat_id"] for r in recs]
@@ -327,68 +328,73 @@ async def recover_crashed(db: Queries) -> list[int]:
     Run it once per process, before any chat actor claims a row."""
     recs = await db.fetch(
         "UPDATE inbox SET status = 'pending', crashes = crashes + 1 "
-        "WHERE status = 'processing' RETURNING id"
+        "WHERE status = 'processing' RETURNING id /* all chats: crash recovery at a start */"
     )
     return sorted(r["id"] for r in recs)
 
 
-async def release(db: Queries, ids: Sequence[int], reason: str) -> int:
+async def release(db: Queries, chat_id: int, ids: Sequence[int], reason: str) -> int:
     """Hand claimed rows back, uncharged (``pending``, ``reason`` kept): their turn could not
     run for a cause outside them (the model is down) and is to be tried again. Final rows are
     left alone; returns the rows released."""
     recs = await db.fetch(
         "UPDATE inbox SET status = 'pending', last_error = $2 "
-        "WHERE id = ANY($1::bigint[]) AND status = ANY($3::text[]) RETURNING id",
+        "WHERE chat_id = $4 AND id = ANY($1::bigint[]) AND status = ANY($3::text[]) RETURNING id",
         _ids(ids),
         truncate_error(reason),
         list(OPEN_STATUSES),
+        chat_id,
     )
     return len(recs)
 
 
-async def mark_processing(db: Queries, ids: Sequence[int]) -> int:
+async def mark_processing(db: Queries, chat_id: int, ids: Sequence[int]) -> int:
     """Claim open rows (no charge); final rows are left alone. Returns rows claimed."""
     recs = await db.fetch(
         "UPDATE inbox SET status = 'processing' "
-        "WHERE id = ANY($1::bigint[]) AND status = ANY($2::text[]) RETURNING id",
+        "WHERE chat_id = $3 AND id = ANY($1::bigint[]) AND status = ANY($2::text[]) RETURNING id",
         _ids(ids),
         list(OPEN_STATUSES),
+        chat_id,
     )
     return len(recs)
 
 
-async def mark_done(conn_or_db: Queries, ids: Sequence[int]) -> int:
+async def mark_done(conn_or_db: Queries, chat_id: int, ids: Sequence[int]) -> int:
     """Mark rows done (final). Run it in the transaction that enqueued the turn's reply."""
     recs = await conn_or_db.fetch(
         "UPDATE inbox SET status = 'done', processed_at = now(), last_error = NULL "
-        "WHERE id = ANY($1::bigint[]) AND status <> 'done' RETURNING id",
+        "WHERE chat_id = $2 AND id = ANY($1::bigint[]) AND status <> 'done' RETURNING id",
         _ids(ids),
+        chat_id,
     )
     return len(recs)
 
 
-async def mark_skipped(db: Queries, ids: Sequence[int], reason: str) -> int:
+async def mark_skipped(db: Queries, chat_id: int, ids: Sequence[int], reason: str) -> int:
     """Give up on rows (final), keeping ``reason`` in ``last_error``; done rows stay done."""
     recs = await db.fetch(
         "UPDATE inbox SET status = 'skipped', processed_at = now(), last_error = $2 "
-        "WHERE id = ANY($1::bigint[]) AND status <> 'done' RETURNING id",
+        "WHERE chat_id = $3 AND id = ANY($1::bigint[]) AND status <> 'done' RETURNING id",
         _ids(ids),
         truncate_error(reason),
+        chat_id,
     )
     if recs:
         log.info("inbox.skipped", ids=[r["id"] for r in recs], reason=truncate_error(reason)[:200])
     return len(recs)
 
 
-async def mark_failed(db: Queries, row_id: int, error: str) -> int | None:
+async def mark_failed(db: Queries, chat_id: int, row_id: int, error: str) -> int | None:
     """Charge the row a failed attempt (``attempts`` + 1; it stays open for a retry); returns
     ``attempts``. None when the row does not exist or is already final.
     """
     attempts: int | None = await db.fetchval(
         "UPDATE inbox SET status = 'failed', attempts = attempts + 1, last_error = $2 "
-        "WHERE id = $1 AND status = ANY($3::text[]) RETURNING attempts",
+        "WHERE chat_id = $4 AND id = $1 AND status = ANY($3::text[]) RETURNING attempts",
         row_id,
         truncate_error(error),
         list(OPEN_STATUSES),
+        chat_id,
     )
     return attempts

@@ -27,7 +27,7 @@ import attrs
 import structlog
 
 from actors.errors import NotCollectable
-from actors.queues import erased, inbox
+from actors.queues import erased
 from runtime.db import Queries
 
 log = structlog.get_logger(__name__)
@@ -145,10 +145,10 @@ fence AS (SELECT {fence} AS ok), older AS (
     RETURNING {columns}
 ), done AS (
     UPDATE inbox SET status = 'done', processed_at = now(), last_error = NULL
-    WHERE id = ANY($5::bigint[]) AND status <> 'done' RETURNING id
+    WHERE chat_id = $1 AND id = ANY($5::bigint[]) AND status <> 'done' RETURNING id
 )
 SELECT reply.*, (SELECT count(*) FROM done) AS done FROM reply
-""".replace("{columns}", _COLUMNS).replace("{fence}", erased.fence(5))
+""".replace("{columns}", _COLUMNS).replace("{fence}", erased.fence(5, chat=1))
 _WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE)\s", re.IGNORECASE)
 _PARAM = re.compile(r"\$(\d+)")
 
@@ -241,19 +241,19 @@ async def enqueue_notice(db: Queries, chat_id: int, text: str) -> OutboxRow | No
     return None if rec is None else OutboxRow.from_record(rec)
 
 
-async def get(db: Queries, row_id: int) -> OutboxRow | None:
-    """One row by id."""
-    rec = await db.fetchrow(f"SELECT {_COLUMNS} FROM outbox WHERE id = $1", row_id)
+async def get(db: Queries, chat_id: int, row_id: int) -> OutboxRow | None:
+    """One row of the chat by id."""
+    rec = await db.fetchrow(
+        f"SELECT {_COLUMNS} FROM outbox WHERE chat_id = $2 AND id = $1", row_id, chat_id
+    )
     return None if rec is None else OutboxRow.from_record(rec)
 
 
-async def next_pending(
-    db: Queries, chat_id: int | None = None, limit: int = 100
-) -> list[OutboxRow]:
-    """Open rows (pending, sending) in id order — of one chat, or of every chat."""
+async def next_pending(db: Queries, chat_id: int, limit: int = 100) -> list[OutboxRow]:
+    """Open rows (pending, sending) of one chat in id order."""
     recs = await db.fetch(
         f"SELECT {_COLUMNS} FROM outbox WHERE status = ANY($1::text[]) "
-        "AND ($2::bigint IS NULL OR chat_id = $2) ORDER BY id LIMIT $3",
+        "AND chat_id = $2 ORDER BY id LIMIT $3",
         list(OPEN_STATUSES),
         chat_id,
         limit,
@@ -264,83 +264,11 @@ async def next_pending(
 async def chats_with_pending(db: Queries) -> list[int]:
     """Chats with open rows, the one with the oldest open row first."""
     recs = await db.fetch(
-        "SELECT chat_id FROM outbox WHERE status = ANY($1::text[]) "
+        "/* all chats: recovery sweep */ SELECT chat_id FROM outbox WHERE status = ANY($1::text[]) "
         "GROUP BY chat_id ORDER BY min(id)",
         list(OPEN_STATUSES),
     )
     return [r["chat_id"] for r in recs]
-
-
-async def mark_sending(db: Queries, row_id: int) -> int | None:
-    """Start a send attempt (``attempts`` + 1) without a chunk in flight; returns ``attempts``,
-    None if not open."""
-    attempts: int | None = await db.fetchval(
-        "UPDATE outbox SET status = 'sending', attempts = attempts + 1 "
-        "WHERE id = $1 AND status = ANY($2::text[]) RETURNING attempts",
-        row_id,
-        list(OPEN_STATUSES),
-    )
-    return attempts
-
-
-async def mark_in_flight(db: Queries, row_id: int, chunk: int) -> int | None:
-    """Chunk ``chunk`` is about to be handed to the Bot API: a send attempt starts
-    (``attempts`` + 1) with the chunk in flight, committed synchronously before the request.
-    Returns ``attempts``; None if the row is not open (final: nothing is sent)."""
-    attempts: int | None = await db.fetchval(
-        "UPDATE outbox SET status = 'sending', attempts = attempts + 1, chunk_in_flight = $2 "
-        "WHERE id = $1 AND status = ANY($3::text[]) RETURNING attempts",
-        row_id,
-        chunk,
-        list(OPEN_STATUSES),
-    )
-    return attempts
-
-
-_RECORD = """
-WITH recorded AS (
-    UPDATE outbox SET chunks_sent = chunks_sent + 1,
-        telegram_message_ids = array_append(telegram_message_ids, $3::bigint),
-        chunk_in_flight = NULL,
-        status = CASE WHEN $4 THEN 'sent' ELSE status END,
-        sent_at = CASE WHEN $4 THEN now() ELSE sent_at END,
-        last_error = CASE WHEN $4 THEN NULL ELSE last_error END
-    WHERE id = $1 AND chunks_sent = $2 AND status = ANY($5::text[])
-    RETURNING id
-)
-SELECT EXISTS (SELECT 1 FROM recorded)
-    OR EXISTS (SELECT 1 FROM outbox WHERE id = $1 AND chunks_sent > $2)
-"""
-
-
-async def record_chunk_sent(
-    db: Queries, row_id: int, chunk: int, telegram_message_id: int, *, last: bool = False
-) -> bool:
-    """Record chunk ``chunk`` (0-based) delivered: its message id appended, ``chunks_sent`` (the
-    resume point) bumped, the in-flight mark cleared; with ``last`` the row is ``sent`` too.
-
-    Idempotent: a retry after an error that hid a commit finds the chunk already recorded and
-    changes nothing. True when the chunk is recorded (now or before); False when the row is
-    missing or was made final without it (nothing to do)."""
-    recorded: bool = await db.fetchval(
-        _RECORD, row_id, chunk, telegram_message_id, last, list(OPEN_STATUSES)
-    )
-    return recorded
-
-
-async def release_in_flight(db: Queries, row_id: int, chunk: int, error: str) -> bool:
-    """The Bot API answered that chunk ``chunk`` was not delivered (5xx, 429, ...) or the
-    request never left (connection refused): clear the in-flight mark and keep ``error``; the
-    row stays open for a retry. False when the row is not open or holds another mark."""
-    found = await db.fetchval(
-        "UPDATE outbox SET chunk_in_flight = NULL, last_error = $3 "
-        "WHERE id = $1 AND chunk_in_flight = $2 AND status = ANY($4::text[]) RETURNING id",
-        row_id,
-        chunk,
-        inbox.truncate_error(error),
-        list(OPEN_STATUSES),
-    )
-    return found is not None
 
 
 async def recover_in_flight(
@@ -350,6 +278,7 @@ async def recover_in_flight(
     returned; rows of chats in ``redeliver`` (local chats) stay open, to be sent again."""
     again = "chat_id BETWEEN $3::bigint AND $4::bigint"
     recs = await db.fetch(
+        "/* all chats: the sender's recovery of chunks left in flight */ "
         f"UPDATE outbox SET status = CASE WHEN {again} THEN status ELSE 'uncertain' END, "
         f"chunk_in_flight = CASE WHEN {again} THEN NULL ELSE chunk_in_flight END, "
         "last_error = 'chunk ' || (chunk_in_flight + 1) || ' was in flight when its sender "
@@ -361,39 +290,3 @@ async def recover_in_flight(
     )
     rows = (OutboxRow.from_record(r) for r in recs)
     return sorted((r for r in rows if r.status == "uncertain"), key=lambda r: r.id)
-
-
-async def mark_sent(db: Queries, row_id: int) -> bool:
-    """Every chunk is delivered (final). False if the row was not open."""
-    found = await db.fetchval(
-        "UPDATE outbox SET status = 'sent', sent_at = now(), last_error = NULL "
-        "WHERE id = $1 AND status = ANY($2::text[]) RETURNING id",
-        row_id,
-        list(OPEN_STATUSES),
-    )
-    return found is not None
-
-
-async def _finish(db: Queries, row_id: int, status: str, error: str) -> bool:
-    # a failed row's chunk is known not delivered; an uncertain row keeps the chunk it is about
-    in_flight = "NULL" if status == "failed" else "chunk_in_flight"
-    found = await db.fetchval(
-        f"UPDATE outbox SET status = '{status}', last_error = $2, chunk_in_flight = {in_flight} "
-        "WHERE id = $1 AND status = ANY($3::text[]) RETURNING id",
-        row_id,
-        inbox.truncate_error(error),
-        list(OPEN_STATUSES),
-    )
-    if found is not None:
-        log.warning(f"outbox.{status}", outbox_id=row_id, error=inbox.truncate_error(error)[:200])
-    return found is not None
-
-
-async def mark_failed(db: Queries, row_id: int, error: str) -> bool:
-    """The sender gave up on this row (final). False if the row was not open."""
-    return await _finish(db, row_id, "failed", error)
-
-
-async def mark_uncertain(db: Queries, row_id: int, error: str) -> bool:
-    """A send may or may not have been delivered (final; never resent blindly)."""
-    return await _finish(db, row_id, "uncertain", error)

@@ -164,6 +164,7 @@ def service_check(name: str, contact: Contact, now: datetime) -> Check:
 # --- the reads ---------------------------------------------------------------------------------
 
 _QUEUES = """
+/* all chats: operator health overview of the queues */
 SELECT
   (SELECT count(*) FROM inbox WHERE status IN ('pending', 'processing')) AS inbox_open,
   (SELECT min(received_at) FROM inbox WHERE status IN ('pending', 'processing')) AS inbox_oldest,
@@ -180,6 +181,7 @@ SELECT
 """
 
 _SERVICES = """
+/* all chats: operator health overview of the providers */
 SELECT purpose = 'embedding' AS embedder,
        max(created_at) FILTER (WHERE ok) AS last_ok,
        max(created_at) FILTER (WHERE NOT ok) AS last_failure

@@ -152,6 +152,7 @@ async def claim_due(db: Queries, now: datetime, limit: int = 500) -> list[Job]:
     """The due jobs, locked for this transaction (``FOR UPDATE SKIP LOCKED``: another
     scheduler claims the others)."""
     rows = await db.fetch(
+        "/* all chats: the scheduler's due jobs */ "
         f"SELECT {_COLS} FROM cron_jobs WHERE enabled AND next_run_at IS NOT NULL "
         "AND next_run_at <= $1 ORDER BY next_run_at LIMIT $2 FOR UPDATE SKIP LOCKED",
         now,
@@ -275,6 +276,7 @@ async def pause_chat(db: Queries, chat_id: int, reason: str, *, at: datetime | N
 
 
 _GATES = """
+/* all chats: the gates of the due jobs' chats, read together */
 SELECT c.chat_id, p.active, p.quiet_start, p.quiet_end, p.quiet_off, p.max_per_day,
        p.cooldown_s, p.paused_at,
        (SELECT count(*) FROM proactive_runs r WHERE r.chat_id = c.chat_id

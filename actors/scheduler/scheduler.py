@@ -134,12 +134,13 @@ async def _move(
         payload[DUE_KEY] = keep_due.isoformat()
     await db.execute(
         "UPDATE cron_jobs SET next_run_at = $2, last_run_at = COALESCE($3, last_run_at), "
-        "last_outcome = $4, payload = $5::jsonb WHERE id = $1",
+        "last_outcome = $4, payload = $5::jsonb WHERE chat_id = $6 AND id = $1",
         job.id,
         nxt,
         ran,
         outcome,
         json.dumps(payload),
+        job.chat_id,
     )
 
 

@@ -267,7 +267,7 @@ class SenderActor:
                 await self._finish(row, index, len(plan.chunks), result)
                 return result.outcome != "waiting"
             message_ids.append(result)
-            if not await self._record(row.id, index, result, last=last):
+            if not await self._record(row, index, result, last=last):
                 rlog.info("sender.row_closed", chunk=index + 1)
                 return True
         rlog.info("sender.sent", chunks=len(plan.chunks), telegram_message_ids=message_ids)
@@ -286,11 +286,11 @@ class SenderActor:
         elif result.outcome == "waiting":
             rlog.info("sender.waiting_for_receiver")
         elif result.outcome == "uncertain":
-            await self._db("uncertain", partial(self.store.mark_uncertain, row.id, result.error))
+            await self._db("uncertain", partial(self.store.mark_uncertain, row, result.error))
             self.ledger.uncertain += 1
             rlog.warning("sender.uncertain", error=result.error, resent=False)
         else:
-            await self._db("failed", partial(self.store.mark_failed, row.id, result.error))
+            await self._db("failed", partial(self.store.mark_failed, row, result.error))
             if result.gave_up:
                 self.ledger.gave_up += 1
                 rlog.error("sender.gave_up", error=result.error, deadline=self.settings.deadline)
@@ -320,7 +320,7 @@ class SenderActor:
             if local is None:
                 await self._pacer.wait(row.chat_id)
             if not marked:
-                mark = partial(self.store.mark_in_flight, row.id, index)
+                mark = partial(self.store.mark_in_flight, row, index)
                 if await self._db("mark_in_flight", mark) is None:
                     return Undelivered("closed")
             marked = False
@@ -329,7 +329,7 @@ class SenderActor:
             try:
                 return await send_chunk(self.client, row, index, text, mode, last=last, via=local)
             except Unreachable:  # no receiver on the chat's own transport: the row waits
-                await self._db("release", partial(self.store.release_in_flight, row.id, index, "-"))
+                await self._db("release", partial(self.store.release_in_flight, row, index, "-"))
                 self.ledger.in_flight.discard(row.id)
                 return Undelivered("waiting")
             except RateLimited as exc:
@@ -356,7 +356,7 @@ class SenderActor:
             if trio.current_time() + delay > deadline:
                 why = f"gave up after {attempts} attempts at the deadline: {describe(error)}"
                 return Undelivered("failed", why, gave_up=True)
-            release = partial(self.store.release_in_flight, row.id, index, describe(error))
+            release = partial(self.store.release_in_flight, row, index, describe(error))
             await self._db("release", release)
             self.ledger.in_flight.discard(row.id)
             rlog.warning(event, attempt=attempts, retry_after=delay, error=str(error))
@@ -385,13 +385,13 @@ class SenderActor:
             return False
         return True
 
-    async def _record(self, row_id: int, chunk: int, message_id: int, *, last: bool) -> bool:
+    async def _record(self, row: OutboxRow, chunk: int, message_id: int, *, last: bool) -> bool:
         """Record a delivered chunk: retried through database errors, each attempt shielded from
         cancellation for ``record_timeout`` (a cancelled sender leaves the chunk in flight, and
         the next start marks the row uncertain). False when the row was closed meanwhile."""
-        record = partial(self.store.record_chunk_sent, row_id, chunk, message_id, last=last)
+        record = partial(self.store.record_chunk_sent, row, chunk, message_id, last=last)
         recorded = await self._db("record", record, shielded=True)
-        self.ledger.in_flight.discard(row_id)
+        self.ledger.in_flight.discard(row.id)
         return recorded
 
     async def _db(

@@ -14,7 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from actors.queues import outbox
+from actors.queues import outbox, sending
 from actors.queues.outbox import OutboxRow
 from actors.telegram.chunking import (
     MAX_MESSAGE_UTF16,
@@ -76,19 +76,19 @@ class OutboxStore(Protocol):
 
     async def next_pending(self, chat_id: int, limit: int) -> list[OutboxRow]: ...
 
-    async def mark_in_flight(self, row_id: int, chunk: int) -> int | None: ...
+    async def mark_in_flight(self, row: OutboxRow, chunk: int) -> int | None: ...
 
     async def record_chunk_sent(
-        self, row_id: int, chunk: int, telegram_message_id: int, *, last: bool
+        self, row: OutboxRow, chunk: int, telegram_message_id: int, *, last: bool
     ) -> bool: ...
 
-    async def release_in_flight(self, row_id: int, chunk: int, error: str) -> bool: ...
+    async def release_in_flight(self, row: OutboxRow, chunk: int, error: str) -> bool: ...
 
     async def recover_in_flight(self, row_ids: Sequence[int] | None) -> list[OutboxRow]: ...
 
-    async def mark_failed(self, row_id: int, error: str) -> bool: ...
+    async def mark_failed(self, row: OutboxRow, error: str) -> bool: ...
 
-    async def mark_uncertain(self, row_id: int, error: str) -> bool: ...
+    async def mark_uncertain(self, row: OutboxRow, error: str) -> bool: ...
 
 
 class ChunkTransport(Protocol):
@@ -120,27 +120,27 @@ class DbOutbox:
     async def next_pending(self, chat_id: int, limit: int) -> list[OutboxRow]:
         return await outbox.next_pending(self.db, chat_id, limit)
 
-    async def mark_in_flight(self, row_id: int, chunk: int) -> int | None:
-        return await outbox.mark_in_flight(self.db, row_id, chunk)
+    async def mark_in_flight(self, row: OutboxRow, chunk: int) -> int | None:
+        return await sending.mark_in_flight(self.db, row.chat_id, row.id, chunk)
 
     async def record_chunk_sent(
-        self, row_id: int, chunk: int, telegram_message_id: int, *, last: bool
+        self, row: OutboxRow, chunk: int, telegram_message_id: int, *, last: bool
     ) -> bool:
-        return await outbox.record_chunk_sent(
-            self.db, row_id, chunk, telegram_message_id, last=last
+        return await sending.record_chunk_sent(
+            self.db, row.chat_id, row.id, chunk, telegram_message_id, last=last
         )
 
-    async def release_in_flight(self, row_id: int, chunk: int, error: str) -> bool:
-        return await outbox.release_in_flight(self.db, row_id, chunk, error)
+    async def release_in_flight(self, row: OutboxRow, chunk: int, error: str) -> bool:
+        return await sending.release_in_flight(self.db, row.chat_id, row.id, chunk, error)
 
     async def recover_in_flight(self, row_ids: Sequence[int] | None) -> list[OutboxRow]:
         return await outbox.recover_in_flight(self.db, row_ids, redeliver=self.redeliver)
 
-    async def mark_failed(self, row_id: int, error: str) -> bool:
-        return await outbox.mark_failed(self.db, row_id, error)
+    async def mark_failed(self, row: OutboxRow, error: str) -> bool:
+        return await sending.mark_failed(self.db, row.chat_id, row.id, error)
 
-    async def mark_uncertain(self, row_id: int, error: str) -> bool:
-        return await outbox.mark_uncertain(self.db, row_id, error)
+    async def mark_uncertain(self, row: OutboxRow, error: str) -> bool:
+        return await sending.mark_uncertain(self.db, row.chat_id, row.id, error)
 
 
 def plan_chunks(text: str, parse_mode: str | None, limit: int = MAX_MESSAGE_UTF16) -> ChunkPlan:

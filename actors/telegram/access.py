@@ -38,6 +38,7 @@ class AllowedChat:
 async def stored_chats(db: Queries) -> list[AllowedChat]:
     """Every chat ``allowed_chats`` holds, oldest first."""
     rows = await db.fetch(
+        "/* all chats: operator list of allowed chats */ "
         "SELECT chat_id, allowed_by, user_id, allowed_at FROM allowed_chats "
         "ORDER BY allowed_at, chat_id"
     )
@@ -113,6 +114,7 @@ async def release_held(conn: Queries, chat_id: int) -> int:
 async def purge_held(db: Queries) -> int:
     """Delete kept updates older than :data:`HOLD_HOURS`; returns how many."""
     rows = await db.fetch(
+        "/* all chats: retention purge of kept updates */ "
         "DELETE FROM held_updates WHERE received_at <= now() - make_interval(hours => $1) "
         "RETURNING id",
         HOLD_HOURS,
@@ -149,6 +151,7 @@ async def chat_summaries(db: Queries, extra: Sequence[int] = ()) -> list[ChatSum
     """Every chat the database knows (messages, patterns, allowed, kept updates, journal) and
     ``extra`` ones (the setting's), with their counts, by chat id."""
     rows = await db.fetch(
+        "/* all chats: operator overview, engram chats */ "
         "WITH ids AS ("
         "  SELECT DISTINCT chat_id FROM chat_messages UNION SELECT DISTINCT chat_id FROM patterns"
         "  UNION SELECT chat_id FROM allowed_chats UNION SELECT DISTINCT chat_id FROM held_updates"

@@ -22,6 +22,7 @@ from runtime.logs import get_logger
 log = get_logger(__name__)
 
 _DEPTHS = """
+/* all chats: metrics gauges over every chat */
 SELECT 'inbox' AS q, status, count(*) AS n FROM inbox
 WHERE status IN ('pending', 'processing') GROUP BY status
 UNION ALL

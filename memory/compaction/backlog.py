@@ -67,6 +67,7 @@ class BacklogStore(Protocol):
 
 
 _BACKLOG = """
+/* all chats: the compactor's backlog scan */
 SELECT chat_id, count(*) AS n, min(created_at) AS oldest_at, max(created_at) AS newest_at
 FROM chat_messages WHERE compacted_at IS NULL
 GROUP BY chat_id HAVING count(*) > $1

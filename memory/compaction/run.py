@@ -202,13 +202,14 @@ async def _record_run(conn: Connection, chat_id: int, status: str, error: str | 
     )
 
 
-async def _fail_run(conn: Connection, run_id: int, error: str) -> None:
+async def _fail_run(conn: Connection, chat_id: int, run_id: int, error: str) -> None:
     with trio.move_on_after(10, shield=True):
         await conn.execute(
             "UPDATE compaction_runs SET status = 'failed', finished_at = now(), error = $2 "
-            "WHERE id = $1",
+            "WHERE chat_id = $3 AND id = $1",
             run_id,
             error[:2000],
+            chat_id,
         )
 
 
@@ -308,8 +309,10 @@ async def _locked(
             for r in await conn.fetch(_KNOWN, chat_id, opts.known_patterns)
         ]
         uuids = await conn.fetch(
-            "SELECT DISTINCT entry_uuid FROM pattern_entries WHERE pattern_id = ANY($1)",
+            "SELECT DISTINCT entry_uuid FROM pattern_entries "
+            "WHERE chat_id = $2 AND pattern_id = ANY($1)",
             [p.id for p in known],
+            chat_id,
         )
         messages = [chunk_message(r) for r in chunk]
         result = await extract(
@@ -321,7 +324,7 @@ async def _locked(
             timezone=opts.timezone,
         )
         if result is None:
-            await _fail_run(conn, run_id, "extraction: invalid JSON twice")
+            await _fail_run(conn, chat_id, run_id, "extraction: invalid JSON twice")
             return CompactionOutcome("failed", chat_id, run_id, error="invalid JSON twice")
         extraction, rejections = result
         thresholds = opts.thresholds or thresholds_for(embedder.model)
@@ -341,10 +344,10 @@ async def _locked(
     except Exception as exc:
         error = f"{type(exc).__name__}: {exc}"
         log.error("compaction.failed", chat_id=chat_id, run_id=run_id, error=error)
-        await _fail_run(conn, run_id, error)
+        await _fail_run(conn, chat_id, run_id, error)
         return CompactionOutcome("failed", chat_id, run_id, error=error)
     except BaseException:
-        await _fail_run(conn, run_id, "cancelled")
+        await _fail_run(conn, chat_id, run_id, "cancelled")
         raise
     log.info(
         "compaction.ok",

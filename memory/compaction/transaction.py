@@ -293,12 +293,13 @@ async def apply_extraction(
     await conn.execute(
         "UPDATE compaction_runs SET status = 'ok', finished_at = now(), messages_compacted = $2, "
         "patterns_created = $3, patterns_reinforced = $4, patterns_contradicted = $5 "
-        "WHERE id = $1",
+        "WHERE chat_id = $6 AND id = $1",
         run_id,
         len(ids),
         counts.created,
         counts.reinforced,
         counts.contradicted,
+        chat_id,
     )
     return counts
 

@@ -27,6 +27,7 @@ BATCH = 5000  # rows per DELETE: short transactions, no long lock on a big backl
 
 
 _DELETE = """
+/* all chats: retention purge */
 DELETE FROM chat_messages WHERE id IN (
     SELECT id FROM chat_messages
     WHERE compacted_at IS NOT NULL AND compacted_at < $1
@@ -56,13 +57,16 @@ async def purge_compacted(
 
 # $1 cutoff, $2 batch
 _SCRUB = (
-    """UPDATE inbox SET payload = '{}'::jsonb WHERE id IN (
+    """/* all chats: retention purge */
+UPDATE inbox SET payload = '{}'::jsonb WHERE id IN (
         SELECT id FROM inbox WHERE status IN ('done', 'skipped', 'failed')
           AND payload <> '{}'::jsonb AND received_at < $1 LIMIT $2)""",
-    """UPDATE outbox SET text = '', reply_markup = NULL WHERE id IN (
+    """/* all chats: retention purge */
+UPDATE outbox SET text = '', reply_markup = NULL WHERE id IN (
         SELECT id FROM outbox WHERE status IN ('sent', 'failed', 'uncertain')
           AND (text <> '' OR reply_markup IS NOT NULL) AND created_at < $1 LIMIT $2)""",
-    """DELETE FROM held_updates WHERE (chat_id, id) IN (
+    """/* all chats: retention purge */
+DELETE FROM held_updates WHERE (chat_id, id) IN (
         SELECT chat_id, id FROM held_updates WHERE received_at < $1 LIMIT $2)""",
 )
 

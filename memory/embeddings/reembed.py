@@ -72,7 +72,11 @@ async def count_pending(
             args.append(cutoff)
         where = _pending_where(spec, "$2" if cutoff is not None else None)
         out[table] = int(
-            await db.fetchval(f"SELECT count(*) FROM {spec.owner_table} o WHERE {where}", *args)
+            await db.fetchval(
+                "/* all chats: operator re-embedding sweep */ "
+                f"SELECT count(*) FROM {spec.owner_table} o WHERE {where}",
+                *args,
+            )
         )
     return out
 
@@ -92,6 +96,7 @@ async def _pending_rows(
         args.append(cutoff)
     where = _pending_where(spec, "$4" if cutoff is not None else None)
     rows = await db.fetch(
+        "/* all chats: operator re-embedding sweep */ "
         f"SELECT o.id, coalesce(o.{spec.text_col}, '') AS text, {chat} AS chat_id "
         f"FROM {spec.owner_table} o WHERE o.id > $2 AND {where} ORDER BY o.id LIMIT $3",
         *args,

@@ -138,13 +138,16 @@ async def store_vectors(
         return 0
     if ensure_index:
         await ensure_vector_index(db, table, model, dims)
-    chat_col, chat_val = (
-        (", chat_id", ", coalesce($5::bigint, o.chat_id)") if spec.chat_scoped else ("", "")
-    )
+    chat_col, chat_val, one_chat, sweep = "", "", "", ""
+    if spec.chat_scoped and all(a[4] is not None for a in args):
+        chat_col, chat_val, one_chat = ", chat_id", ", $5::bigint", "o.chat_id = $5 AND "
+    elif spec.chat_scoped:  # a caller that does not know its rows' chats (bulk loads)
+        chat_col, chat_val = ", chat_id", ", coalesce($5::bigint, o.chat_id)"
+        sweep = "/* all chats: vectors stored by owner id, their chat read from the owner */ "
     await db.executemany(
-        f"INSERT INTO {table} ({spec.owner_col}, model, dims, embedding{chat_col}) "
+        f"{sweep}INSERT INTO {table} ({spec.owner_col}, model, dims, embedding{chat_col}) "
         f"SELECT o.id, $2::text, $3::int, $4::vector{chat_val} "
-        f"FROM {spec.owner_table} o WHERE o.id = $1 "
+        f"FROM {spec.owner_table} o WHERE {one_chat}o.id = $1 "
         f"ON CONFLICT ({spec.owner_col}, model) DO UPDATE SET dims = EXCLUDED.dims, "
         "embedding = EXCLUDED.embedding, created_at = now()",
         args,
@@ -154,6 +157,7 @@ async def store_vectors(
 
 def _missing_sql(spec: VectorTable, columns: str) -> str:
     return (
+        "/* all chats: the embedding backfill's sweep */ "
         f"SELECT {columns} FROM {spec.owner_table} o WHERE o.id > $3 AND NOT EXISTS "
         f"(SELECT 1 FROM {spec.name} v WHERE v.{spec.owner_col} = o.id AND v.model = $1) "
         "ORDER BY o.id LIMIT $2"

@@ -350,10 +350,12 @@ async def _embed_new(
             spec = vector_table(table)
             rows = await db.fetch(
                 f"SELECT o.id, coalesce(o.{spec.text_col}, '') AS text FROM {spec.owner_table} o "
-                f"WHERE o.id = ANY($1::bigint[]) AND NOT EXISTS (SELECT 1 FROM {spec.name} v "
+                f"WHERE o.chat_id = $3 AND o.id = ANY($1::bigint[]) AND NOT EXISTS "
+                f"(SELECT 1 FROM {spec.name} v "
                 f"WHERE v.{spec.owner_col} = o.id AND v.model = $2) ORDER BY o.id",
                 owners,
                 embedder.model,
+                chat_id,
             )
             for start in range(0, len(rows), EMBED_BATCH):
                 batch = rows[start : start + EMBED_BATCH]

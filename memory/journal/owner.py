@@ -25,7 +25,12 @@ SELECT count(*) FROM moved
 
 async def count_unowned(db: Database) -> int:
     """Entries that belong to no chat (imported before migration 012)."""
-    return int(await db.fetchval("SELECT count(*) FROM entries WHERE chat_id IS NULL"))
+    return int(
+        await db.fetchval(
+            "/* all chats: journal entries that no chat owns yet */ "
+            "SELECT count(*) FROM entries WHERE chat_id IS NULL"
+        )
+    )
 
 
 async def assign_unowned(db: Database, chat_id: int) -> int:

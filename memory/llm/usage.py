@@ -254,6 +254,7 @@ class UsageSummary:
 
 
 _GROUP_SQL = """
+/* all chats: one chat's spend, every chat's (operator report) or one chat's with no chat's */
 SELECT {key} AS key, count(*) AS calls, count(*) FILTER (WHERE NOT ok) AS failed,
        coalesce(sum(cost_usd), 0) AS cost_usd,
        coalesce(sum(input_tokens), 0)::bigint AS input_tokens,
@@ -268,6 +269,7 @@ GROUP BY 1 ORDER BY cost_usd DESC, 1
 """
 
 _DAY_SQL = """
+/* all chats: one chat's spend, every chat's (operator report) or one chat's with no chat's */
 SELECT (created_at AT TIME ZONE $5)::date AS day, count(*) AS calls,
        coalesce(sum(cost_usd), 0) AS cost_usd
 FROM api_usage

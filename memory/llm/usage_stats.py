@@ -35,6 +35,7 @@ class Latency:
 
 
 _DAYS = """
+/* all chats: one chat's usage, or every chat's (operator report) */
 SELECT (created_at AT TIME ZONE $4)::date AS day, {key} AS key,
        coalesce(sum(cost_usd), 0) AS cost_usd,
        coalesce(sum(input_tokens), 0)::bigint AS input_tokens,
@@ -46,6 +47,7 @@ WHERE created_at >= $1 AND created_at < $2 AND ($3::bigint IS NULL OR chat_id = 
 GROUP BY 1, 2 ORDER BY 1, 2
 """
 _LATENCY = """
+/* all chats: one chat's usage, or every chat's (operator report) */
 SELECT purpose, count(*) AS calls,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY latency_ms) AS p50,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY latency_ms) AS p95

@@ -58,6 +58,7 @@ TTL_REASON = f"expired: confidence below {TTL_MAX_CONFIDENCE}, seen once, not fo
 TTL_BATCH = 500
 
 _STALE = """
+/* all chats: pattern TTL sweep */
 SELECT chat_id, id FROM patterns
 WHERE status = 'active' AND NOT is_core_tenet AND confidence < $2 AND times_seen = 1
   AND last_seen < $1
@@ -91,6 +92,7 @@ DEFAULT_MAX_PATTERNS = 20_000
 CAP_REASON = "over the chat's limit of {cap} active memories (MAX_PATTERNS_PER_CHAT): the weakest"
 
 _OVER_CAP = """
+/* all chats: pattern cap sweep */
 SELECT chat_id, count(*) - $1 AS over FROM patterns WHERE status = 'active'
 GROUP BY chat_id HAVING count(*) > $1 ORDER BY chat_id
 """

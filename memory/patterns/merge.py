@@ -117,12 +117,16 @@ def merge_reason(survivor_id: int, differences: str) -> str:
 _LOCK = """
 SELECT id, chat_id, content, status, strength, times_seen, confidence, first_seen, last_seen,
        contradiction_count, is_core_tenet
-FROM patterns WHERE id = ANY($1::bigint[]) AND ($2::bigint IS NULL OR chat_id = $2)
+FROM patterns WHERE chat_id = $2 AND id = ANY($1::bigint[])
 ORDER BY id FOR UPDATE
 """
+_CHATS_OF = (
+    "/* all chats: the chats of patterns known by id (a merge without its chat) */ "
+    "SELECT DISTINCT chat_id FROM patterns WHERE id = ANY($1::bigint[]) AND status = 'active'"
+)
 
 _MOVE_ENTRIES = """
-WITH moved AS (DELETE FROM pattern_entries WHERE pattern_id = $2 RETURNING *)
+WITH moved AS (DELETE FROM pattern_entries WHERE chat_id = $3 AND pattern_id = $2 RETURNING *)
 INSERT INTO pattern_entries AS pe (pattern_id, entry_uuid, chat_id, source, confidence,
                                    times_linked, last_linked_at, created_at)
 SELECT $1, entry_uuid, chat_id, source, confidence, times_linked, last_linked_at, created_at
@@ -137,8 +141,9 @@ ON CONFLICT (pattern_id, entry_uuid) DO UPDATE SET
 """
 
 _MOVE_ALIASES = """
-UPDATE pattern_aliases a SET pattern_id = $1 WHERE a.pattern_id = $2
-  AND NOT EXISTS (SELECT 1 FROM pattern_aliases s WHERE s.pattern_id = $1 AND s.content = a.content)
+UPDATE pattern_aliases a SET pattern_id = $1 WHERE a.chat_id = $3 AND a.pattern_id = $2
+  AND NOT EXISTS (SELECT 1 FROM pattern_aliases s
+                  WHERE s.chat_id = $3 AND s.pattern_id = $1 AND s.content = a.content)
 """
 
 _ADD_ALIAS = """
@@ -148,19 +153,19 @@ WITH ins AS (
 )
 INSERT INTO alias_embeddings (alias_id, model, chat_id, dims, embedding)
 SELECT ins.id, pe.model, pe.chat_id, pe.dims, pe.embedding
-FROM ins JOIN pattern_embeddings pe ON pe.pattern_id = $2
+FROM ins JOIN pattern_embeddings pe ON pe.chat_id = $3 AND pe.pattern_id = $2
 """
 
 _MOVE_RELATIONS = """
-UPDATE pattern_relations r SET {col} = $1 WHERE r.{col} = $2 AND r.{other} <> $1
-  AND NOT EXISTS (SELECT 1 FROM pattern_relations x WHERE x.{col} = $1
+UPDATE pattern_relations r SET {col} = $1 WHERE r.chat_id = $3 AND r.{col} = $2 AND r.{other} <> $1
+  AND NOT EXISTS (SELECT 1 FROM pattern_relations x WHERE x.chat_id = $3 AND x.{col} = $1
                   AND x.{other} = r.{other} AND x.relation = r.relation)
 """
 
 _SURVIVOR = """
 UPDATE patterns SET strength = $2, times_seen = $3, confidence = $4, first_seen = $5,
     last_seen = $6, contradiction_count = $7, updated_at = now()
-WHERE id = $1
+WHERE chat_id = $8 AND id = $1
 """
 
 
@@ -190,6 +195,13 @@ async def merge_pair(
     survivor's new pin are audited as ``actor``'s (the merge job, or the person's
     ``/memory merge``)."""
     async with db.transaction() as conn:
+        if chat_id is None:  # the pair's chat, read first: the lock is one chat's
+            chats = await conn.fetch(_CHATS_OF, [a_id, b_id])
+            if len(chats) > 1:
+                raise ValueError(f"patterns {a_id} and {b_id} belong to different chats")
+            if not chats:
+                return None
+            chat_id = int(chats[0]["chat_id"])
         rows = await conn.fetch(_LOCK, [a_id, b_id], chat_id)
         if len(rows) != 2 or any(r["status"] != "active" for r in rows):
             return None
@@ -211,16 +223,20 @@ async def merge_pair(
             other_id=s,
         )
         await conn.execute(
-            "UPDATE pattern_observations SET pattern_id = $1 WHERE pattern_id = $2", s, lo
+            "UPDATE pattern_observations SET pattern_id = $1 "
+            "WHERE chat_id = $3 AND pattern_id = $2",
+            s,
+            lo,
+            chat_id,
         )
-        await conn.execute(_MOVE_ENTRIES, s, lo)
-        await conn.execute(_MOVE_ALIASES, s, lo)
+        await conn.execute(_MOVE_ENTRIES, s, lo, chat_id)
+        await conn.execute(_MOVE_ALIASES, s, lo, chat_id)
         await conn.execute(_ADD_ALIAS, s, lo, chat_id, loser_content)
         for col, other in (
             ("from_pattern_id", "to_pattern_id"),
             ("to_pattern_id", "from_pattern_id"),
         ):
-            await conn.execute(_MOVE_RELATIONS.format(col=col, other=other), s, lo)
+            await conn.execute(_MOVE_RELATIONS.format(col=col, other=other), s, lo, chat_id)
         c = combine(survivor, loser)
         await conn.execute(
             _SURVIVOR,
@@ -231,6 +247,7 @@ async def merge_pair(
             c.first_seen,
             c.last_seen,
             c.contradiction_count,
+            chat_id,
         )
         if by_id[lo]["is_core_tenet"] and not by_id[s]["is_core_tenet"]:
             await set_core_tenet(
@@ -285,7 +302,9 @@ async def _decide(
     if not verdict.merge:  # both core_intent_match and merge_decision
         return attrs.evolve(pair, decision="keep", differences=differences)
     if dry_run:
-        rows = await db.fetch(_LOCK.replace(" FOR UPDATE", ""), [pair.a_id, pair.b_id], None)
+        rows = await db.fetch(
+            _LOCK.replace(" FOR UPDATE", ""), [pair.a_id, pair.b_id], pair.chat_id
+        )
         survivor, loser = choose_survivor(*(_stats(r) for r in rows))
         return attrs.evolve(
             pair,
@@ -294,7 +313,9 @@ async def _decide(
             loser_id=loser.id,
             differences=differences,
         )
-    merged = await merge_pair(db, pair.a_id, pair.b_id, differences=differences)
+    merged = await merge_pair(
+        db, pair.a_id, pair.b_id, differences=differences, chat_id=pair.chat_id
+    )
     if merged is None:  # changed meanwhile (forgotten, merged by another run)
         return attrs.evolve(pair, decision="skipped", differences=differences)
     log.info(

@@ -31,6 +31,7 @@ class Candidate:
 
 
 _CHATS = """
+/* all chats: the merge job's scan for chats with candidates (one when given) */
 SELECT DISTINCT p.chat_id FROM patterns p
 JOIN pattern_embeddings pe ON pe.pattern_id = p.id AND pe.model = $1
 WHERE p.status = 'active' AND ($2::bigint IS NULL OR p.chat_id = $2)

@@ -62,10 +62,11 @@ async def contradict_pattern(
     status = status_after_contradiction(row["status"], count)
     await conn.execute(
         "UPDATE patterns SET confidence = $2, contradiction_count = $3, updated_at = now() "
-        "WHERE id = $1",
+        "WHERE chat_id = $4 AND id = $1",
         pattern_id,
         after.confidence,
         count,
+        chat_id,
     )
     if status != row["status"]:  # disputed: the status change and its audit row
         await change_status(

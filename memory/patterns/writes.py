@@ -285,12 +285,14 @@ async def reinforce_pattern(
     if bump:
         await conn.execute(
             "UPDATE patterns SET strength = $2, confidence = $3, times_seen = $4, "
-            "last_seen = greatest(last_seen, $5), updated_at = now() WHERE id = $1",
+            "last_seen = greatest(last_seen, $5), updated_at = now() "
+            "WHERE chat_id = $6 AND id = $1",
             pattern_id,
             after.strength,
             after.confidence,
             after.times_seen,
             row["at"],
+            chat_id,
         )
     await add_observation(conn, pattern_id, chat_id, evidence)
     if alias is not None and canonical_hash(alias) != row["canonical_hash"]:

@@ -141,7 +141,11 @@ class VectorPlanner:
         total = int(row["est"]) if row["est"] is not None else -1
         if count > self.exact_max and total < count:  # never analysed yet: count them
             total = int(
-                await db.fetchval("SELECT count(*) FROM pattern_embeddings WHERE model = $1", model)
+                await db.fetchval(
+                    "/* all chats: the whole table's vectors, for the shared index */ "
+                    "SELECT count(*) FROM pattern_embeddings WHERE model = $1",
+                    model,
+                )
             )
         size = ChatSize(count, max(total, count), bool(row["own"]), now)
         self._sizes[key] = size
@@ -167,6 +171,7 @@ async def ensure_chat_indexes(
     """
     check_model(model)
     rows = await db.fetch(
+        "/* all chats: the per-chat index job's scan */ "
         "SELECT chat_id, count(*) AS n FROM pattern_embeddings WHERE model = $1 AND dims = $2"
         " GROUP BY chat_id HAVING count(*) > $3",
         model,
@@ -176,7 +181,13 @@ async def ensure_chat_indexes(
     total = sum(int(r["n"]) for r in rows)
     total = max(
         total,
-        int(await db.fetchval("SELECT count(*) FROM pattern_embeddings WHERE model = $1", model)),
+        int(
+            await db.fetchval(
+                "/* all chats: the whole table's vectors, for the shared index */ "
+                "SELECT count(*) FROM pattern_embeddings WHERE model = $1",
+                model,
+            )
+        ),
     )
     made: list[int] = []
     for r in rows:

@@ -129,6 +129,7 @@ FROM pattern_audit WHERE chat_id = $1 ORDER BY at, id
 """
 #: the chats that have something to show
 _CHATS = """
+/* all chats: the vault writer's list of chats */
 SELECT chat_id FROM chat_messages UNION SELECT chat_id FROM patterns
 UNION SELECT chat_id FROM episodes UNION SELECT chat_id FROM pattern_audit ORDER BY 1
 """

@@ -99,7 +99,7 @@ async def test_a_restart_after_a_claim_charges_no_attempt_and_answers_once(
     async with process(db, turns, bot):
         await wait_sent(db, 1)
     assert turns.seen == ["hello"] and fake.sent_texts(CHAT) == ["echo:hello"]
-    row = await inbox.get(db, row_id)
+    row = await inbox.get(db, CHAT, row_id)
     assert row is not None and (row.status, row.attempts, row.crashes) == ("done", 0, 1)
 
 
@@ -117,7 +117,7 @@ async def test_an_update_that_kills_the_process_every_time_is_skipped_at_the_cra
             async with process(db, turns):
                 await trio.sleep_forever()
         assert Killed in [type(e) for e in leaf_exceptions(died.value)]
-        row = await inbox.get(db, poison)
+        row = await inbox.get(db, CHAT, poison)
         assert row is not None and (row.status, row.attempts, row.crashes) == (
             "processing",
             0,
@@ -129,11 +129,11 @@ async def test_an_update_that_kills_the_process_every_time_is_skipped_at_the_cra
         await wait_sent(db, 3)
     assert turns.seen[inbox.MAX_CRASHES :] == ["after one", "after two"]
     assert fake.sent_texts(CHAT) == [GAVE_UP, "echo:after one", "echo:after two"]
-    row = await inbox.get(db, poison)
+    row = await inbox.get(db, CHAT, poison)
     assert row is not None and (row.status, row.crashes) == ("skipped", inbox.MAX_CRASHES)
     assert "crashes" in (row.last_error or "")
     for row_id in later:
-        stored = await inbox.get(db, row_id)
+        stored = await inbox.get(db, CHAT, row_id)
         assert stored is not None and (stored.status, stored.attempts, stored.crashes) == (
             "done",
             0,

@@ -99,7 +99,7 @@ async def test_a_model_outage_through_a_restart_is_told_once_and_answered_in_ord
         await until(lambda: len(model.seen) >= 4 and len(fake.sent_texts(CHAT)) == 1)
     # a restart while the model is still down: the rows were handed back, uncharged
     for row_id in (first, second):
-        row = await inbox.get(db, row_id)
+        row = await inbox.get(db, CHAT, row_id)
         assert row is not None and row.status in inbox.OPEN_STATUSES and row.attempts == 0
     tried = len(model.seen)
     async with process(db, model, bot):
@@ -111,7 +111,7 @@ async def test_a_model_outage_through_a_restart_is_told_once_and_answered_in_ord
     assert set(model.seen[:-2]) == {"first"}  # the later message waited behind the first
     assert model.seen[-2:] == ["first", "second"]
     for row_id in (first, second):
-        row = await inbox.get(db, row_id)
+        row = await inbox.get(db, CHAT, row_id)
         assert row is not None and (row.status, row.attempts) == ("done", 0)
 
 

@@ -85,7 +85,7 @@ async def test_stop_cancels_and_callbacks_are_answered(db: Database) -> None:
 async def test_recovery_wakes_chats_with_open_rows(db: Database) -> None:
     await inbox.insert_update(db, "update:1", 1, 77, "message", message(1, 77, "x"))
     await inbox.insert_update(db, "update:2", 2, 78, "message", message(2, 78, "y"))
-    await inbox.mark_done(db, [2])
+    await inbox.mark_done(db, 78, [2])
     registry = Registry()
     router = Router(db, registry, Bot(), RunningTurns(), sweep_interval=3600)
     async with trio.open_nursery() as nursery:
@@ -111,6 +111,6 @@ async def test_start_returns_rows_left_processing_counting_a_crash_once(db: Data
         await inbox.take_open(db, 77, 0, 3)  # this process's actor claims it again
         await trio.sleep(0.3)  # several sweeps: they wake, they do not count crashes
         nursery.cancel_scope.cancel()
-    row = await inbox.get(db, a)
+    row = await inbox.get(db, 77, a)
     assert row is not None and (row.status, row.crashes) == ("processing", 1)
     assert registry.sent[0] == 77

@@ -71,20 +71,20 @@ class MemoryStore:
         claimed = None
         if rows and rows[0].attempts < max_attempts and rows[0].crashes < max_crashes:
             claimed = rows[0].id
-            await self.mark_processing([claimed])
+            await self.mark_processing(chat_id, [claimed])
         return rows, claimed
 
-    async def mark_processing(self, ids: Sequence[int]) -> None:
+    async def mark_processing(self, chat_id: int, ids: Sequence[int]) -> None:
         self._set(ids, status="processing")
 
-    async def mark_failed(self, ids: Sequence[int], error: str) -> None:
+    async def mark_failed(self, chat_id: int, ids: Sequence[int], error: str) -> None:
         for i in ids:
             self._set([i], status="failed", attempts=self.rows[i].attempts + 1, last_error=error)
 
-    async def mark_skipped(self, ids: Sequence[int], reason: str) -> None:
+    async def mark_skipped(self, chat_id: int, ids: Sequence[int], reason: str) -> None:
         self._set(ids, status="skipped", last_error=reason)
 
-    async def release(self, ids: Sequence[int], reason: str) -> None:
+    async def release(self, chat_id: int, ids: Sequence[int], reason: str) -> None:
         self._set(ids, status="pending", last_error=reason)
 
     async def notify(self, chat_id: int, text: str) -> OutboxRow | None:

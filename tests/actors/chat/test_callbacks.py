@@ -188,13 +188,13 @@ async def test_a_tap_runs_its_handler_once_with_the_rows_it_queues(db: Database)
     undo = json.loads(rows[0]["reply_markup"])["inline_keyboard"][0][0]
     assert undo["text"] == "Undo"  # the new keyboard's button is live: no text, it is registered
     assert await runner.answer_text(CHAT, query(undo["callback_data"])) is None
-    assert rows[0]["inbox_ids"] == [row] and (await inbox.get(db, row)).status == "done"  # type: ignore[union-attr]
+    assert rows[0]["inbox_ids"] == [row] and (await inbox.get(db, CHAT, row)).status == "done"  # type: ignore[union-attr]
     # the same button again, and its sibling on the edited message: nothing happens
     for n, token in ((2, yes), (3, no)):
         assert await runner.answer_text(CHAT, query(token, f"q{n}")) == EXPIRED
         again = await inbox_row(db, n)
         assert await runner.tap(CHAT, again, query(token, f"q{n}")) is False
-        assert (await inbox.get(db, again)).status == "skipped"  # type: ignore[union-attr]
+        assert (await inbox.get(db, CHAT, again)).status == "skipped"  # type: ignore[union-attr]
     assert len(seen) == 1 and len(await outbox_rows(db)) == 2
     assert await db.fetchval("SELECT count(*) FROM picks") == 1
 
@@ -217,7 +217,7 @@ async def test_a_foreign_expired_or_unhandled_button_changes_nothing(db: Databas
         assert await runner.answer_text(CHAT, query(token)) == (EXPIRED if token else None)
         row = await inbox_row(db, n)
         assert await runner.tap(CHAT, row, query(token)) is False
-        assert (await inbox.get(db, row)).status == "skipped"  # type: ignore[union-attr]
+        assert (await inbox.get(db, CHAT, row)).status == "skipped"  # type: ignore[union-attr]
     assert calls == [] and await outbox_rows(db) == []
     live = await callbacks.peek(db, OTHER, theirs)
     assert isinstance(live, Redeemed)  # the other chat's button still works there
@@ -237,12 +237,12 @@ async def test_a_failing_handler_leaves_the_token_unused_for_the_retry(db: Datab
     runner = Callbacks(db, table)
     token = await callbacks.issue(db, CHAT, {"name": "flaky"})
     row = await inbox_row(db, 1)
-    await inbox.mark_processing(db, [row])
+    await inbox.mark_processing(db, CHAT, [row])
     with pytest.raises(RuntimeError):
         await runner.tap(CHAT, row, query(token))
     assert await outbox_rows(db) == []  # rolled back: no edit, token unused, row open
     assert isinstance(await callbacks.peek(db, CHAT, token), Redeemed)
-    assert (await inbox.get(db, row)).status == "processing"  # type: ignore[union-attr]
+    assert (await inbox.get(db, CHAT, row)).status == "processing"  # type: ignore[union-attr]
     assert await runner.tap(CHAT, row, query(token)) is True  # the retry acts, once
     assert [r["text"] for r in await outbox_rows(db)] == ["half done"]
 

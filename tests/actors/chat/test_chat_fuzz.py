@@ -206,7 +206,7 @@ async def test_random_input_through_every_command_and_button(
                 break
             await actor.on_deadline()
         assert actor.deadline() is None
-        row = await inbox.get(db, row_id)
+        row = await inbox.get(db, chat, row_id)
         assert row is not None and row.status in ("done", "skipped"), (row, update)
         answers = await db.fetch(
             "SELECT text FROM outbox WHERE $1 = ANY(inbox_ids) ORDER BY id", row_id

@@ -305,7 +305,7 @@ async def test_a_rule_with_nothing_to_say_sends_nothing_and_calls_no_model(
         await settled(db, runs=1, sent=0)
     assert await runs(db) == [("on-this-day", "skipped", "nothing to say", 0)]
     assert model.requests == [] and fake.calls_to("sendMessage") == []
-    got = await inbox.get(db, row)
+    got = await inbox.get(db, CHAT, row)
     assert got is not None and got.status == "skipped"
 
 
@@ -385,7 +385,7 @@ async def test_unknown_routine_and_bad_payloads_are_skipped_and_the_chat_goes_on
     ]
     assert fake.sent_texts(CHAT) == ["echo:still there?"]
     for row_id in bad:
-        row = await inbox.get(db, row_id)
+        row = await inbox.get(db, CHAT, row_id)
         assert row is not None and row.status == "skipped" and row.attempts == 0
         assert row.last_error and ("payload" in row.last_error or "another chat" in row.last_error)
 

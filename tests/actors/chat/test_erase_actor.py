@@ -76,7 +76,7 @@ async def test_a_turn_in_flight_when_the_chat_is_erased_writes_nothing(db: Datab
     row = await inbox.insert_update(db, "update:2", 2, CHAT, "message", message(2, "Hello"))
     await actor.handle(Wake())
     assert turns.seen == ["I live in Lisbon", "Hello"]
-    done = await inbox.get(db, row or 0)
+    done = await inbox.get(db, CHAT, row or 0)
     assert done is not None and done.status == "done"
     contents = await db.fetch("SELECT content FROM chat_messages WHERE chat_id = $1", CHAT)
     assert [r["content"] for r in contents] == ["Hello"]

@@ -17,7 +17,7 @@ from actors.local import hub as hub_module
 from actors.local.frames import Delivery, ServerFrame
 from actors.local.hub import LocalHub, Session
 from actors.local.ids import LOCAL_CHAT_ID, LOCAL_CHATS, bot_message_id
-from actors.queues import outbox
+from actors.queues import outbox, sending
 from actors.sender.actor import OutboxReady, SenderActor
 from actors.sender.policy import SenderSettings
 from runtime.db import Database
@@ -147,8 +147,8 @@ async def test_recovery_resends_local_chunks_and_makes_telegram_ones_uncertain(
 ) -> None:
     telegram = await outbox.enqueue_reply(db, 5, "to telegram")
     local = await outbox.enqueue_reply(db, LOCAL_CHAT_ID, "to the terminal")
-    for row_id in (telegram, local):
-        assert await outbox.mark_in_flight(db, row_id, 0) == 1
+    for chat, row_id in ((5, telegram), (LOCAL_CHAT_ID, local)):
+        assert await sending.mark_in_flight(db, chat, row_id, 0) == 1
     recovered = await outbox.recover_in_flight(db, None, redeliver=LOCAL_CHATS)
     assert [r.id for r in recovered] == [telegram]
     assert (await row(db, telegram))["status"] == "uncertain"
@@ -156,5 +156,5 @@ async def test_recovery_resends_local_chunks_and_makes_telegram_ones_uncertain(
     assert again["status"] == "sending" and again["chunk_in_flight"] is None
     assert [r.id for r in await outbox.next_pending(db, LOCAL_CHAT_ID)] == [local]
     # without a redelivered range every chat's chunk is uncertain, as before
-    assert await outbox.mark_in_flight(db, local, 0) == 2
+    assert await sending.mark_in_flight(db, LOCAL_CHAT_ID, local, 0) == 2
     assert [r.id for r in await outbox.recover_in_flight(db, None)] == [local]

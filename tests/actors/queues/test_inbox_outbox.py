@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from actors.agent.turn import TurnReply
 from actors.chat.store import SqlChatStore
-from actors.queues import inbox, outbox
+from actors.queues import inbox, outbox, sending
 from runtime import db as dbmod
 from runtime import errors
 
@@ -45,9 +45,9 @@ async def test_insert_roundtrip_and_duplicate_key(db: dbmod.Database) -> None:
     assert isinstance(row_id, int)
     assert await inbox.insert_update(db, "update:1", 1, 42, "message", payload) is None
     assert await db.fetchval("SELECT count(*) FROM inbox") == 1
-    row = await inbox.get(db, row_id)
+    row = await inbox.get(db, 42, row_id)
     assert row is not None
-    assert row == await inbox.get_by_key(db, "update:1")
+    assert row == await inbox.get_by_key(db, 42, "update:1")
     assert (row.update_key, row.update_id, row.chat_id, row.kind) == ("update:1", 1, 42, "message")
     assert row.payload == payload
     assert (row.status, row.attempts, row.last_error, row.processed_at) == (
@@ -62,7 +62,7 @@ async def test_payload_jsonb_hostile_strings_are_made_storable(db: dbmod.Databas
     payload = {"update_id": 2, "a\x00b": ["nul\x00here", "lone \ud800 surrogate"], "n": 1.5}
     row_id = await inbox.insert_update(db, "update:2", 2, 1, "message", payload)
     assert row_id is not None
-    row = await inbox.get(db, row_id)
+    row = await inbox.get(db, 1, row_id)
     assert row is not None
     assert row.payload == {
         "update_id": 2,
@@ -146,51 +146,51 @@ async def test_pending_for_chat_in_order_and_open_chats(db: dbmod.Database) -> N
     assert [r.id for r in await inbox.pending_for_chat(db, 100, limit=2)] == [a1, a2]
     assert await inbox.open_chats(db) == [100, 200]
 
-    await inbox.mark_processing(db, [a1])
-    await inbox.mark_done(db, [a1])
-    await inbox.mark_skipped(db, [a2], "edited away")
-    await inbox.mark_processing(db, [a3])
-    assert await inbox.mark_failed(db, a3, "boom") == 1
+    await inbox.mark_processing(db, 100, [a1])
+    await inbox.mark_done(db, 100, [a1])
+    await inbox.mark_skipped(db, 100, [a2], "edited away")
+    await inbox.mark_processing(db, 100, [a3])
+    assert await inbox.mark_failed(db, 100, a3, "boom") == 1
     # failed rows stay open (retried); done/skipped rows are gone from the queue
     assert [r.id for r in await inbox.pending_for_chat(db, 100)] == [a3]
-    await inbox.mark_done(db, [b1])
+    await inbox.mark_done(db, 200, [b1])
     assert await inbox.open_chats(db) == [100]
-    await inbox.mark_done(db, [a3])
+    await inbox.mark_done(db, 100, [a3])
     assert await inbox.open_chats(db) == []
     assert await inbox.pending_for_chat(db, 100) == []
 
 
 async def test_status_transitions_and_attempts(db: dbmod.Database) -> None:
     row_id = await _insert(db, 20, 1)
-    assert await inbox.mark_processing(db, [row_id, row_id]) == 1
-    assert await inbox.mark_failed(db, row_id, "first") == 1
+    assert await inbox.mark_processing(db, 1, [row_id, row_id]) == 1
+    assert await inbox.mark_failed(db, 1, row_id, "first") == 1
     # claiming charges nothing: only the row's own failures count
-    assert await inbox.mark_processing(db, [row_id]) == 1
-    assert await inbox.mark_processing(db, [row_id]) == 1
-    assert await inbox.mark_failed(db, row_id, "x" * 5000) == 2
-    row = await inbox.get(db, row_id)
+    assert await inbox.mark_processing(db, 1, [row_id]) == 1
+    assert await inbox.mark_processing(db, 1, [row_id]) == 1
+    assert await inbox.mark_failed(db, 1, row_id, "x" * 5000) == 2
+    row = await inbox.get(db, 1, row_id)
     assert row is not None
     assert (row.status, row.attempts, row.crashes) == ("failed", 2, 0)
     assert row.last_error is not None and len(row.last_error) == inbox.MAX_ERROR_CHARS
 
-    assert await inbox.mark_done(db, [row_id]) == 1
-    row = await inbox.get(db, row_id)
+    assert await inbox.mark_done(db, 1, [row_id]) == 1
+    row = await inbox.get(db, 1, row_id)
     assert row is not None
     assert (row.status, row.last_error) == ("done", None)
     assert row.processed_at is not None
     # final rows are not resurrected or re-labelled
-    assert await inbox.mark_processing(db, [row_id]) == 0
-    assert await inbox.mark_failed(db, row_id, "late") is None
-    assert await inbox.mark_skipped(db, [row_id], "late") == 0
-    assert await inbox.mark_done(db, [row_id]) == 0
-    row = await inbox.get(db, row_id)
+    assert await inbox.mark_processing(db, 1, [row_id]) == 0
+    assert await inbox.mark_failed(db, 1, row_id, "late") is None
+    assert await inbox.mark_skipped(db, 1, [row_id], "late") == 0
+    assert await inbox.mark_done(db, 1, [row_id]) == 0
+    row = await inbox.get(db, 1, row_id)
     assert row is not None and row.status == "done"
 
 
 async def test_mark_skipped_keeps_reason(db: dbmod.Database) -> None:
     row_id = await _insert(db, 30, 1)
-    assert await inbox.mark_skipped(db, [row_id], "poison: 5 attempts") == 1
-    row = await inbox.get(db, row_id)
+    assert await inbox.mark_skipped(db, 1, [row_id], "poison: 5 attempts") == 1
+    row = await inbox.get(db, 1, row_id)
     assert row is not None
     assert (row.status, row.last_error) == ("skipped", "poison: 5 attempts")
     assert row.processed_at is not None
@@ -200,9 +200,9 @@ async def test_mark_done_inside_a_transaction_rolls_back(db: dbmod.Database) -> 
     row_id = await _insert(db, 40, 1)
     with pytest.raises(RuntimeError):
         async with db.transaction() as conn:
-            await inbox.mark_done(conn, [row_id])
+            await inbox.mark_done(conn, 1, [row_id])
             raise RuntimeError("crash before commit")
-    row = await inbox.get(db, row_id)
+    row = await inbox.get(db, 1, row_id)
     assert row is not None and row.status == "pending"
 
 
@@ -220,8 +220,8 @@ async def test_enqueue_and_next_pending_in_order(db: dbmod.Database) -> None:
     assert first.inbox_ids == (11, 12)
     assert (first.status, first.attempts, first.chunks_sent) == ("pending", 0, 0)
     assert first.telegram_message_ids == ()
-    assert [r.id for r in await outbox.next_pending(db)] == [o1, o2, o3]
-    assert [r.id for r in await outbox.next_pending(db, limit=1)] == [o1]
+    assert [r.id for r in await outbox.next_pending(db, 2)] == [o2]
+    assert [r.id for r in await outbox.next_pending(db, 1, limit=1)] == [o1]
     assert await outbox.chats_with_pending(db) == [1, 2]
 
 
@@ -232,22 +232,22 @@ async def test_parse_mode_is_checked_by_the_schema(db: dbmod.Database) -> None:
 
 async def test_chunks_resume_point_in_flight_mark_and_sent(db: dbmod.Database) -> None:
     row_id = await outbox.enqueue_reply(db, 1, "long reply")
-    assert await outbox.mark_in_flight(db, row_id, 0) == 1
-    assert (await outbox.get(db, row_id)).chunk_in_flight == 0  # type: ignore[union-attr]
-    assert await outbox.record_chunk_sent(db, row_id, 0, 1001) is True
-    assert await outbox.record_chunk_sent(db, row_id, 0, 1001) is True  # a retry: no change
-    assert await outbox.mark_in_flight(db, row_id, 1) == 2
-    assert await outbox.record_chunk_sent(db, row_id, 1, 1002) is True
+    assert await sending.mark_in_flight(db, 1, row_id, 0) == 1
+    assert (await outbox.get(db, 1, row_id)).chunk_in_flight == 0  # type: ignore[union-attr]
+    assert await sending.record_chunk_sent(db, 1, row_id, 0, 1001) is True
+    assert await sending.record_chunk_sent(db, 1, row_id, 0, 1001) is True  # a retry: no change
+    assert await sending.mark_in_flight(db, 1, row_id, 1) == 2
+    assert await sending.record_chunk_sent(db, 1, row_id, 1, 1002) is True
     # crash here: the row is still open, nothing in flight, and says where to resume
     (row,) = await outbox.next_pending(db, 1)
     assert (row.status, row.chunks_sent, row.telegram_message_ids) == ("sending", 2, (1001, 1002))
     assert row.chunk_in_flight is None
-    assert await outbox.mark_in_flight(db, row_id, 2) == 3
-    assert await outbox.release_in_flight(db, row_id, 2, "502 Bad Gateway") is True
-    assert await outbox.release_in_flight(db, row_id, 2, "again") is False  # nothing marked
-    assert await outbox.mark_in_flight(db, row_id, 2) == 4
-    assert await outbox.record_chunk_sent(db, row_id, 2, 1003, last=True) is True
-    row2 = await outbox.get(db, row_id)
+    assert await sending.mark_in_flight(db, 1, row_id, 2) == 3
+    assert await sending.release_in_flight(db, 1, row_id, 2, "502 Bad Gateway") is True
+    assert await sending.release_in_flight(db, 1, row_id, 2, "again") is False  # nothing marked
+    assert await sending.mark_in_flight(db, 1, row_id, 2) == 4
+    assert await sending.record_chunk_sent(db, 1, row_id, 2, 1003, last=True) is True
+    row2 = await outbox.get(db, 1, row_id)
     assert row2 is not None
     assert (row2.status, row2.attempts, row2.chunks_sent, row2.chunk_in_flight) == (
         "sent",
@@ -257,41 +257,41 @@ async def test_chunks_resume_point_in_flight_mark_and_sent(db: dbmod.Database) -
     )
     assert row2.telegram_message_ids == (1001, 1002, 1003)
     assert row2.sent_at is not None and row2.last_error is None
-    assert await outbox.next_pending(db) == []
+    assert await outbox.next_pending(db, 1) == []
     assert await outbox.chats_with_pending(db) == []
     # final rows stay final
-    assert await outbox.mark_in_flight(db, row_id, 3) is None
-    assert await outbox.record_chunk_sent(db, row_id, 3, 9) is False
-    assert await outbox.mark_failed(db, row_id, "late") is False
+    assert await sending.mark_in_flight(db, 1, row_id, 3) is None
+    assert await sending.record_chunk_sent(db, 1, row_id, 3, 9) is False
+    assert await sending.mark_failed(db, 1, row_id, "late") is False
 
 
 async def test_recover_in_flight_makes_interrupted_rows_uncertain(db: dbmod.Database) -> None:
     cut = await outbox.enqueue_reply(db, 1, "cut")
     mine = await outbox.enqueue_reply(db, 2, "mine")
     idle = await outbox.enqueue_reply(db, 3, "not started")
-    await outbox.mark_in_flight(db, cut, 0)
-    await outbox.mark_in_flight(db, mine, 0)
+    await sending.mark_in_flight(db, 1, cut, 0)
+    await sending.mark_in_flight(db, 2, mine, 0)
     assert [r.id for r in await outbox.recover_in_flight(db, [mine])] == [mine]
     [row] = await outbox.recover_in_flight(db)
     assert (row.id, row.status, row.chunk_in_flight) == (cut, "uncertain", 0)
     assert "chunk 1 was in flight" in (row.last_error or "")
     assert await outbox.recover_in_flight(db) == []
-    assert [r.id for r in await outbox.next_pending(db)] == [idle]
+    assert [[r.id for r in await outbox.next_pending(db, c)] for c in (1, 2, 3)] == [[], [], [idle]]
 
 
 async def test_failed_and_uncertain_are_final_and_not_resent(db: dbmod.Database) -> None:
     failed = await outbox.enqueue_reply(db, 1, "a")
     uncertain = await outbox.enqueue_reply(db, 1, "b")
-    await outbox.mark_sending(db, failed)
-    assert await outbox.mark_failed(db, failed, "403 Forbidden: bot was blocked") is True
-    await outbox.mark_sending(db, uncertain)
-    assert await outbox.mark_uncertain(db, uncertain, "read timeout after send") is True
+    await sending.mark_sending(db, 1, failed)
+    assert await sending.mark_failed(db, 1, failed, "403 Forbidden: bot was blocked") is True
+    await sending.mark_sending(db, 1, uncertain)
+    assert await sending.mark_uncertain(db, 1, uncertain, "read timeout after send") is True
     assert await outbox.next_pending(db, 1) == []
     rows = {r["id"]: r for r in await db.fetch("SELECT id, status, last_error FROM outbox")}
     assert rows[failed]["status"] == "failed"
     assert rows[uncertain]["status"] == "uncertain"
     assert rows[uncertain]["last_error"] == "read timeout after send"
-    assert await outbox.mark_sent(db, uncertain) is False
+    assert await sending.mark_sent(db, 1, uncertain) is False
 
 
 async def test_commit_turn_claims_the_row_when_the_chat_has_no_other_open_row(
@@ -300,12 +300,12 @@ async def test_commit_turn_claims_the_row_when_the_chat_has_no_other_open_row(
     a = await _insert(db, 60, 9)
     alone = await outbox.commit_turn(db, chat_id=9, text="r1", inbox_ids=[a], claim=True)
     assert (alone.status, alone.attempts, alone.chunk_in_flight) == ("sending", 1, 0)
-    assert await outbox.get(db, alone.id) == alone
+    assert await outbox.get(db, 9, alone.id) == alone
     b = await _insert(db, 61, 9)
     behind = await outbox.commit_turn(db, chat_id=9, text="r2", inbox_ids=[b], claim=True)
     assert (behind.status, behind.attempts) == ("pending", 0)  # r1 is still open: after it
     assert behind.chunk_in_flight is None
-    await outbox.mark_sent(db, alone.id)
+    await sending.mark_sent(db, 9, alone.id)
     other = await outbox.commit_turn(db, chat_id=10, text="x", inbox_ids=[], claim=True)
     assert other.status == "sending"  # another chat's open rows do not count
 
@@ -314,7 +314,7 @@ async def test_commit_turn_is_atomic(db: dbmod.Database) -> None:
     a = await _insert(db, 50, 7)
     b = await _insert(db, 51, 7)
     new = await outbox.commit_turn(db, chat_id=7, text="reply", inbox_ids=[a, b])
-    row = await outbox.get(db, new.id)
+    row = await outbox.get(db, 7, new.id)
     assert row is not None and row.inbox_ids == (a, b) and row == new
     assert row.status == "pending" and row.attempts == 0  # not claimed unless asked
     assert await inbox.pending_for_chat(db, 7) == []
@@ -337,7 +337,7 @@ async def test_enqueue_and_mark_done_in_a_caller_transaction(db: dbmod.Database)
     a = await _insert(db, 60, 8)
     async with db.transaction() as conn:
         await outbox.enqueue_reply(conn, 8, "r", inbox_ids=[a])
-        await inbox.mark_done(conn, [a])
+        await inbox.mark_done(conn, 8, [a])
     assert await inbox.pending_for_chat(db, 8) == []
     assert len(await outbox.next_pending(db, 8)) == 1
 
@@ -353,13 +353,13 @@ async def test_take_open_claims_the_first_row_only(db: dbmod.Database) -> None:
     assert (stored[b].status, stored[b].attempts) == ("pending", 0)  # claimed when taken
     rows, claimed = await inbox.take_open(db, 9, a, 3)
     assert [r.id for r in rows] == [b, c] and claimed == b
-    await inbox.mark_done(db, [a, b, c])
+    await inbox.mark_done(db, 9, [a, b, c])
     assert await inbox.take_open(db, 9, 0, 3) == ([], None)
     # a row out of attempts is returned but not claimed (the actor gives up on it)
     await db.execute("UPDATE inbox SET attempts = 3 WHERE id = $1", other)
     rows, claimed = await inbox.take_open(db, 10, 0, 3)
     assert [(r.id, r.attempts) for r in rows] == [(other, 3)] and claimed is None
-    assert (await inbox.get(db, other)).attempts == 3  # type: ignore[union-attr]
+    assert (await inbox.get(db, 10, other)).attempts == 3  # type: ignore[union-attr]
     # and so is a row in its turn at MAX_CRASHES crashes
     crashed = await _insert(db, 81, 12)
     await db.execute("UPDATE inbox SET crashes = $2 WHERE id = $1", crashed, inbox.MAX_CRASHES)
@@ -372,13 +372,13 @@ async def test_recover_crashed_counts_a_crash_not_an_attempt(db: dbmod.Database)
     failed = await _insert(db, 85, 14)
     _, claimed = await inbox.take_open(db, 13, 0, 3)  # then the process dies
     assert claimed == a
-    await inbox.mark_processing(db, [failed])
-    await inbox.mark_failed(db, failed, "its own exception")
+    await inbox.mark_processing(db, 14, [failed])
+    await inbox.mark_failed(db, 14, failed, "its own exception")
     assert await inbox.recover_crashed(db) == [a]  # only the row in hand at the crash
     rows = {r.id: r for r in await inbox.pending_for_chat(db, 13)}
     assert (rows[a].status, rows[a].attempts, rows[a].crashes) == ("pending", 0, 1)
     assert (rows[b].status, rows[b].crashes) == ("pending", 0)
-    stored = await inbox.get(db, failed)
+    stored = await inbox.get(db, 14, failed)
     assert stored is not None and (stored.status, stored.attempts, stored.crashes) == (
         "failed",
         1,
@@ -488,12 +488,12 @@ async def test_release_hands_claimed_rows_back_uncharged(db: dbmod.Database) -> 
     a = await _insert(db, 120, 30)
     _, claimed = await inbox.take_open(db, 30, 0, 3)
     assert claimed == a
-    assert await inbox.release(db, [a], "model unavailable: LLMOverloaded") == 1
-    row = await inbox.get(db, a)
+    assert await inbox.release(db, 30, [a], "model unavailable: LLMOverloaded") == 1
+    row = await inbox.get(db, 30, a)
     assert row is not None and (row.status, row.attempts, row.crashes) == ("pending", 0, 0)
     assert row.last_error == "model unavailable: LLMOverloaded"
-    await inbox.mark_done(db, [a])
-    assert await inbox.release(db, [a], "late") == 0  # final rows stay final
+    await inbox.mark_done(db, 30, [a])
+    assert await inbox.release(db, 30, [a], "late") == 0  # final rows stay final
 
 
 async def test_a_notice_is_not_repeated_while_it_is_the_chats_latest_reply(

@@ -104,7 +104,7 @@ async def test_concurrent_inserts_share_statements_and_each_gets_its_row(
     # within a batch, ids follow the queue order
     in_queue_order = [out[int(key.split(":")[1])] for key in gated.batches[1]]
     assert in_queue_order == sorted(in_queue_order)
-    row = await inbox.get(db, out[7])
+    row = await inbox.get(db, 1, out[7])
     assert row is not None and row.update_key == "update:7" and row.payload == payload(7)
 
 

@@ -11,6 +11,7 @@ import attrs
 import pytest
 import trio
 from fakes.bot_api import Failure, FakeBotApi, run_fake_bot_api
+from queue_rows import outbox_row
 
 from actors.agent.turn import TurnReply
 from actors.chat.store import SqlChatStore
@@ -56,7 +57,7 @@ async def sending(db: dbmod.Database) -> AsyncIterator[Sending]:
 async def final(db: dbmod.Database, row_id: int) -> OutboxRow:
     with trio.fail_after(15):
         while True:
-            row = await outbox.get(db, row_id)
+            row = await outbox_row(db, row_id)
             if row is not None and row.status not in outbox.OPEN_STATUSES:
                 return row
             await trio.sleep(0.02)
@@ -81,7 +82,7 @@ async def test_a_reply_keeps_its_keyboard_and_sends_it_on_its_last_chunk(
         reply = TurnReply(text, keyboard=KB)
         claimed = await SqlChatStore(db).commit(CHAT, reply, [row_id], None)
         assert claimed is not None and claimed.reply_markup == KB.to_json()  # with the reply
-        stored = await outbox.get(db, claimed.id)
+        stored = await outbox.get(db, CHAT, claimed.id)
         assert stored is not None and stored.reply_markup == KB.to_json()
         assert stored.kind == "message"
         await s.sender.send(OutboxReady(CHAT, claimed))  # as the chat actor hands it over

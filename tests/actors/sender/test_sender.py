@@ -16,8 +16,9 @@ import structlog
 import trio
 import trio.testing
 from fakes.bot_api import Failure, FakeBotApi
+from queue_rows import outbox_row
 
-from actors.queues import outbox
+from actors.queues import outbox, sending
 from actors.queues.outbox import OutboxRow
 from actors.sender.actor import OutboxReady, SenderActor
 from actors.sender.policy import SenderLedger, SenderSettings, SlidingWindowLimiter
@@ -125,8 +126,9 @@ class MemoryOutbox:
         await trio.sleep(self.query_delay)
         return snapshot
 
-    async def mark_in_flight(self, row_id: int, chunk: int) -> int | None:
+    async def mark_in_flight(self, ref: OutboxRow, chunk: int) -> int | None:
         await trio.lowlevel.checkpoint()
+        row_id = ref.id
         row = self.rows[row_id]
         changed = self._update(
             row_id, status="sending", attempts=row.attempts + 1, chunk_in_flight=chunk
@@ -134,9 +136,10 @@ class MemoryOutbox:
         return row.attempts + 1 if changed else None
 
     async def record_chunk_sent(
-        self, row_id: int, chunk: int, telegram_message_id: int, *, last: bool
+        self, ref: OutboxRow, chunk: int, telegram_message_id: int, *, last: bool
     ) -> bool:
         await trio.sleep(self.record_delay)
+        row_id = ref.id
         row = self.rows[row_id]
         if row.chunks_sent > chunk:
             return True
@@ -146,11 +149,11 @@ class MemoryOutbox:
             row_id, chunks_sent=chunk + 1, telegram_message_ids=ids, chunk_in_flight=None, **done
         )
 
-    async def release_in_flight(self, row_id: int, chunk: int, error: str) -> bool:
+    async def release_in_flight(self, ref: OutboxRow, chunk: int, error: str) -> bool:
         await trio.lowlevel.checkpoint()
-        if self.rows[row_id].chunk_in_flight != chunk:
+        if self.rows[ref.id].chunk_in_flight != chunk:
             return False
-        return self._update(row_id, chunk_in_flight=None, last_error=error)
+        return self._update(ref.id, chunk_in_flight=None, last_error=error)
 
     async def recover_in_flight(self, row_ids: Sequence[int] | None) -> list[OutboxRow]:
         await trio.lowlevel.checkpoint()
@@ -164,13 +167,13 @@ class MemoryOutbox:
             self._update(row_id, status="uncertain", last_error="in flight at a restart")
         return [self.rows[i] for i in sorted(found)]
 
-    async def mark_failed(self, row_id: int, error: str) -> bool:
+    async def mark_failed(self, ref: OutboxRow, error: str) -> bool:
         await trio.lowlevel.checkpoint()
-        return self._update(row_id, status="failed", last_error=error, chunk_in_flight=None)
+        return self._update(ref.id, status="failed", last_error=error, chunk_in_flight=None)
 
-    async def mark_uncertain(self, row_id: int, error: str) -> bool:
+    async def mark_uncertain(self, ref: OutboxRow, error: str) -> bool:
         await trio.lowlevel.checkpoint()
-        return self._update(row_id, status="uncertain", last_error=error)
+        return self._update(ref.id, status="uncertain", last_error=error)
 
 
 @attrs.frozen
@@ -600,9 +603,9 @@ class LoggedOutbox(MemoryOutbox):
         self.calls.append(f"read {chat_id}")
         return await super().next_pending(chat_id, limit)
 
-    async def mark_in_flight(self, row_id: int, chunk: int) -> int | None:
-        self.calls.append(f"mark {row_id}")
-        return await super().mark_in_flight(row_id, chunk)
+    async def mark_in_flight(self, row: OutboxRow, chunk: int) -> int | None:
+        self.calls.append(f"mark {row.id}")
+        return await super().mark_in_flight(row, chunk)
 
 
 async def test_a_row_claimed_by_the_commit_is_sent_without_reading_it_back(
@@ -770,7 +773,7 @@ FAST = SenderSettings(
 async def wait_rows_final(db: dbmod.Database, *row_ids: int) -> list[OutboxRow]:
     with trio.fail_after(15):
         while True:
-            rows = [await outbox.get(db, i) for i in row_ids]
+            rows = [await outbox_row(db, i) for i in row_ids]
             if all(r is not None and r.status not in outbox.OPEN_STATUSES for r in rows):
                 return [r for r in rows if r is not None]
             await trio.sleep(0.02)
@@ -809,7 +812,7 @@ async def test_db_unsent_rows_at_start_up_are_sent(
     a = await outbox.enqueue_reply(db, 1, "a1")
     b = await outbox.enqueue_reply(db, 2, "b1")
     c = await outbox.enqueue_reply(db, 1, "a2")
-    await outbox.mark_sending(db, a)  # left in `sending` by a crash before any chunk
+    await sending.mark_sending(db, 1, a)  # left in `sending` by a crash before any chunk
     async with running(SenderActor(db, bot, settings=FAST)):
         rows = await wait_rows_final(db, a, b, c)
     assert [r.status for r in rows] == ["sent"] * 3
@@ -825,9 +828,9 @@ async def test_db_sending_row_resumes_at_chunk_two(
     chunks = plan_chunks(text, None, 20).chunks
     assert len(chunks) == 3
     row_id = await outbox.enqueue_reply(db, 5, text)
-    await outbox.mark_sending(db, row_id)
-    await outbox.mark_in_flight(db, row_id, 0)
-    assert await outbox.record_chunk_sent(db, row_id, 0, 777)
+    await sending.mark_sending(db, 5, row_id)
+    await sending.mark_in_flight(db, 5, row_id, 0)
+    assert await sending.record_chunk_sent(db, 5, row_id, 0, 777)
     async with running(SenderActor(db, bot, settings=settings)):
         [row] = await wait_rows_final(db, row_id)
     assert fake.sent_texts(5) == list(chunks[1:])

@@ -14,6 +14,7 @@ import pytest
 import structlog
 import trio
 from fakes.bot_api import Failure, FakeBotApi
+from queue_rows import outbox_row
 
 from actors.queues import outbox
 from actors.queues.outbox import OutboxRow
@@ -52,7 +53,7 @@ async def running(sender: SenderActor) -> AsyncIterator[Address[OutboxReady]]:
 async def wait_final(db: dbmod.Database, row_id: int) -> OutboxRow:
     with trio.fail_after(15):
         while True:
-            row = await outbox.get(db, row_id)
+            row = await outbox_row(db, row_id)
             if row is not None and row.status not in outbox.OPEN_STATUSES:
                 return row
             await trio.sleep(0.02)
@@ -63,7 +64,7 @@ class DyingOnRecord(DbOutbox):
     """The process dies right after Telegram answered, before the chunk is recorded."""
 
     async def record_chunk_sent(
-        self, row_id: int, chunk: int, telegram_message_id: int, *, last: bool
+        self, row: OutboxRow, chunk: int, telegram_message_id: int, *, last: bool
     ) -> bool:
         raise Killed
 
@@ -81,14 +82,14 @@ class FlakyRecord:
         return getattr(self.inner, name)
 
     async def record_chunk_sent(
-        self, row_id: int, chunk: int, telegram_message_id: int, *, last: bool
+        self, row: OutboxRow, chunk: int, telegram_message_id: int, *, last: bool
     ) -> bool:
         self.calls += 1
         if self.calls <= self.failures:
             if self.after_write:  # committed, but the answer was lost with the connection
-                await self.inner.record_chunk_sent(row_id, chunk, telegram_message_id, last=last)
+                await self.inner.record_chunk_sent(row, chunk, telegram_message_id, last=last)
             raise DatabaseUnavailable("connection lost")
-        return await self.inner.record_chunk_sent(row_id, chunk, telegram_message_id, last=last)
+        return await self.inner.record_chunk_sent(row, chunk, telegram_message_id, last=last)
 
     # the Protocol's other methods, spelled out for isinstance(OutboxStore)
     async def chats_with_pending(self) -> list[int]:
@@ -97,20 +98,20 @@ class FlakyRecord:
     async def next_pending(self, chat_id: int, limit: int) -> list[OutboxRow]:
         return await self.inner.next_pending(chat_id, limit)
 
-    async def mark_in_flight(self, row_id: int, chunk: int) -> int | None:
-        return await self.inner.mark_in_flight(row_id, chunk)
+    async def mark_in_flight(self, row: OutboxRow, chunk: int) -> int | None:
+        return await self.inner.mark_in_flight(row, chunk)
 
-    async def release_in_flight(self, row_id: int, chunk: int, error: str) -> bool:
-        return await self.inner.release_in_flight(row_id, chunk, error)
+    async def release_in_flight(self, row: OutboxRow, chunk: int, error: str) -> bool:
+        return await self.inner.release_in_flight(row, chunk, error)
 
     async def recover_in_flight(self, row_ids: Sequence[int] | None) -> list[OutboxRow]:
         return await self.inner.recover_in_flight(row_ids)
 
-    async def mark_failed(self, row_id: int, error: str) -> bool:
-        return await self.inner.mark_failed(row_id, error)
+    async def mark_failed(self, row: OutboxRow, error: str) -> bool:
+        return await self.inner.mark_failed(row, error)
 
-    async def mark_uncertain(self, row_id: int, error: str) -> bool:
-        return await self.inner.mark_uncertain(row_id, error)
+    async def mark_uncertain(self, row: OutboxRow, error: str) -> bool:
+        return await self.inner.mark_uncertain(row, error)
 
 
 async def test_kill_between_send_and_record_leaves_the_chunk_uncertain_never_resent(
@@ -124,7 +125,7 @@ async def test_kill_between_send_and_record_leaves_the_chunk_uncertain_never_res
             await trio.sleep_forever()
     assert [type(e) for e in leaf_exceptions(killed.value)] == [Killed]
     assert fake.sent_texts(7) == ["first chunk here"]  # Telegram has it; we never recorded it
-    row = await outbox.get(db, row_id)
+    row = await outbox_row(db, row_id)
     assert row is not None and (row.status, row.chunk_in_flight, row.chunks_sent) == (
         "sending",
         0,
@@ -179,7 +180,7 @@ class Watching:
         reply_to_message_id: int | None = None,
         reply_markup: Mapping[str, Any] | None = None,
     ) -> int:
-        row = await outbox.get(self.db, self.row_id)  # a pool connection: committed data only
+        row = await outbox_row(self.db, self.row_id)  # a pool connection: committed data only
         assert row is not None
         self.seen.append((row.chunk_in_flight, row.status))
         return await self.client.send_message(

@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 import trio
 from fakes.bot_api import Failure, FakeBotApi
+from queue_rows import outbox_row
 
 from actors.queues import outbox
 from actors.scheduler import jobs
@@ -38,7 +39,7 @@ async def running(sender: SenderActor) -> AsyncIterator[Address[OutboxReady]]:
 async def final(db: dbmod.Database, row_id: int) -> str:
     with trio.fail_after(15):
         while True:
-            row = await outbox.get(db, row_id)
+            row = await outbox_row(db, row_id)
             if row is not None and row.status not in outbox.OPEN_STATUSES:
                 return row.status
             await trio.sleep(0.02)

@@ -457,7 +457,7 @@ async def test_accepted_update_is_in_the_inbox_when_the_200_arrives(
         resp = await post(h, body)
         assert resp.status_code == 200
         assert resp.json() == {"ok": True}
-        row = await inbox.get_by_key(db, "update:10")
+        row = await inbox.get_by_key(db, CHAT, "update:10")
         assert row is not None
         assert (row.status, row.chat_id, row.update_id, row.kind) == (
             "pending",
@@ -478,7 +478,7 @@ async def test_accepted_update_is_in_the_inbox_when_the_200_arrives(
             },
         }
         assert (await post(h, cb)).status_code == 200
-        row = await inbox.get_by_key(db, "update:11")
+        row = await inbox.get_by_key(db, CHAT, "update:11")
         assert row is not None and row.kind == "callback_query"
         assert h.notified == [CHAT, CHAT]
 
@@ -507,7 +507,7 @@ async def test_concurrent_updates_are_all_stored_before_their_acks(db: dbmod.Dat
         async def one(update_id: int) -> None:
             statuses[update_id] = (await post(h, update(update_id))).status_code
             stored_at_ack[update_id] = (
-                await inbox.get_by_key(db, f"update:{update_id}")
+                await inbox.get_by_key(db, CHAT, f"update:{update_id}")
             ) is not None
 
         async with trio.open_nursery() as nursery:

@@ -134,7 +134,7 @@ async def test_a_turn_committing_after_the_erase_writes_nothing(db: Database) ->
     assert caught.value.sqlstate == erased.ERASED_SQLSTATE
     async with db.transaction() as conn:
         with pytest.raises(DatabaseError) as again:
-            await erased.require_rows(conn, [inbox_id])
+            await erased.require_rows(conn, CHAT, [inbox_id])
     assert again.value.sqlstate == erased.ERASED_SQLSTATE
     assert await count_chat_rows(db, CHAT) == {}
     # a live row passes: the fence changes nothing for a chat not erased

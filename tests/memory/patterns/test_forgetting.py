@@ -208,7 +208,7 @@ async def seed(db: Database) -> dict[str, int]:
     ):
         row = await inbox.insert_update(db, f"update:{n}", n, CHAT, kind, payload)
         assert row is not None
-        await inbox.mark_done(db, [row])
+        await inbox.mark_done(db, CHAT, [row])
     await db.execute(
         "INSERT INTO outbox (chat_id, text, status, telegram_message_ids, reply_markup) VALUES "
         "($1, $2, 'sent', '{70}', NULL), ($1, 'Memories:\n1. User finds Zeph… (#1)', 'sent', "
