@@ -108,6 +108,7 @@ class SqlLeases:
     async def renew(self, chat_ids: Iterable[int], ttl: float) -> set[int]:
         """Extend the leases of ``chat_ids`` this incarnation still holds; those it holds."""
         recs = await self.db.fetch(
+            "/* all chats: this process's leases, renewed together */ "
             "UPDATE chat_leases SET expires_at = now() + make_interval(secs => $3) "
             "WHERE chat_id = ANY($2::bigint[]) AND incarnation = $1 RETURNING chat_id",
             self.incarnation,
@@ -119,6 +120,7 @@ class SqlLeases:
     async def release(self, chat_ids: Sequence[int]) -> int:
         """Let go of these chats (only if still this incarnation's); how many were released."""
         recs = await self.db.fetch(
+            "/* all chats: this process's leases, released together */ "
             "DELETE FROM chat_leases WHERE chat_id = ANY($2::bigint[]) AND incarnation = $1 "
             "RETURNING chat_id",
             self.incarnation,

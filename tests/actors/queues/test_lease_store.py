@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import trio
 
-from actors.queues import inbox, lease_store, outbox
+from actors.queues import inbox, lease_store, outbox, sending
 from actors.queues.lease_store import SqlLeases
 from runtime.db import Database
 
@@ -33,9 +33,9 @@ async def test_one_holder_until_expiry_then_takeover_recovers(db: Database) -> N
     assert (renewed.got, renewed.fresh) == (True, False)
     # "a" dies with a row in hand and a chunk in flight
     in_hand = await add_update(db, 7, 1)
-    assert await inbox.mark_processing(db, [in_hand]) == 1
+    assert await inbox.mark_processing(db, 7, [in_hand]) == 1
     reply = await outbox.enqueue_reply(db, 7, "half sent")
-    assert await outbox.mark_in_flight(db, reply, 0) == 1
+    assert await sending.mark_in_flight(db, 7, reply, 0) == 1
     await add_update(db, 8, 2)  # another chat's rows are not touched
     assert (await b.acquire(7, ttl=0.5)).got is False
     await trio.sleep(0.6)
@@ -46,9 +46,9 @@ async def test_one_holder_until_expiry_then_takeover_recovers(db: Database) -> N
         (in_hand,),
         (reply,),
     )
-    row = await inbox.get(db, in_hand)
+    row = await inbox.get(db, 7, in_hand)
     assert row is not None and (row.status, row.crashes, row.attempts) == ("pending", 1, 0)
-    sent = await outbox.get(db, reply)
+    sent = await outbox.get(db, 7, reply)
     assert sent is not None and sent.status == "uncertain"
     assert (await a.acquire(7, ttl=5)).got is False  # the old run cannot come back
     # "a" renewing or releasing what it lost changes nothing
@@ -61,7 +61,7 @@ async def test_a_restart_under_the_same_name_takes_its_chats_back_at_once(db: Da
     old, new = leases(db, "host:8080", "run1"), leases(db, "host:8080", "run2")
     assert (await old.acquire(3, ttl=60)).got
     row_id = await add_update(db, 3, 1)
-    await inbox.mark_processing(db, [row_id])
+    await inbox.mark_processing(db, 3, [row_id])
     back = await new.acquire(3, ttl=60)  # not expired, but the same process name
     assert (back.got, back.fresh, back.requeued) == (True, True, (row_id,))
     assert await old.renew([3], ttl=60) == set()  # the dead run's renewals find nothing
@@ -99,10 +99,10 @@ async def test_the_sweep_skips_chats_another_live_process_holds(db: Database) ->
 async def test_a_local_chats_chunk_in_flight_is_sent_again(db: Database) -> None:
     local = SqlLeases(db, "a", "a/1", redeliver=range(900, 1000))
     reply = await outbox.enqueue_reply(db, 950, "hello")
-    await outbox.mark_in_flight(db, reply, 0)
+    await sending.mark_in_flight(db, 950, reply, 0)
     taken = await local.acquire(950, ttl=30)
     assert taken.unsure == (reply,)
-    row = await outbox.get(db, reply)
+    row = await outbox.get(db, 950, reply)
     assert row is not None and (row.status, row.chunk_in_flight) == ("sending", None)
 
 
