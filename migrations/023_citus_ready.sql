@@ -100,7 +100,7 @@ ALTER TABLE episodes
 ALTER TABLE episode_embeddings
     DROP CONSTRAINT episode_embeddings_pkey,
     ADD CONSTRAINT episode_embeddings_pkey PRIMARY KEY (chat_id, episode_id, model);
-ALTER TABLE entries ALTER COLUMN chat_id SET NOT NULL,
+ALTER TABLE entries ALTER COLUMN chat_id SET DEFAULT 0, ALTER COLUMN chat_id SET NOT NULL,
     DROP CONSTRAINT entries_pkey, ADD CONSTRAINT entries_pkey PRIMARY KEY (chat_id, id);
 ALTER TABLE entry_embeddings ALTER COLUMN chat_id SET NOT NULL,
     DROP CONSTRAINT entry_embeddings_pkey,

@@ -41,8 +41,3 @@ REFERENCE_TABLES: frozenset[str] = frozenset(
 def distributed_tables(tables: Iterable[str]) -> list[str]:
     """The distributed ones of ``tables`` (every table not a reference table), sorted."""
     return sorted(t for t in tables if t not in REFERENCE_TABLES)
-
-
-def chat_id_or_none(value: int) -> int | None:
-    """A stored ``chat_id`` as the code speaks of it: :data:`NO_CHAT` is None."""
-    return None if value == NO_CHAT else value

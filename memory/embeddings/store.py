@@ -141,11 +141,12 @@ async def store_vectors(
     chat_col, chat_val = (
         (", chat_id", ", coalesce($5::bigint, o.chat_id)") if spec.chat_scoped else ("", "")
     )
+    conflict = f"chat_id, {spec.owner_col}" if spec.chat_scoped else spec.owner_col
     await db.executemany(
         f"INSERT INTO {table} ({spec.owner_col}, model, dims, embedding{chat_col}) "
         f"SELECT o.id, $2::text, $3::int, $4::vector{chat_val} "
         f"FROM {spec.owner_table} o WHERE o.id = $1 "
-        f"ON CONFLICT ({spec.owner_col}, model) DO UPDATE SET dims = EXCLUDED.dims, "
+        f"ON CONFLICT ({conflict}, model) DO UPDATE SET dims = EXCLUDED.dims, "
         "embedding = EXCLUDED.embedding, created_at = now()",
         args,
     )

@@ -61,7 +61,7 @@ async def layout(db: Database) -> tuple[list[str], list[str]]:
     scoped = distributed_tables(tables)
     for r in rows:
         if r["t"] in scoped and (r["chat"] is None or not r["not_null"]):
-            problems.append(f"{r['t']}: not a reference table and no {DISTRIBUTION_COLUMN} NOT NULL")
+            problems.append(f"{r['t']}: not a reference table and no chat_id NOT NULL")
     for missing in sorted(REFERENCE_TABLES - tables):
         problems.append(f"{missing}: listed as a reference table, not in the database")
     for r in await db.fetch(_UNIQUE, DISTRIBUTION_COLUMN, scoped):
@@ -119,4 +119,5 @@ async def test_pattern_counts_need_no_trigger(db: Database) -> None:
     await db.execute("UPDATE patterns SET status = 'disputed' WHERE content = 'p1'")
     rows = await db.fetch("SELECT status, n FROM chat_pattern_counts WHERE chat_id = 7")
     assert {r["status"]: r["n"] for r in rows} == {"active": 14, "merged": 5, "disputed": 1}
-    assert await db.fetchval("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'pattern_counts%'") == 0
+    triggers = "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'pattern_counts%'"
+    assert await db.fetchval(triggers) == 0
