@@ -285,7 +285,9 @@ async def _decide(
     if not verdict.merge:  # both core_intent_match and merge_decision
         return attrs.evolve(pair, decision="keep", differences=differences)
     if dry_run:
-        rows = await db.fetch(_LOCK.replace(" FOR UPDATE", ""), [pair.a_id, pair.b_id], None)
+        rows = await db.fetch(
+            _LOCK.replace(" FOR UPDATE", ""), [pair.a_id, pair.b_id], pair.chat_id
+        )
         survivor, loser = choose_survivor(*(_stats(r) for r in rows))
         return attrs.evolve(
             pair,
@@ -294,7 +296,9 @@ async def _decide(
             loser_id=loser.id,
             differences=differences,
         )
-    merged = await merge_pair(db, pair.a_id, pair.b_id, differences=differences)
+    merged = await merge_pair(
+        db, pair.a_id, pair.b_id, differences=differences, chat_id=pair.chat_id
+    )
     if merged is None:  # changed meanwhile (forgotten, merged by another run)
         return attrs.evolve(pair, decision="skipped", differences=differences)
     log.info(
