@@ -162,9 +162,10 @@ _CLAIM_CHAT = (
 
 
 async def claim_due(db: Queries, now: datetime, limit: int = 500) -> list[Job]:
-    """The due jobs (at most ``limit``, earliest first), locked for this transaction
-    (``FOR UPDATE SKIP LOCKED``: another scheduler claims the others), one chat's per
-    statement: the chats with due jobs are read first, unlocked."""
+    """Due jobs (at most ``limit``), locked for this transaction (``FOR UPDATE SKIP LOCKED``:
+    another scheduler claims the others), one chat's per statement: the chats with due jobs
+    are read first, unlocked, in the order of their earliest due job; the jobs come back in
+    due order."""
     jobs: list[Job] = []
     for chat in await db.fetch(_DUE_CHATS, now, limit):
         if len(jobs) >= limit:
