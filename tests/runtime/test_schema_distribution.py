@@ -13,7 +13,8 @@ from runtime.schema_layout import DISTRIBUTION_COLUMN, REFERENCE_TABLES, distrib
 ROW_LOCAL_TRIGGERS = {("entries", "entries_known_timezone")}
 
 _TABLES = """
-SELECT c.relname AS t, a.attnotnull AS not_null, a.attnum AS chat
+SELECT c.relname AS t, a.attnotnull AS not_null, a.attnum AS chat,
+       EXISTS (SELECT 1 FROM pg_index x WHERE x.indrelid = c.oid AND x.indisprimary) AS has_pk
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'public'
 LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attname = $1 AND NOT a.attisdropped
@@ -62,6 +63,8 @@ async def layout(db: Database) -> tuple[list[str], list[str]]:
     for r in rows:
         if r["t"] in scoped and (r["chat"] is None or not r["not_null"]):
             problems.append(f"{r['t']}: not a reference table and no chat_id NOT NULL")
+        if not r["has_pk"]:  # a shard move by logical replication needs a replica identity
+            problems.append(f"{r['t']}: no primary key")
     for missing in sorted(REFERENCE_TABLES - tables):
         problems.append(f"{missing}: listed as a reference table, not in the database")
     for r in await db.fetch(_UNIQUE, DISTRIBUTION_COLUMN, scoped):
@@ -107,6 +110,9 @@ async def test_the_check_finds_a_key_without_chat_id(db: Database) -> None:
     assert "t_notes: foreign key t_notes_alias without chat_id" in text
     assert "t_loose: unique index t_loose_pkey without chat_id" in text
     assert len(problems) == 6, text
+    await db.execute("CREATE TABLE t_keyless (chat_id BIGINT NOT NULL)")
+    _, more = await layout(db)
+    assert [p for p in more if p not in problems] == ["t_keyless: no primary key"]
 
 
 async def test_pattern_counts_need_no_trigger(db: Database) -> None:
