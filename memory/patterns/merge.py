@@ -148,7 +148,7 @@ WITH ins AS (
 )
 INSERT INTO alias_embeddings (alias_id, model, chat_id, dims, embedding)
 SELECT ins.id, pe.model, pe.chat_id, pe.dims, pe.embedding
-FROM ins JOIN pattern_embeddings pe ON pe.pattern_id = $2
+FROM ins JOIN pattern_embeddings pe ON pe.chat_id = $3 AND pe.pattern_id = $2
 """
 
 _MOVE_RELATIONS = """

@@ -102,8 +102,8 @@ _RELATIONS = """
 SELECT r.relation, CASE WHEN r.from_pattern_id = $1 THEN 'out' ELSE 'in' END AS direction,
        o.id AS other_id, o.content AS other_content, o.status AS other_status
 FROM pattern_relations r
-JOIN patterns o ON o.id = CASE WHEN r.from_pattern_id = $1 THEN r.to_pattern_id
-                               ELSE r.from_pattern_id END
+JOIN patterns o ON o.chat_id = r.chat_id
+ AND o.id = CASE WHEN r.from_pattern_id = $1 THEN r.to_pattern_id ELSE r.from_pattern_id END
 WHERE r.chat_id = $2 AND (r.from_pattern_id = $1 OR r.to_pattern_id = $1)
   AND NOT (r.from_pattern_id = $1 AND r.to_pattern_id = $1)
 ORDER BY r.id
