@@ -85,7 +85,8 @@ _PATTERN = """
 SELECT id, kind, content, status, status_reason, strength, confidence, times_seen,
        contradiction_count, first_seen, last_seen, source, is_core_tenet, pinned_at, occurs_on,
        occurs_at,
-       (SELECT count(*) FROM pattern_observations o WHERE o.pattern_id = p.id) AS observations
+       (SELECT count(*) FROM pattern_observations o
+        WHERE o.chat_id = p.chat_id AND o.pattern_id = p.id) AS observations
 FROM patterns p WHERE id = $1 AND chat_id = $2
 """
 _OBSERVATIONS = """
