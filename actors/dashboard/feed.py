@@ -39,7 +39,8 @@ SELECT id, kind, content, status FROM patterns WHERE chat_id = $1 AND id > $2 OR
 """
 _COSTS = """
 /* all chats: the dashboard's operator view when no chat is chosen */
-SELECT id, chat_id, purpose, model, cost_usd, input_tokens, output_tokens FROM api_usage
+SELECT id, nullif(chat_id, 0) AS chat_id, purpose, model, cost_usd, input_tokens, output_tokens
+FROM api_usage
 WHERE id > $2 AND ($1::bigint IS NULL OR chat_id = $1) ORDER BY id LIMIT 50
 """
 

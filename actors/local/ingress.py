@@ -30,7 +30,7 @@ SELECT v, $1, v, $2, $3,
                                 '{message,message_id}', to_jsonb(v))
          ELSE jsonb_set($4::jsonb, '{update_id}', to_jsonb(v)) END
 FROM n
-ON CONFLICT (update_key) DO NOTHING RETURNING id
+ON CONFLICT (chat_id, update_key) DO NOTHING RETURNING id
 """
 
 

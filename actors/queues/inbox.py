@@ -78,7 +78,7 @@ class InboxRow:
             id=rec["id"],
             update_key=rec["update_key"],
             update_id=rec["update_id"],
-            chat_id=rec["chat_id"],
+            chat_id=rec["chat_id"] or None,  # 0: an update without a chat (migration 023)
             kind=rec["kind"],
             payload=payload,
             status=rec["status"],
@@ -194,8 +194,8 @@ async def insert_update(
     new = new_update(update_key, update_id, chat_id, kind, payload)
     row_id: int | None = await db.fetchval(
         "INSERT INTO inbox (update_key, update_id, chat_id, kind, payload) "
-        "VALUES ($1, $2, $3, $4, $5::jsonb) "
-        "ON CONFLICT (update_key) DO NOTHING RETURNING id",
+        "VALUES ($1, $2, coalesce($3::bigint, 0), $4, $5::jsonb) "
+        "ON CONFLICT (chat_id, update_key) DO NOTHING RETURNING id",
         new.update_key,
         new.update_id,
         new.chat_id,
@@ -207,10 +207,10 @@ async def insert_update(
 
 _INSERT_MANY = (
     "INSERT INTO inbox (update_key, update_id, chat_id, kind, payload) "
-    "SELECT k, u, c, t, p::jsonb "
+    "SELECT k, u, coalesce(c, 0), t, p::jsonb "
     "FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[]) "
     "WITH ORDINALITY AS r(k, u, c, t, p, n) ORDER BY n "
-    "ON CONFLICT (update_key) DO NOTHING RETURNING update_key, id"
+    "ON CONFLICT (chat_id, update_key) DO NOTHING RETURNING update_key, id"
 )
 
 
@@ -315,7 +315,7 @@ async def take_open(
 async def open_chats(db: Queries) -> list[int]:
     """Chats with open rows, the one with the oldest open row first (crash recovery)."""
     recs = await db.fetch(
-        "SELECT chat_id FROM inbox WHERE chat_id IS NOT NULL AND status = ANY($1::text[]) "
+        "SELECT chat_id FROM inbox WHERE chat_id <> 0 AND status = ANY($1::text[]) "
         "GROUP BY chat_id ORDER BY min(id) /* all chats: recovery sweep */",
         list(OPEN_STATUSES),
     )

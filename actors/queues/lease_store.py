@@ -162,7 +162,7 @@ async def open_work(db: Queries, owner: str) -> list[int]:
     recs = await db.fetch(
         "/* all chats: the lease sweep */ SELECT chat_id FROM ("
         " SELECT chat_id, min(id) AS first FROM inbox"
-        " WHERE chat_id IS NOT NULL AND status = ANY($1::text[]) GROUP BY chat_id"
+        " WHERE chat_id <> 0 AND status = ANY($1::text[]) GROUP BY chat_id"
         " UNION ALL SELECT chat_id, min(id) FROM outbox"
         " WHERE status = ANY($2::text[]) GROUP BY chat_id) AS open"
         " WHERE NOT EXISTS (SELECT 1 FROM chat_leases l"

@@ -1,9 +1,11 @@
 """The proactive store: ``cron_jobs`` (a chat's routine jobs and one-shot reminders),
 ``chat_proactive`` (its preferences) and ``proactive_runs`` (every run's outcome).
 
-Due jobs are claimed ``FOR UPDATE SKIP LOCKED`` inside the caller's transaction, so two
-schedulers on one database run each due job once; the run's inbox row, the advance and the
-``proactive_runs`` row are written in that same transaction (:mod:`actors.scheduler.scheduler`).
+Due jobs are claimed ``FOR UPDATE SKIP LOCKED`` inside the caller's transaction, one chat per
+locking statement (the chats with due jobs are read first, without locks: on Citus a locking
+statement must stay within one shard), so two schedulers on one database run each due job once;
+the run's inbox row, the advance and the ``proactive_runs`` row are written in that same
+transaction (:mod:`actors.scheduler.scheduler`).
 """
 
 from __future__ import annotations
@@ -148,17 +150,30 @@ async def disable_routines(db: Queries, chat_id: int, names: Sequence[str] | Non
     return int(status.split()[-1])
 
 
+_DUE = "enabled AND next_run_at IS NOT NULL AND next_run_at <= $1"
+_DUE_CHATS = (
+    "/* all chats: which chats have due jobs (read, not locked) */ "
+    f"SELECT chat_id FROM cron_jobs WHERE {_DUE} GROUP BY chat_id ORDER BY min(next_run_at) "
+    "LIMIT $2"
+)
+_CLAIM_CHAT = (
+    f"SELECT {_COLS} FROM cron_jobs WHERE chat_id = $3 AND {_DUE} "
+    "ORDER BY next_run_at LIMIT $2 FOR UPDATE SKIP LOCKED"
+)
+
+
 async def claim_due(db: Queries, now: datetime, limit: int = 500) -> list[Job]:
-    """The due jobs, locked for this transaction (``FOR UPDATE SKIP LOCKED``: another
-    scheduler claims the others)."""
-    rows = await db.fetch(
-        "/* all chats: the scheduler's due jobs */ "
-        f"SELECT {_COLS} FROM cron_jobs WHERE enabled AND next_run_at IS NOT NULL "
-        "AND next_run_at <= $1 ORDER BY next_run_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-        now,
-        limit,
-    )
-    return [Job.from_record(r) for r in rows]
+    """Due jobs (at most ``limit``), locked for this transaction (``FOR UPDATE SKIP LOCKED``:
+    another scheduler claims the others), one chat's per statement: the chats with due jobs
+    are read first, unlocked, in the order of their earliest due job; the jobs come back in
+    due order."""
+    jobs: list[Job] = []
+    for chat in await db.fetch(_DUE_CHATS, now, limit):
+        if len(jobs) >= limit:
+            break
+        rows = await db.fetch(_CLAIM_CHAT, now, limit - len(jobs), chat["chat_id"])
+        jobs.extend(Job.from_record(r) for r in rows)
+    return sorted(jobs, key=lambda j: (j.next_run_at or now, j.id))
 
 
 async def advance(

@@ -104,7 +104,7 @@ async def release_held(conn: Queries, chat_id: int) -> int:
         "INSERT INTO inbox (update_key, update_id, chat_id, kind, payload, received_at) "
         "SELECT update_key, update_id, chat_id, kind, payload, received_at FROM moved "
         "WHERE received_at > now() - make_interval(hours => $2) ORDER BY id "
-        "ON CONFLICT (update_key) DO NOTHING RETURNING id",
+        "ON CONFLICT (chat_id, update_key) DO NOTHING RETURNING id",
         chat_id,
         HOLD_HOURS,
     )

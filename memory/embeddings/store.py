@@ -144,11 +144,12 @@ async def store_vectors(
     elif spec.chat_scoped:  # a caller that does not know its rows' chats (bulk loads)
         chat_col, chat_val = ", chat_id", ", coalesce($5::bigint, o.chat_id)"
         sweep = "/* all chats: vectors stored by owner id, their chat read from the owner */ "
+    conflict = f"chat_id, {spec.owner_col}" if spec.chat_scoped else spec.owner_col
     await db.executemany(
         f"{sweep}INSERT INTO {table} ({spec.owner_col}, model, dims, embedding{chat_col}) "
         f"SELECT o.id, $2::text, $3::int, $4::vector{chat_val} "
         f"FROM {spec.owner_table} o WHERE {one_chat}o.id = $1 "
-        f"ON CONFLICT ({spec.owner_col}, model) DO UPDATE SET dims = EXCLUDED.dims, "
+        f"ON CONFLICT ({conflict}, model) DO UPDATE SET dims = EXCLUDED.dims, "
         "embedding = EXCLUDED.embedding, created_at = now()",
         args,
     )
@@ -156,10 +157,12 @@ async def store_vectors(
 
 
 def _missing_sql(spec: VectorTable, columns: str) -> str:
+    same_chat = "v.chat_id = o.chat_id AND " if spec.chat_scoped else ""
     return (
         "/* all chats: the embedding backfill's sweep */ "
         f"SELECT {columns} FROM {spec.owner_table} o WHERE o.id > $3 AND NOT EXISTS "
-        f"(SELECT 1 FROM {spec.name} v WHERE v.{spec.owner_col} = o.id AND v.model = $1) "
+        f"(SELECT 1 FROM {spec.name} v WHERE {same_chat}v.{spec.owner_col} = o.id "
+        "AND v.model = $1) "
         "ORDER BY o.id LIMIT $2"
     )
 

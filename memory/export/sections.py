@@ -351,7 +351,7 @@ LEFT_OUT: dict[str, str] = {
     "callback_tokens": "buttons of past messages (short-lived)",
     "forget_flows": "a /forget flow's topic while its buttons live",
     "api_usage": "the operator's cost accounting",
-    "chat_pattern_counts": "derived: counted by triggers from patterns",
+    "chat_pattern_counts": "derived: a view counting patterns",
     "compaction_runs": "a log of compaction attempts (observability)",
     "erase_requests": "a pending /forget everything confirmation (five minutes)",
     "dashboard_sessions": "a dashboard login (access, not memory)",

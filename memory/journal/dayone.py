@@ -268,7 +268,8 @@ up AS (
 ),
 stale AS (
     DELETE FROM entry_embeddings v USING up, old
-    WHERE v.entry_id = up.id AND NOT up.inserted AND old.text IS DISTINCT FROM up.text
+    WHERE v.chat_id = $18 AND v.entry_id = up.id AND NOT up.inserted
+      AND old.text IS DISTINCT FROM up.text
 )
 SELECT id, inserted FROM up
 """
@@ -276,7 +277,8 @@ SELECT id, inserted FROM up
 _UNEMBEDDED = """
 SELECT e.id, e.text FROM entries e
 WHERE e.chat_id = $3 AND e.uuid = ANY($1::text[])
-  AND NOT EXISTS (SELECT 1 FROM entry_embeddings v WHERE v.entry_id = e.id AND v.model = $2)
+  AND NOT EXISTS (SELECT 1 FROM entry_embeddings v
+                  WHERE v.chat_id = e.chat_id AND v.entry_id = e.id AND v.model = $2)
 ORDER BY e.id
 """
 

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 from runtime.db import Database
 
+# Unowned entries have chat_id 0 (NO_CHAT, migration 023); their vectors follow by the foreign
+# key's ON UPDATE CASCADE. On one server only: Citus does not move a row to another chat.
 _ASSIGN = """
 WITH moved AS (
     UPDATE entries e SET chat_id = $1
-    WHERE e.chat_id IS NULL
+    WHERE e.chat_id = 0
       AND NOT EXISTS (SELECT 1 FROM entries o WHERE o.chat_id = $1 AND o.uuid = e.uuid)
     RETURNING e.id
-),
-vectors AS (
-    UPDATE entry_embeddings v SET chat_id = $1 FROM moved WHERE v.entry_id = moved.id
 )
 SELECT count(*) FROM moved
 """
@@ -28,7 +27,7 @@ async def count_unowned(db: Database) -> int:
     return int(
         await db.fetchval(
             "/* all chats: journal entries that no chat owns yet */ "
-            "SELECT count(*) FROM entries WHERE chat_id IS NULL"
+            "SELECT count(*) FROM entries WHERE chat_id = 0"
         )
     )
 

@@ -109,7 +109,8 @@ def _text_arm(sql: Sql, query: str) -> str:
     return (
         f"SELECT e.id FROM (SELECT le.id FROM le WHERE le.text_search @@ "
         f"websearch_to_tsquery('english', {q}) AND {sql.where} "
-        f"ORDER BY le.created_at DESC LIMIT {FTS_POOL}) pool JOIN entries e ON e.id = pool.id "
+        f"ORDER BY le.created_at DESC LIMIT {FTS_POOL}) pool "
+        f"JOIN entries e ON e.chat_id = $2 AND e.id = pool.id "
         f"ORDER BY ts_rank_cd(e.text_search, websearch_to_tsquery('english', {q})) DESC, "
         f"e.created_at DESC LIMIT {CANDIDATES_PER_ARM}"
     )
@@ -125,7 +126,8 @@ def vector_arm(sql: Sql, vector: Any, model: str, dims: int, exact: bool) -> str
     lit = f"'{check_model(model)}'"
     if exact:
         return (
-            f"SELECT le.id FROM le JOIN entry_embeddings ee ON ee.entry_id = le.id "
+            f"SELECT le.id FROM le JOIN entry_embeddings ee "
+            f"ON ee.chat_id = $2 AND ee.entry_id = le.id "
             f"AND ee.model = {lit} AND ee.dims = {int(dims)} WHERE {sql.where} "
             f"ORDER BY ee.embedding <=> {v}::vector, le.created_at DESC "
             f"LIMIT {CANDIDATES_PER_ARM}"

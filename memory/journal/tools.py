@@ -266,8 +266,8 @@ async def find_similar(ctx: ToolContext, inp: FindSimilarInput) -> dict[str, Any
             raise ToolError(f"semantic search is unavailable: {problem}")
     rows = await ctx.db.fetch(
         f"{LOCAL} SELECT {_SUMMARY_COLS}, 1 - (ee.embedding <=> $6::vector) AS similarity "
-        "FROM le JOIN entry_embeddings ee ON ee.entry_id = le.id AND ee.model = $3 "
-        "AND ee.dims = vector_dims($6::vector) WHERE le.id <> $4 "
+        "FROM le JOIN entry_embeddings ee ON ee.chat_id = $2 AND ee.entry_id = le.id "
+        "AND ee.model = $3 AND ee.dims = vector_dims($6::vector) WHERE le.id <> $4 "
         "ORDER BY ee.embedding <=> $6::vector, le.created_at LIMIT $5",
         ctx.timezone,
         ctx.chat_id,

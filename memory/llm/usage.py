@@ -59,7 +59,7 @@ _INSERT = """
 INSERT INTO api_usage (chat_id, provider, model, purpose, input_tokens, output_tokens,
                        duration_seconds, cost_usd, latency_ms, ok, error, cache_read_tokens,
                        cache_write_tokens)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+VALUES (coalesce($1::bigint, 0), $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
 """
 _INSERT_ASYNC = _INSERT + "RETURNING set_config('synchronous_commit', 'off', true)"
 
@@ -264,7 +264,7 @@ SELECT {key} AS key, count(*) AS calls, count(*) FILTER (WHERE NOT ok) AS failed
        coalesce(sum(cache_write_tokens), 0)::bigint AS cache_write_tokens
 FROM api_usage
 WHERE created_at >= $1 AND created_at < $2
-  AND ($3::bigint IS NULL OR chat_id = $3 OR ($4::bool AND chat_id IS NULL))
+  AND ($3::bigint IS NULL OR chat_id = $3 OR ($4::bool AND chat_id = 0))
 GROUP BY 1 ORDER BY cost_usd DESC, 1
 """
 
@@ -274,7 +274,7 @@ SELECT (created_at AT TIME ZONE $5)::date AS day, count(*) AS calls,
        coalesce(sum(cost_usd), 0) AS cost_usd
 FROM api_usage
 WHERE created_at >= $1 AND created_at < $2
-  AND ($3::bigint IS NULL OR chat_id = $3 OR ($4::bool AND chat_id IS NULL))
+  AND ($3::bigint IS NULL OR chat_id = $3 OR ($4::bool AND chat_id = 0))
 GROUP BY 1 ORDER BY 1
 """
 

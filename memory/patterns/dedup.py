@@ -213,7 +213,7 @@ WITH near AS (
     UNION ALL
     (SELECT a.pattern_id, e.embedding <=> $1 AS distance, 'alias' AS via
      FROM alias_embeddings e
-     JOIN pattern_aliases a ON a.id = e.alias_id
+     JOIN pattern_aliases a ON a.chat_id = e.chat_id AND a.id = e.alias_id
      JOIN patterns p ON p.id = a.pattern_id
      WHERE e.model = $2 AND e.chat_id = $3 AND e.dims = $4
        AND p.chat_id = $3 AND p.status = 'active' AND p.occurs_on IS NOT DISTINCT FROM $6
@@ -221,7 +221,7 @@ WITH near AS (
 )
 SELECT DISTINCT ON (n.pattern_id) n.pattern_id, 1 - n.distance AS similarity, n.via,
        p.content, p.kind
-FROM near n JOIN patterns p ON p.id = n.pattern_id
+FROM near n JOIN patterns p ON p.chat_id = $3 AND p.id = n.pattern_id
 ORDER BY n.pattern_id, n.distance, n.via DESC
 """
 

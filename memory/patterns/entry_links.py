@@ -190,7 +190,7 @@ async def record_tool_loop_links(
         " SELECT p.id, e.uuid, p.chat_id, $4, $5, 1, $6"
         " FROM patterns p JOIN entries e ON e.chat_id = p.chat_id AND e.uuid = ANY($3::text[])"
         " WHERE p.id = ANY($2::bigint[]) AND p.chat_id = $1 AND p.status = ANY($7::text[])"
-        " ON CONFLICT (pattern_id, entry_uuid) DO UPDATE SET"
+        " ON CONFLICT (chat_id, pattern_id, entry_uuid) DO UPDATE SET"
         " times_linked = pe.times_linked + 1,"
         " last_linked_at = greatest(pe.last_linked_at, EXCLUDED.last_linked_at),"
         " confidence = CASE WHEN pe.source = 'compaction' THEN pe.confidence"
@@ -231,7 +231,7 @@ _LINK = """
 INSERT INTO pattern_entries (pattern_id, entry_uuid, chat_id, source, confidence, times_linked,
                              last_linked_at)
 VALUES ($1, $2, $3, 'compaction', $4, 1, coalesce($5, now()))
-ON CONFLICT (pattern_id, entry_uuid) DO UPDATE SET
+ON CONFLICT (chat_id, pattern_id, entry_uuid) DO UPDATE SET
     source = 'compaction',
     confidence = greatest(pattern_entries.confidence, EXCLUDED.confidence),
     times_linked = pattern_entries.times_linked + 1,

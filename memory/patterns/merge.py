@@ -131,7 +131,7 @@ INSERT INTO pattern_entries AS pe (pattern_id, entry_uuid, chat_id, source, conf
                                    times_linked, last_linked_at, created_at)
 SELECT $1, entry_uuid, chat_id, source, confidence, times_linked, last_linked_at, created_at
 FROM moved
-ON CONFLICT (pattern_id, entry_uuid) DO UPDATE SET
+ON CONFLICT (chat_id, pattern_id, entry_uuid) DO UPDATE SET
     times_linked = pe.times_linked + EXCLUDED.times_linked,
     confidence = GREATEST(pe.confidence, EXCLUDED.confidence),
     last_linked_at = GREATEST(pe.last_linked_at, EXCLUDED.last_linked_at),
@@ -149,7 +149,7 @@ UPDATE pattern_aliases a SET pattern_id = $1 WHERE a.chat_id = $3 AND a.pattern_
 _ADD_ALIAS = """
 WITH ins AS (
     INSERT INTO pattern_aliases (pattern_id, chat_id, content) VALUES ($1, $3, $4)
-    ON CONFLICT (pattern_id, content) DO NOTHING RETURNING id
+    ON CONFLICT (chat_id, pattern_id, content) DO NOTHING RETURNING id
 )
 INSERT INTO alias_embeddings (alias_id, model, chat_id, dims, embedding)
 SELECT ins.id, pe.model, pe.chat_id, pe.dims, pe.embedding

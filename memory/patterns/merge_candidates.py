@@ -33,7 +33,7 @@ class Candidate:
 _CHATS = """
 /* all chats: the merge job's scan for chats with candidates (one when given) */
 SELECT DISTINCT p.chat_id FROM patterns p
-JOIN pattern_embeddings pe ON pe.pattern_id = p.id AND pe.model = $1
+JOIN pattern_embeddings pe ON pe.chat_id = p.chat_id AND pe.pattern_id = p.id AND pe.model = $1
 WHERE p.status = 'active' AND ($2::bigint IS NULL OR p.chat_id = $2)
 ORDER BY p.chat_id
 """
@@ -41,6 +41,7 @@ ORDER BY p.chat_id
 _VECTORS = """
 SELECT p.id, p.content, p.occurs_on, pe.dims, pe.embedding FROM patterns p
 JOIN pattern_embeddings pe ON pe.pattern_id = p.id AND pe.model = $1 AND pe.chat_id = $2
+  AND p.chat_id = pe.chat_id
 WHERE p.chat_id = $2 AND p.status = 'active'
 ORDER BY p.id
 """

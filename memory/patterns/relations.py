@@ -89,8 +89,8 @@ async def add_relation(
 ) -> None:
     await conn.execute(
         "INSERT INTO pattern_relations (chat_id, from_pattern_id, to_pattern_id, relation) "
-        "VALUES ($1, $2, $3, $4) ON CONFLICT (from_pattern_id, to_pattern_id, relation) "
-        "DO NOTHING",
+        "VALUES ($1, $2, $3, $4) ON CONFLICT "
+        "(chat_id, from_pattern_id, to_pattern_id, relation) DO NOTHING",
         chat_id,
         from_id,
         to_id,

@@ -8,8 +8,8 @@ model; the wording is the chat command's (:mod:`actors.chat.memory_commands`).
   ``idx_patterns_active_rank``), the upcoming dated events, every other active pattern
   (beliefs, behaviours, past events...: ``other``, strongest first; so each active pattern
   counted has a group it shows in), and the counts (patterns by status
-  from ``chat_pattern_counts``, kept by triggers; messages, episodes); two short statements
-  whatever the chat's size.
+  from ``chat_pattern_counts``, a view counting the chat's patterns by an index-only scan,
+  ~9 ms at 100,000 patterns; messages, episodes); two statements.
 * :func:`list_patterns` — the strongest active patterns (optionally of one kind) by their
   typed weight (:data:`memory.retrieval.ranking.WEIGHT_SQL`: decay, strength, confidence, boosts —
   the retrieval score without the query).

@@ -85,7 +85,8 @@ _PATTERN = """
 SELECT id, kind, content, status, status_reason, strength, confidence, times_seen,
        contradiction_count, first_seen, last_seen, source, is_core_tenet, pinned_at, occurs_on,
        occurs_at,
-       (SELECT count(*) FROM pattern_observations o WHERE o.pattern_id = p.id) AS observations
+       (SELECT count(*) FROM pattern_observations o
+        WHERE o.chat_id = p.chat_id AND o.pattern_id = p.id) AS observations
 FROM patterns p WHERE id = $1 AND chat_id = $2
 """
 _OBSERVATIONS = """
@@ -102,8 +103,8 @@ _RELATIONS = """
 SELECT r.relation, CASE WHEN r.from_pattern_id = $1 THEN 'out' ELSE 'in' END AS direction,
        o.id AS other_id, o.content AS other_content, o.status AS other_status
 FROM pattern_relations r
-JOIN patterns o ON o.id = CASE WHEN r.from_pattern_id = $1 THEN r.to_pattern_id
-                               ELSE r.from_pattern_id END
+JOIN patterns o ON o.chat_id = r.chat_id
+ AND o.id = CASE WHEN r.from_pattern_id = $1 THEN r.to_pattern_id ELSE r.from_pattern_id END
 WHERE r.chat_id = $2 AND (r.from_pattern_id = $1 OR r.to_pattern_id = $1)
   AND NOT (r.from_pattern_id = $1 AND r.to_pattern_id = $1)
 ORDER BY r.id

@@ -227,7 +227,7 @@ async def add_alias(
     """``content`` as an alias of the pattern (with its vector); None when already one."""
     alias_id = await conn.fetchval(
         "INSERT INTO pattern_aliases (pattern_id, chat_id, content) VALUES ($1, $2, $3) "
-        "ON CONFLICT (pattern_id, content) DO NOTHING RETURNING id",
+        "ON CONFLICT (chat_id, pattern_id, content) DO NOTHING RETURNING id",
         pattern_id,
         chat_id,
         content,

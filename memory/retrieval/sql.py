@@ -289,7 +289,8 @@ def candidates_sql(model: str, dims: int, plan: Plan, chat_id: int = 0) -> str:
     FROM cand c
     JOIN patterns p ON p.id = c.id AND p.chat_id = $1 AND p.status = ANY($10::text[]){WEIGHT_JOINS}
     LEFT JOIN pattern_embeddings pe
-      ON pe.pattern_id = p.id AND pe.model = '{model}' AND pe.dims = {dims}"""
+      ON pe.chat_id = p.chat_id AND pe.pattern_id = p.id AND pe.model = '{model}'
+      AND pe.dims = {dims}"""
 
 
 # --- BM25 re-scoring of the candidates ----------------------------------------------------

@@ -102,6 +102,21 @@ async def test_two_schedulers_claim_each_due_job_once(db: Database, database_url
     assert left == 0  # one-shots are finished
 
 
+async def test_claim_due_locks_chat_by_chat_earliest_first(db: Database) -> None:
+    """Due jobs of several chats, claimed one chat per locking statement: chats in the order
+    of their earliest due job, at most ``limit`` jobs, none twice across two open
+    transactions (the second skips the locked chat's jobs), none not yet due."""
+    due = {(1, "a"): 50, (1, "b"): 40, (1, "c"): 10, (2, "d"): 30, (3, "e"): 20, (3, "f"): -60}
+    for (chat, text), ago in due.items():
+        await jobs.create_reminder(db, chat, NOW - timedelta(seconds=ago), text, MADRID)
+    async with db.transaction() as first:
+        claimed = await jobs.claim_due(first, NOW, limit=3)
+        assert [j.payload["text"] for j in claimed] == ["a", "b", "c"]
+        async with db.transaction() as second:
+            rest = await jobs.claim_due(second, NOW, limit=10)
+            assert [j.payload["text"] for j in rest] == ["d", "e"]  # "f" is not due yet
+
+
 async def test_a_deferred_run_is_enqueued_when_its_gate_opens(db: Database) -> None:
     await jobs.set_prefs(db, 7, active=True)
     job = await jobs.upsert_routine(

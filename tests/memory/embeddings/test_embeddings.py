@@ -283,10 +283,10 @@ async def test_chat_scoped_tables_take_the_owner_chat(db: Database) -> None:
     embedder = HashEmbedder()
     v1, v2 = await embedder.embed(["likes tea", "runs"], purpose="embedding")
     await store_vectors(
-        db, "pattern_embeddings", "pattern_id", [(first, v1), (second, v2, 99)], embedder.model
+        db, "pattern_embeddings", "pattern_id", [(first, v1), (second, v2, 22)], embedder.model
     )
     rows = await db.fetch("SELECT pattern_id, chat_id FROM pattern_embeddings ORDER BY 1")
-    assert [(r["pattern_id"], r["chat_id"]) for r in rows] == [(first, 11), (second, 99)]
+    assert [(r["pattern_id"], r["chat_id"]) for r in rows] == [(first, 11), (second, 22)]
 
 
 # --- backfill ----------------------------------------------------------------------------------

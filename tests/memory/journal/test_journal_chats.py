@@ -28,6 +28,7 @@ from memory.patterns.entry_links import record_tool_loop_links
 from memory.patterns.why import explain
 from runtime.db import Database
 from runtime.migrate import apply_migrations, load_migrations
+from runtime.schema_layout import NO_CHAT
 
 A, B = 1001, 1002
 SECRET = "lighthouse"  # a word only chat A's journal holds
@@ -288,7 +289,7 @@ async def test_migration_012_leaves_old_entries_to_no_chat_until_assigned(
     await allow_chat(raw_db, B, "pairing", B)
     await apply_migrations(raw_db)
     owners = await raw_db.fetch("SELECT DISTINCT chat_id FROM entries")
-    assert [r["chat_id"] for r in owners] == [None]
+    assert [r["chat_id"] for r in owners] == [NO_CHAT]  # 0 since migration 023
     for chat in (A, B):  # visible to no chat yet
         found = await call(make_ctx(raw_db, chat_id=chat), "search_entries", query=SECRET)
         assert found["count"] == 0
@@ -325,6 +326,6 @@ async def test_old_entries_go_to_the_first_paired_chat_or_wait_for_one(raw_db: D
     rows = await raw_db.fetch("SELECT uuid, chat_id, text FROM entries ORDER BY uuid, chat_id")
     assert rows_of(rows) == [
         ("OLD-1", B, f"{SECRET} before the upgrade"),
+        ("OLD-2", NO_CHAT, "second"),
         ("OLD-2", B, "B's copy"),
-        ("OLD-2", None, "second"),
     ]

@@ -527,7 +527,9 @@ async def test_vector_arm_uses_the_hnsw_index_with_more_than_40_rows(db: Databas
     await ensure_vector_index(db, "entry_embeddings", MODEL, DIMS)
     q = rows[7][1]
     async with db.connection() as conn:
-        await conn.execute("SET enable_seqscan = off")  # 300 rows: make the planner pick it
+        # 300 rows: make the planner pick it (over a scan of the chat's rows by the primary key
+        # (chat_id, entry_id, model), then a sort)
+        await conn.execute("SET enable_seqscan = off; SET enable_sort = off")
         sql = Sql("UTC", 1)
         plan = await conn.fetch(
             f"EXPLAIN {LOCAL} {vector_arm(sql, q, MODEL, DIMS, exact=False)}", *sql.args

@@ -356,6 +356,6 @@ async def test_embedding_rows_of_an_explicit_pattern_and_the_backfill(
             provider="openai",
             model=OPENAI_MODEL,
             purpose="embedding",
-            chat_id=None,
+            chat_id=0,  # no chat (NO_CHAT, migration 023)
             input_tokens=fake_embedding_tokens(batch),
         )

@@ -428,7 +428,7 @@ async def test_claude_wrong_key_never_leaks(fake_claude: FakeAnthropic, db: Data
     assert exc.status == 401 and exc.error_type == "authentication_error"
     assert wrong not in str(exc) and exc.__context__ is None and exc.__cause__ is None
     [row] = await usage_rows(db)
-    assert row["purpose"] == "compaction" and row["chat_id"] is None
+    assert row["purpose"] == "compaction" and row["chat_id"] == 0  # no chat (migration 023)
     assert wrong not in row["error"]
 
 

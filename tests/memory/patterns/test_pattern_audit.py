@@ -259,7 +259,7 @@ async def test_link_memories_records_a_stated_relation(db: Database) -> None:
 
 
 async def test_counts_by_status_follow_every_change(db: Database) -> None:
-    """/memory reads chat_pattern_counts (kept by triggers): always what a count would say."""
+    """/memory reads chat_pattern_counts (a view since migration 023): what a count says."""
 
     async def agree() -> None:
         truth = await db.fetch(
