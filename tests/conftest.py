@@ -18,6 +18,7 @@ import structlog
 from fakes.anthropic_api import FakeAnthropic, run_fake_anthropic
 from fakes.bot_api import FakeBotApi, run_fake_bot_api
 from fakes.openai_api import FakeOpenAI, run_fake_openai
+from sql_recorder import ONE_CHAT_JUDGE, SESSION, SqlRecorder
 
 from actors.telegram.client import BotApiClient
 from memory.embeddings.providers import LocalEmbedder
@@ -26,6 +27,20 @@ from runtime import db as dbmod
 from runtime.migrate import apply_migrations
 
 os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sql_seen() -> Iterator[SqlRecorder]:
+    """Every statement the code sends during the run (tests/runtime/test_sql_one_chat.py judges
+    them, last)."""
+    with SESSION.installed() as recorder:
+        yield recorder
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The one-chat SQL judge runs after every other test: it judges what they all sent."""
+    last = [item for item in items if item.name == ONE_CHAT_JUDGE]
+    items[:] = [item for item in items if item.name != ONE_CHAT_JUDGE] + last
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -18,8 +18,9 @@ LISTEN) are not checked; nor are migrations. The rule is textual: one pin anywhe
 statement passes it (a CTE that writes another table by id alone would slip through; the ones
 found were pinned too).
 
-Across existing tests: ``ENGRAM_SQL_RECORD=/tmp/sql.txt pytest -p sql_recorder tests/...``
-records every statement of the run and appends them to that file."""
+The shared conftest records every run (``SESSION``) and runs :data:`ONE_CHAT_JUDGE` last;
+``ENGRAM_SQL_RECORD=/tmp/sql.txt pytest -p sql_recorder tests/...`` also appends the statements
+to that file."""
 
 from __future__ import annotations
 
@@ -168,22 +169,16 @@ def judge(statements: Sequence[str], tables: frozenset[str]) -> dict[str, list[s
 
 # --- as a pytest plugin (-p sql_recorder), over a whole run ---------------------------------------
 
-_SESSION = SqlRecorder()
-_INSTALLED: list[Any] = []
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    if os.environ.get("ENGRAM_SQL_RECORD"):
-        ctx = _SESSION.installed()
-        ctx.__enter__()
-        _INSTALLED.append(ctx)
+#: the whole run's recorder (installed by the session fixture ``sql_seen`` of tests/conftest.py)
+SESSION = SqlRecorder()
+#: the test that judges it, run last
+ONE_CHAT_JUDGE = "test_every_statement_this_run_sent_is_one_chat"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    """``ENGRAM_SQL_RECORD=file``: the run's statements appended to ``file`` (to read them)."""
     path = os.environ.get("ENGRAM_SQL_RECORD")
-    if not path or not _INSTALLED:
-        return
-    _INSTALLED.pop().__exit__(None, None, None)
-    with open(path, "a", encoding="utf-8") as out:
-        for st in _SESSION.statements.values():
-            out.write(f"{' '.join(sorted(st.origins))}\t{st.sql}\n")
+    if path:
+        with open(path, "a", encoding="utf-8") as out:
+            for st in SESSION.statements.values():
+                out.write(f"{' '.join(sorted(st.origins))}\t{st.sql}\n")
