@@ -53,6 +53,7 @@ from replicas_outside import (  # noqa: E402
     Load,
     check,
     cpu_seconds,
+    p50,
     p95,
     play_faults,
     quiesce,
@@ -119,19 +120,22 @@ async def phase(
     ):
         wait = args.reply_wait if faults else THROUGHPUT_REPLY_WAIT
         load = Load(cluster, bot, ids, args.messages, reply_wait=wait)
-        await quiesce(cluster)
+        if not faults:
+            await quiesce(cluster)
         meter = CpuMeter(pg, cluster)
         async with trio.open_nursery() as nursery:
             if faults:
                 nursery.start_soon(play_faults, cluster, load, db, out)
             await load.run()
             out["sent_s"] = time.monotonic() - load.started
+            out["started"] = load.started
             await settle(load, db, args.settle)
             nursery.cancel_scope.cancel()
         for how in ("kill", "term"):
             if how in out:
                 when, held = out[how]
                 out[f"{how}_waits"] = load.next_answer_after(when, held)
+                out[f"{how}_turns"] = load.next_turn_after(when, held, model)
         out["turns_s"] = load.turns_per_second()
         if not faults:
             print(f"  {name}: {meter.line(time.monotonic() - load.started)}", flush=True)
@@ -167,13 +171,26 @@ async def run(args: argparse.Namespace) -> str:
                 flush=True,
             )
             print(f"faults checks {'MET' if c.met else 'NOT MET'}", flush=True)
+            for line in c.examples:
+                print(f"  turn twice: {line}")
+            if "kill" in r:
+                print(
+                    f"  (kill at {r['kill'][0] - r['started']:.2f}s, "
+                    f"term at {r.get('term', (r['started'],))[0] - r['started']:.2f}s)"
+                )
             for how, key in (("kill", "takeover"), ("term", "handover")):
                 figures[key] = "n/a"
                 if how in r:
                     _, chats = r[how]
                     waits = r.get(f"{how}_waits", [])
                     figures[key] = f"{p95(waits):.2f}" if waits else "n/a"
-                    print(f"  {key}: {len(waits)} of {len(chats)} chats answered again", flush=True)
+                    turns = r.get(f"{how}_turns", [])
+                    print(
+                        f"  {key}: {len(waits)} of {len(chats)} chats answered again; "
+                        f"p50 {p50(waits):.2f} s; to the next turn started: p50 {p50(turns):.2f} "
+                        f"p95 {p95(turns):.2f} s ({len(turns)} chats)",
+                        flush=True,
+                    )
             if args.skip_memory:
                 figures["bytes"] = "skipped"
             else:
@@ -230,7 +247,7 @@ def main() -> None:
         parser,
         args,
         chats=12,
-        messages=3,
+        messages=2,
         processes=3,
         tp_chats=6,
         tp_runs="1",

@@ -242,6 +242,16 @@ class Load:
         span = max(t for t, _, _ in self.bot.replies) - self.started
         return sum(len(ids) > 0 for _, _, ids in self.bot.replies) / max(span, 1e-9)
 
+    def next_turn_after(self, when: float, chats: set[int], model: RecordingModel) -> list[float]:
+        """Per chat of ``chats``, seconds from ``when`` until the model is next asked about one
+        of its updates (a turn started: the takeover without the reply's queue to the sender)."""
+        first: dict[int, float] = {}
+        for t, ids in model.seen:
+            chat = self.chat_of.get(ids[0])
+            if t >= when and chat in chats and chat not in first:
+                first[chat] = t - when
+        return sorted(first.values())
+
     def next_answer_after(self, when: float, chats: set[int]) -> list[float]:
         """Per chat of ``chats``, seconds from ``when`` to its first reply after it."""
         first: dict[int, float] = {}
@@ -264,6 +274,8 @@ class Checks:
     #: run again by the process that took the chat over (the crash recovery's promise)
     rerun_after_kill: int = 0
     leases: int | None = None  # chat_leases rows left (None: no such table)
+    #: a few turns run twice: each sighting by the model and each reply (seconds from start)
+    examples: list[str] = attrs.Factory(list)
 
     @property
     def met(self) -> bool:
@@ -348,6 +360,10 @@ async def check(load: Load, model: RecordingModel, db: Any, kills: Sequence[floa
             first_reply.setdefault(i, t)
     twice = [i for i, n in seen.items() if n > 1]
     c.turns_twice = len(twice)
+    for i in sorted(twice)[:5]:
+        asked = [f"{t - load.started:.2f}s{ids}" for t, ids in model.seen if i in ids]
+        sent = [f"{t - load.started:.2f}s{ids}" for t, _, ids in load.bot.replies if i in ids]
+        c.examples.append(f"update {i}: model asked {asked}; replies {sent}")
     c.rerun_after_kill = sum(
         1 for i in twice if any(first_seen[i] < k < first_reply.get(i, float("inf")) for k in kills)
     )
@@ -394,6 +410,10 @@ async def quiesce(cluster: Cluster, limit: float = 30.0) -> None:
             await trio.sleep(1.0)
             if all(cpu_seconds(p) - b < 0.05 for p, b in zip(pids, before, strict=True)):
                 return
+
+
+def p50(values: Sequence[float]) -> float:
+    return sorted(values)[len(values) // 2] if values else float("nan")
 
 
 def p95(values: Sequence[float]) -> float:
