@@ -53,6 +53,7 @@ from replicas_outside import (  # noqa: E402
     Load,
     check,
     cpu_seconds,
+    exits,
     p50,
     p95,
     play_faults,
@@ -140,7 +141,7 @@ async def phase(
         if not faults:
             print(f"  {name}: {meter.line(time.monotonic() - load.started)}", flush=True)
         await cluster.stop_all()
-        out["checks"] = await check(load, model, db, [out["kill"][0]] if "kill" in out else [])
+        out["checks"] = await check(load, model, db, exits(out))
         out["served"] = list(cluster.proxy.served) if cluster.proxy else []
     return out
 

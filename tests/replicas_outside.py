@@ -270,9 +270,10 @@ class Checks:
     uncertain: int = 0
     out_of_order: int = 0  # chats whose replies answer their updates out of order
     turns_twice: int = 0  # user messages the model was asked to answer more than once
-    #: of those, first seen before a SIGKILL and not answered by then: the killed run's turn,
-    #: run again by the process that took the chat over (the crash recovery's promise)
-    rerun_after_kill: int = 0
+    #: of those, first seen before a process exited (SIGKILL, or SIGTERM's drain deadline) and
+    #: not answered by then: a turn its process died with, run again by the one that took the
+    #: chat over (the crash recovery's promise)
+    rerun_cut_off: int = 0
     leases: int | None = None  # chat_leases rows left (None: no such table)
     #: a few turns run twice: each sighting by the model and each reply (seconds from start)
     examples: list[str] = attrs.Factory(list)
@@ -282,7 +283,7 @@ class Checks:
         return (
             self.acked == self.updates
             and self.unanswered == self.duplicated == self.out_of_order == 0
-            and self.turns_twice == self.rerun_after_kill
+            and self.turns_twice == self.rerun_cut_off
             and self.leases in (0, None)
         )
 
@@ -292,7 +293,7 @@ class Checks:
             f"updates={self.updates} acked={self.acked} unanswered={self.unanswered} "
             f"duplicated={self.duplicated} uncertain={self.uncertain} "
             f"out_of_order={self.out_of_order} turns_twice={self.turns_twice} "
-            f"rerun_after_kill={self.rerun_after_kill} leases={leases}"
+            f"rerun_cut_off={self.rerun_cut_off} leases={leases}"
         )
 
 
@@ -364,7 +365,7 @@ async def check(load: Load, model: RecordingModel, db: Any, kills: Sequence[floa
         asked = [f"{t - load.started:.2f}s{ids}" for t, ids in model.seen if i in ids]
         sent = [f"{t - load.started:.2f}s{ids}" for t, _, ids in load.bot.replies if i in ids]
         c.examples.append(f"update {i}: model asked {asked}; replies {sent}")
-    c.rerun_after_kill = sum(
+    c.rerun_cut_off = sum(
         1 for i in twice if any(first_seen[i] < k < first_reply.get(i, float("inf")) for k in kills)
     )
     c.leases = await lease_rows(db)
@@ -373,7 +374,8 @@ async def check(load: Load, model: RecordingModel, db: Any, kills: Sequence[floa
 
 async def play_faults(cluster: Cluster, load: Load, db: Any, out: dict[str, Any]) -> None:
     """At 35 % of the updates acknowledged SIGKILL ``r1``, at 65 % SIGTERM ``r2``; ``out``
-    gets ``kill`` and ``term``: (monotonic, the chats it held just before)."""
+    gets ``kill`` and ``term``: (monotonic, the chats it held just before), and ``kill_exit``
+    and ``term_exit``: when each process had exited."""
     total = len(load.chats) * load.messages
     for fraction, index, how in ((0.35, 1, "kill"), (0.65, 2, "term")):
         if index >= len(cluster.engrams):
@@ -389,6 +391,8 @@ async def play_faults(cluster: Cluster, load: Load, db: Any, out: dict[str, Any]
             assert engram.proc is not None
             engram.proc.terminate()
         out[how] = (when, chats)
+        await engram.wait()
+        out[f"{how}_exit"] = time.monotonic()
         print(f"  {how} r{index} at {len(load.posted)}/{total} updates: it held {len(chats)} chats")
 
 
@@ -410,6 +414,11 @@ async def quiesce(cluster: Cluster, limit: float = 30.0) -> None:
             await trio.sleep(1.0)
             if all(cpu_seconds(p) - b < 0.05 for p, b in zip(pids, before, strict=True)):
                 return
+
+
+def exits(out: dict[str, Any]) -> list[float]:
+    """When the faults' processes exited (for :func:`check`)."""
+    return [out[k] for k in ("kill_exit", "term_exit") if k in out]
 
 
 def p50(values: Sequence[float]) -> float:
