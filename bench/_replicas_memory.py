@@ -21,7 +21,7 @@ from engram_outside import (
     serve_env,
     update_body,
 )
-from replicas_outside import run_recording_bot
+from fakes.recording import run_recording_bot
 
 CHAT_BASE = 800_000
 CONCURRENCY = 32

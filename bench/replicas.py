@@ -48,6 +48,7 @@ sys.path[:0] = [str(REPO), str(REPO / "tests")]
 from _replicas_memory import measure_memory  # noqa: E402
 from _smoke import add_smoke_flag, shrink  # noqa: E402
 from crash import Postgres  # noqa: E402
+from fakes.recording import run_recording_bot, run_recording_model  # noqa: E402
 from replicas_outside import (  # noqa: E402
     Cluster,
     Load,
@@ -58,8 +59,6 @@ from replicas_outside import (  # noqa: E402
     p95,
     play_faults,
     quiesce,
-    run_recording_bot,
-    run_recording_model,
     settle,
 )
 

@@ -16,16 +16,13 @@ updates it answers; the echo model records every user message it is asked to ans
 
 from __future__ import annotations
 
-import json
 import os
 import random
-import re
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import attrs
 import httpx
@@ -33,86 +30,16 @@ import trio
 from engram_outside import (
     SECRET,
     WEBHOOK,
-    EchoAnthropic,
     Engram,
     answered_ids,
     free_port,
     serve_env,
     update_body,
 )
-from fakes.anthropic_api import RecordedRequest, run_fake_anthropic
-from fakes.bot_api import FakeBotApi
+from fakes.recording import MSG, RecordingBot, RecordingModel
 from fakes.rr_proxy import RoundRobinProxy, run_rr_proxy
-from quart import Response
 
 from runtime.errors import DatabaseError
-
-MSG = "msg"
-
-
-class RecordingBot(FakeBotApi):
-    """The fake Bot API noting, per sent message, its time and the updates it answers, and
-    waking whoever waits for a chat's next reply."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.replies: list[tuple[float, int, list[int]]] = []  # (monotonic, chat, ids)
-        self.waiting: dict[int, trio.Event] = {}
-
-    async def _send_message(self, p: dict[str, Any]) -> object:
-        out = await super()._send_message(p)
-        chat = int(p["chat_id"])
-        self.replies.append((time.monotonic(), chat, answered_ids(str(p["text"]))))
-        if (event := self.waiting.pop(chat, None)) is not None:
-            event.set()
-        return out
-
-
-@asynccontextmanager
-async def run_recording_bot() -> AsyncIterator[RecordingBot]:
-    bot = RecordingBot()
-    async with trio.open_nursery() as nursery:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1", backlog=1024)
-        bot.base_url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
-        nursery.start_soon(trio.serve_listeners, bot.serve_connection, listeners)
-        try:
-            yield bot
-        finally:
-            nursery.cancel_scope.cancel()
-
-
-class RecordingModel(EchoAnthropic):
-    """The echo model noting, per request, its time and the updates of the newest user message
-    that names any (the message of the turn it is asked to answer)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: list[tuple[float, list[int]]] = []
-
-    async def _messages(self, call: RecordedRequest) -> Response:
-        try:
-            messages = json.loads(call.raw).get("messages") or []
-        except (ValueError, AttributeError):
-            messages = []
-        for message in reversed(messages):
-            if message.get("role") != "user":
-                continue
-            content = message.get("content")
-            texts = (
-                [content]
-                if isinstance(content, str)
-                else [b.get("text", "") for b in content or [] if isinstance(b, dict)]
-            )
-            if ids := [int(m) for t in texts for m in re.findall(rf"\b{MSG} (\d+)\b", t or "")]:
-                self.seen.append((time.monotonic(), ids))
-                break
-        return await super()._messages(call)
-
-
-@asynccontextmanager
-async def run_recording_model() -> AsyncIterator[RecordingModel]:
-    async with run_fake_anthropic(fake=RecordingModel()) as fake:
-        yield cast(RecordingModel, fake)
 
 
 class Cluster:
@@ -334,9 +261,9 @@ async def settle(load: Load, db: Any, limit: float) -> None:
     await trio.sleep(1.0)  # a duplicate sent late shows up by now
 
 
-async def check(load: Load, model: RecordingModel, db: Any, kills: Sequence[float] = ()) -> Checks:
-    """The four checks, once the cluster has stopped (leases are counted then); ``kills``:
-    when processes were SIGKILLed."""
+async def check(load: Load, model: RecordingModel, db: Any, ended: Sequence[float] = ()) -> Checks:
+    """The four checks, once the cluster has stopped (leases are counted then); ``ended``:
+    when the faulted processes exited (:func:`exits`)."""
     c = Checks(updates=len(load.chats) * load.messages, acked=len(load.posted))
     answered = load.answered()
     uncertain = await uncertain_ids(db)
@@ -366,7 +293,7 @@ async def check(load: Load, model: RecordingModel, db: Any, kills: Sequence[floa
         sent = [f"{t - load.started:.2f}s{ids}" for t, _, ids in load.bot.replies if i in ids]
         c.examples.append(f"update {i}: model asked {asked}; replies {sent}")
     c.rerun_cut_off = sum(
-        1 for i in twice if any(first_seen[i] < k < first_reply.get(i, float("inf")) for k in kills)
+        1 for i in twice if any(first_seen[i] < k < first_reply.get(i, float("inf")) for k in ended)
     )
     c.leases = await lease_rows(db)
     return c

@@ -10,14 +10,13 @@ from typing import Any
 
 import pytest
 import trio
+from fakes.recording import run_recording_bot, run_recording_model
 from replicas_outside import (
     Cluster,
     Load,
     check,
     exits,
     play_faults,
-    run_recording_bot,
-    run_recording_model,
     settle,
 )
 
