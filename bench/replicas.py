@@ -203,7 +203,7 @@ async def run(args: argparse.Namespace) -> str:
         else:
             shutil.rmtree(root, ignore_errors=True)
     p = [f"p{n}" for n in range(1, args.processes + 1)]
-    head = f"p1_turns_s={figures['p1']} " + " ".join(f"{k}={figures[k]}" for k in p[1:])
+    head = " ".join([f"p1_turns_s={figures['p1']}", *(f"{k}={figures[k]}" for k in p[1:])])
     return (
         f"replicas {head} takeover_p95_s={figures['takeover']} "
         f"handover_p95_s={figures['handover']} bytes_per_idle_actor={figures['bytes']}"
