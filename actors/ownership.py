@@ -27,7 +27,7 @@ import trio
 from actors.queues.exclusive import run_exclusive
 from actors.queues.lease_store import SWEEP_NOW, WAKE_CHANNEL, SqlLeases
 from actors.queues.leases import ChatLeases
-from runtime.db import Database, listen
+from runtime.db import Database, listen, open_database
 from runtime.errors import DatabaseError
 from runtime.logs import get_logger
 
@@ -66,8 +66,15 @@ class Ownership:
     async def run(
         self, *, task_status: trio.TaskStatus[Ownership] = trio.TASK_STATUS_IGNORED
     ) -> None:
-        """Renew the leases and listen for wakes until cancelled."""
+        """Renew the leases and listen for wakes until cancelled. The lease statements get a
+        pool of their own, so a renewal never waits behind the turns for a connection."""
         log.info("ownership.started", owner=self.owner, incarnation=self.incarnation)
+        async with open_database(self.db.url, min_size=1, max_size=2) as own_db:
+            self.sql = attrs.evolve(self.sql, db=own_db)
+            self.chats.store = self.sql
+            await self._serve(task_status)
+
+    async def _serve(self, task_status: trio.TaskStatus[Ownership]) -> None:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.chats.run)
             await nursery.start(partial(listen, self.db.url, WAKE_CHANNEL, self._woken))

@@ -288,7 +288,7 @@ class BotSystem:
     def _chat_deps(self, edges: Edges, bot: BotApiClient, own: Ownership) -> ChatDeps:
         settings = self.settings
         return ChatDeps(
-            store=SqlChatStore(self.db, owns=own.chats.holds),
+            store=SqlChatStore(self.db, owns=own.chats.holds, lease=own.incarnation),
             turns=self.turns,
             bot=edges,
             outbox_ready=self._outbox_ready,

@@ -49,6 +49,11 @@ async def fill(db: Database, chat: int) -> None:
         chat,
     )
     await x("INSERT INTO forget_flows (chat_id, topic) VALUES ($1, 'SingPass')", chat)
+    await x(
+        "INSERT INTO chat_leases (chat_id, owner, incarnation, expires_at) "
+        "VALUES ($1, 'host:8080', 'run1', now() + interval '10 seconds')",
+        chat,
+    )
     message_id = await db.fetchval(
         "INSERT INTO chat_messages (chat_id, role, content) "
         "VALUES ($1, 'user', 'I live in Lisbon') RETURNING id",

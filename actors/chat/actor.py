@@ -136,7 +136,8 @@ class ChatActor(ChatTurns):
             raise
         except Exception as exc:
             if isinstance(exc, ChatErased) or getattr(exc, "sqlstate", None) == ERASED:
-                log.info("chat.erased", chat_id=self.chat_id, inbox_ids=list(self.in_hand))
+                why = "chat.lease_lost" if erased.LEASE_LOST in str(exc) else "chat.erased"
+                log.info(why, chat_id=self.chat_id, inbox_ids=list(self.in_hand))
                 self._forget()  # nothing it held may come back: read the inbox afresh
                 return
             ids, store = list(self.in_hand), self.deps.store

@@ -60,8 +60,10 @@ class SqlChatStore:
     """:class:`ChatStore` on PostgreSQL: one transaction per committed turn."""
 
     db: Database
-    #: several processes: rows are taken only while this says the chat's lease is held here
+    #: several processes: rows are taken only while this says the chat's lease is held here,
+    #: and a turn commits only while this run (``lease``, its incarnation) holds it
     owns: Callable[[int], bool] | None = None
+    lease: str | None = None
 
     async def take_open(
         self, chat_id: int, after: int, max_attempts: int, max_crashes: int
@@ -115,10 +117,12 @@ class SqlChatStore:
                     before=collector.statements,
                     claim=True,
                     reply_markup=markup,
+                    lease=self.lease,
                 )
                 return row if row.status == "sending" else None
         async with self.db.transaction() as conn:
             await erased.require_rows(conn, chat_id, inbox_ids)  # not for an erased chat's rows
+            await erased.require_lease(conn, chat_id, self.lease)  # nor a chat served elsewhere
             if reply.persist is not None:
                 await reply.persist(conn)
             if skipped is None:

@@ -1,7 +1,16 @@
-"""A commit's inbox rows must still exist: the chat may have been erased while its turn ran
-(``engram memory erase``, :mod:`memory.erase`), and nothing of such a turn may be written.
-:func:`actors.queues.outbox.commit_turn` checks it inside its one statement, :func:`require_rows`
-in a transaction of several (both through ``engram_check``, migration 020)."""
+"""The fences of a turn's commit: nothing of the turn is written unless
+
+* its inbox rows still exist: the chat may have been erased while its turn ran (``engram
+  memory erase``, :mod:`memory.erase`);
+* this process still holds the chat's lease (several processes: :mod:`actors.queues.leases`),
+  checked with the lease row locked (``FOR SHARE``) until the commit, so a takeover, which
+  updates that row, waits for the commit or makes it fail — never a second reply from a
+  process that lost the chat.
+
+:func:`actors.queues.outbox.commit_turn` checks both inside its one statement,
+:func:`require_rows` and :func:`require_lease` in a transaction of several (all through
+``engram_check``, migration 020: SQLSTATE :data:`ERASED_SQLSTATE`; the chat actor forgets what
+it held and reads the inbox afresh)."""
 
 from __future__ import annotations
 
@@ -33,3 +42,26 @@ async def require_rows(conn: Queries, chat_id: int, inbox_ids: Sequence[int]) ->
         MESSAGE,
         chat_id,
     )
+
+
+#: the error's message when the chat's lease moved to another process during the turn
+LEASE_LOST = "the lease of the chat was lost during the turn: another process serves it now"
+
+
+def lease_fence(incarnation: int, *, chat: int) -> str:
+    """The SQL check that this run (``$incarnation``, text; NULL: no leases) holds the chat
+    ``$chat``'s lease, the lease row locked until the commit (an error when it does not)."""
+    held = (
+        f"EXISTS (SELECT 1 FROM chat_leases WHERE chat_id = ${chat} "
+        f"AND incarnation = ${incarnation}::text FOR SHARE)"
+    )
+    return (
+        f"(CASE WHEN ${incarnation}::text IS NULL THEN true "
+        f"ELSE engram_check({held}, '{LEASE_LOST}') END)"
+    )
+
+
+async def require_lease(conn: Queries, chat_id: int, incarnation: str | None) -> None:
+    """Fail (:data:`ERASED_SQLSTATE`) unless this run holds the chat's lease (no-op without)."""
+    if incarnation is not None:
+        await conn.execute(f"SELECT {lease_fence(2, chat=1)}", chat_id, incarnation)

@@ -132,7 +132,7 @@ async def enqueue_reply(
 
 
 _COMMIT_TURN = """
-fence AS (SELECT {fence} AS ok), older AS (
+fence AS (SELECT {fence} AND {lease} AS ok), older AS (
     SELECT $6::bool AND NOT EXISTS (
         SELECT 1 FROM outbox WHERE chat_id = $1 AND status = ANY($7::text[])
     ) AS claim FROM fence WHERE ok
@@ -149,6 +149,7 @@ fence AS (SELECT {fence} AS ok), older AS (
 )
 SELECT reply.*, (SELECT count(*) FROM done) AS done FROM reply
 """.replace("{columns}", _COLUMNS).replace("{fence}", erased.fence(5, chat=1))
+_COMMIT_TURN = _COMMIT_TURN.replace("{lease}", erased.lease_fence(9, chat=1))
 _WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE)\s", re.IGNORECASE)
 _PARAM = re.compile(r"\$(\d+)")
 
@@ -189,6 +190,7 @@ async def commit_turn(
     before: Sequence[Statement] = (),
     claim: bool = False,
     reply_markup: Mapping[str, Any] | None = None,
+    lease: str | None = None,
 ) -> OutboxRow:
     """Enqueue a turn's reply and mark its inbox rows done, atomically, in one statement (one
     round trip; on a connection in a transaction it commits with the rest); the new row.
@@ -200,10 +202,11 @@ async def commit_turn(
     nothing is written. ``before``: more writes (e.g. a :class:`StatementCollector`'s) run in the
     same statement, as data-modifying CTEs: all or nothing with the reply. They run on one
     snapshot, so they must not depend on each other's effects; ``$n`` in their text must be
-    parameters only. ``reply_markup``: an inline keyboard (Bot API JSON) for the last chunk."""
+    parameters only. ``reply_markup``: an inline keyboard (Bot API JSON) for the last chunk.
+    ``lease``: this run's incarnation, which must hold the chat's lease (:mod:`erased`)."""
     args: list[Any] = [chat_id, text, parse_mode, reply_to_message_id]
     args += [list(dict.fromkeys(inbox_ids)), claim, list(OPEN_STATUSES)]
-    args.append(None if reply_markup is None else json.dumps(reply_markup))
+    args += [None if reply_markup is None else json.dumps(reply_markup), lease]
     ctes = []
     for n, (query, params) in enumerate(before):
         ctes.append(f"w{n} AS ({_shift_params(query, len(args))}),")

@@ -222,12 +222,12 @@ class SenderActor:
         chunk marked in flight by the chat actor's commit), sent before looking for more."""
         with structlog.contextvars.bound_contextvars(chat_id=chat_id):
             try:
-                if self.may_send is not None and not await self.may_send(chat_id):
-                    return
                 rows = [] if first is None else [first]
                 while True:
                     for row in rows:  # a row waiting for a receiver ends the worker (unless
-                        # the transport woke the sender meanwhile: _again)
+                        # the transport woke the sender meanwhile: _again); so does a lease lost
+                        if self.may_send is not None and not await self.may_send(chat_id):
+                            return
                         if not await self._send_row(row) and chat_id not in self._again:
                             return
                         if self._stopping:

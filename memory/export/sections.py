@@ -355,6 +355,7 @@ LEFT_OUT: dict[str, str] = {
     "compaction_runs": "a log of compaction attempts (observability)",
     "erase_requests": "a pending /forget everything confirmation (five minutes)",
     "dashboard_sessions": "a dashboard login (access, not memory)",
+    "chat_leases": "which engram process serves the chat right now (operational)",
     "chat_photos": "image bytes kept under KEEP_PHOTOS (the messages say what they showed)",
     "dashboard_links": "a one-time dashboard login link (access, not memory)",
 }

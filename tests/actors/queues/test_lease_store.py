@@ -3,11 +3,13 @@ with what the dead run left recovered, renewals and releases only by the holder'
 
 from __future__ import annotations
 
+import pytest
 import trio
 
-from actors.queues import inbox, lease_store, outbox, sending
+from actors.queues import erased, inbox, lease_store, outbox, sending
 from actors.queues.lease_store import SqlLeases
 from runtime.db import Database
+from runtime.errors import DatabaseError
 
 
 def leases(db: Database, owner: str, run: str = "run1") -> SqlLeases:
@@ -118,3 +120,33 @@ async def test_named_leases_one_process_at_a_time(db: Database) -> None:
     assert await db.fetchval("SELECT owner FROM process_leases WHERE name = 'poller'") == "b"
     await b.release_named("poller")
     assert await a.acquire_named("poller", ttl=30)
+
+
+async def test_a_turn_commits_only_while_its_run_holds_the_lease(db: Database) -> None:
+    a, b = leases(db, "a"), leases(db, "b")
+    assert (await a.acquire(21, ttl=0.3)).got
+    first = await add_update(db, 21, 1)
+    row = await outbox.commit_turn(
+        db, chat_id=21, text="one", inbox_ids=[first], lease=a.incarnation
+    )
+    assert row.text == "one"
+    second = await add_update(db, 21, 2)
+    await inbox.mark_processing(db, 21, [second])  # a's turn runs ... a stalls past the ttl
+    await trio.sleep(0.4)
+    assert (await b.acquire(21, ttl=30)).got  # b takes the chat over
+    with pytest.raises(DatabaseError) as refused:
+        await outbox.commit_turn(
+            db, chat_id=21, text="late", inbox_ids=[second], lease=a.incarnation
+        )
+    assert refused.value.sqlstate == erased.ERASED_SQLSTATE
+    assert erased.LEASE_LOST in str(refused.value)
+    texts = await db.fetch("SELECT text FROM outbox WHERE chat_id = 21 ORDER BY id")
+    assert [r["text"] for r in texts] == ["one"]  # nothing of the late turn
+    late = await inbox.get(db, 21, second)
+    assert late is not None and late.status == "pending"  # b's to answer
+    async with db.transaction() as conn:  # the same fence in a transaction of several
+        with pytest.raises(DatabaseError):
+            await erased.require_lease(conn, 21, a.incarnation)
+    async with db.transaction() as conn:
+        await erased.require_lease(conn, 21, b.incarnation)
+        await erased.require_lease(conn, 21, None)  # no leases: no fence
