@@ -17,7 +17,7 @@ and the dashboard in every process.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from functools import partial
 from typing import Any
 
@@ -27,6 +27,7 @@ import trio
 from actors.queues.exclusive import run_exclusive
 from actors.queues.lease_store import SWEEP_NOW, WAKE_CHANNEL, SqlLeases
 from actors.queues.leases import ChatLeases
+from actors.sender.actor import SenderActor
 from runtime.db import Database, listen, open_database
 from runtime.errors import DatabaseError
 from runtime.logs import get_logger
@@ -35,6 +36,10 @@ log = get_logger(__name__)
 
 
 def _ignore(_payload: str) -> None:
+    return None
+
+
+def _ignore_count(_count: int) -> None:
     return None
 
 
@@ -48,6 +53,8 @@ class Ownership:
     incarnation: str = attrs.field(factory=lambda: secrets.token_hex(8))
     #: a notification from another process (the router's ``remote``), set once it runs
     on_wake: Callable[[str], None] = _ignore
+    #: told how many processes serve chats (each ttl): e.g. the sender's share of SEND_RATE
+    on_processes: Callable[[int], None] = _ignore_count
     sql: SqlLeases = attrs.field(init=False)
     chats: ChatLeases = attrs.field(init=False)
 
@@ -78,10 +85,41 @@ class Ownership:
         async with trio.open_nursery() as nursery:
             await nursery.start(self.chats.run)
             await nursery.start(partial(listen, self.db.url, WAKE_CHANNEL, self._woken))
+            nursery.start_soon(self._count_processes)
             task_status.started(self)
+
+    async def _count_processes(self) -> None:
+        while True:
+            try:
+                self.on_processes(await self.sql.live_processes())
+            except DatabaseError as exc:
+                log.warning("ownership.count_failed", error=str(exc))
+            await trio.sleep(self.ttl)
 
     def _woken(self, payload: str) -> None:
         self.on_wake(payload)
+
+    def attach(
+        self,
+        registry: Container[int],
+        sender: Callable[[], SenderActor | None],
+        poke: Callable[[int], None],
+        send_rate: int,
+    ) -> None:
+        """Wire the leases to this process's chats and sender: a chat is in use while its actor
+        lives or the sender works on it; a chat taken over is shown to the sender (``poke``);
+        SEND_RATE is split evenly among the processes serving chats."""
+
+        def busy(chat_id: int) -> bool:
+            actor = sender()
+            return chat_id in registry or (actor is not None and actor.working(chat_id))
+
+        def share(processes: int) -> None:
+            actor = sender()
+            if actor is not None and actor.limiter is not None:
+                actor.limiter.rate = max(1, send_rate // processes)
+
+        self.chats.busy, self.chats.on_taken, self.on_processes = busy, poke, share
 
     async def may_send(self, chat_id: int) -> bool:
         """The sender's question: this process holds (or now takes) the chat's lease."""

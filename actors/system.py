@@ -182,8 +182,7 @@ class BotSystem:
                 await nursery.start(deps.drafts.run)
             registry: Registry[int, Any] = await nursery.start(self._chats(deps).run)
             self.live_chats = registry.__len__
-            own.chats.busy = lambda chat: chat in registry or self._sending(chat)
-            own.chats.on_taken = self._poke_sender
+            own.attach(registry, lambda: self._sender_actor, self._poke_sender, settings.send_rate)
             if self.compactor is not None:
                 await nursery.start(self.compactor.run)
             for job in self.background:
@@ -227,9 +226,6 @@ class BotSystem:
             )
         return self.ownership
 
-    def _sending(self, chat_id: int) -> bool:
-        return self._sender_actor is not None and self._sender_actor.working(chat_id)
-
     def _poke_sender(self, chat_id: int) -> None:  # a chat taken over: look at its outbox
         with contextlib.suppress(ActorError, AssertionError):  # the sweep finds the rows
             assert self._sender is not None
@@ -250,7 +246,11 @@ class BotSystem:
         self, bot: BotApiClient, *, task_status: trio.TaskStatus[Address[OutboxReady]]
     ) -> None:
         settings = self.settings
-        sending = SenderSettings(retry_cap=settings.send_retry_cap, deadline=settings.send_deadline)
+        sending = SenderSettings(
+            retry_cap=settings.send_retry_cap,
+            deadline=settings.send_deadline,
+            global_rate=settings.send_rate,
+        )
         actor = SenderActor(
             self.db,
             bot,

@@ -108,7 +108,10 @@ async def phase(
     name = f"p{n}" + ("_faults" if faults else "")
     url = pg.create(f"replicas_{name}_{int(time.time())}")
     ids = [CHAT_BASE + i for i in range(chats)]
-    env = {"CHAT_LEASE_TTL": str(args.lease_ttl)}
+    # SEND_RATE: Telegram's ~30 messages/s per bot, shared by the processes, would cap every
+    # phase at 30 replies/s; lifted here (--send-rate) to measure the work that is not the
+    # model nor Telegram's limit (README "Scaling")
+    env = {"CHAT_LEASE_TTL": str(args.lease_ttl), "SEND_RATE": str(args.send_rate)}
     if args.engram_repo:
         env["PYTHONPATH"] = args.engram_repo
     out: dict[str, Any] = {}
@@ -222,6 +225,9 @@ def main() -> None:
     parser.add_argument("--idle-chats", type=int, default=10_000)
     parser.add_argument("--warm", type=int, default=200, help="chats before the first RSS")
     parser.add_argument("--lease-ttl", type=float, default=10.0, help="CHAT_LEASE_TTL")
+    parser.add_argument(
+        "--send-rate", type=int, default=10_000, help="SEND_RATE (engram's default: 30)"
+    )
     parser.add_argument(
         "--reply-wait",
         type=float,

@@ -128,6 +128,15 @@ class SqlLeases:
         )
         return len(recs)
 
+    async def live_processes(self) -> int:
+        """How many processes hold a live chat lease (this one counted in any case)."""
+        n = await self.db.fetchval(
+            "/* all chats: how many processes serve chats */ SELECT count(DISTINCT owner) "
+            "FROM chat_leases WHERE expires_at > now() AND owner <> $1",
+            self.owner,
+        )
+        return int(n) + 1
+
     async def wake_owner(self, payload: str) -> None:
         """Tell the chat's owner, whoever it is, through :data:`WAKE_CHANNEL`."""
         await self.db.execute("SELECT pg_notify($1, $2)", WAKE_CHANNEL, payload)

@@ -118,6 +118,14 @@ class TelegramSettings(SettingsSection):
             "unreachable), and between tries of a message while the model is down.",
         ),
         Field(
+            "SEND_RATE",
+            "send_rate",
+            "30",
+            int_range(1, 100_000),
+            "Messages a second the bot sends at most (Telegram's limit for a bot is about 30), "
+            "shared by all its processes: each takes an equal part.",
+        ),
+        Field(
             "SEND_DEADLINE",
             "send_deadline",
             "86400",
@@ -135,4 +143,5 @@ class TelegramSettings(SettingsSection):
     photo_max_bytes: int = 10 * 1024 * 1024
     keep_photos: str = "off"
     send_retry_cap: float
+    send_rate: int = 30
     send_deadline: float

@@ -14,6 +14,7 @@ from actors.chat.wakes import RunningTurns, Wake
 from actors.ownership import Ownership
 from actors.queues import inbox
 from actors.router import Router
+from actors.sender.actor import SenderActor
 from actors.telegram.types import parse_update
 from runtime.db import Database
 
@@ -135,3 +136,15 @@ async def test_a_process_letting_go_makes_the_others_sweep_at_once(db: Database)
         await until(b.registry.woken, seconds=5)
         assert b.registry.sent == [4] and b.own.chats.holds(4)
         assert trio.current_time() - started < 5  # not the 30 s sweep
+
+
+async def test_the_send_rate_is_shared_by_the_processes_serving_chats(db: Database) -> None:
+    sender = SenderActor(db, Bot())  # type: ignore[arg-type]  # never run: only its limiter
+    own = Ownership(db, "a", ttl=30)
+    own.attach(set(), lambda: sender, lambda chat_id: None, send_rate=30)
+    own.on_processes(3)
+    assert sender.limiter is not None and sender.limiter.rate == 10
+    own.on_processes(1)
+    assert sender.limiter.rate == 30
+    own.on_processes(100)
+    assert sender.limiter.rate == 1  # never nothing

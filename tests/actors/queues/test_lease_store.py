@@ -150,3 +150,14 @@ async def test_a_turn_commits_only_while_its_run_holds_the_lease(db: Database) -
     async with db.transaction() as conn:
         await erased.require_lease(conn, 21, b.incarnation)
         await erased.require_lease(conn, 21, None)  # no leases: no fence
+
+
+async def test_the_processes_serving_chats_are_counted(db: Database) -> None:
+    a, b = leases(db, "a"), leases(db, "b")
+    assert await a.live_processes() == 1  # itself, even before it holds a chat
+    await a.acquire(1, ttl=30)
+    await b.acquire(2, ttl=30)
+    await b.acquire(3, ttl=30)
+    assert await a.live_processes() == 2 and await b.live_processes() == 2
+    await b.release([2, 3])
+    assert await a.live_processes() == 1
