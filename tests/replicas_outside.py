@@ -286,6 +286,9 @@ async def check(load: Load, model: RecordingModel, db: Any, ended: Sequence[floa
     for t, _, ids in load.bot.replies:
         for i in ids:
             first_reply.setdefault(i, t)
+    for i in sorted(i for i, n in answered.items() if n > 1)[:5]:
+        sent = [f"{t - load.started:.2f}s{ids}" for t, _, ids in load.bot.replies if i in ids]
+        c.examples.append(f"update {i} answered twice: replies {sent}")
     twice = [i for i, n in seen.items() if n > 1]
     c.turns_twice = len(twice)
     for i in sorted(twice)[:5]:

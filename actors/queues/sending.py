@@ -31,10 +31,13 @@ async def mark_sending(db: Queries, chat_id: int, row_id: int) -> int | None:
 async def mark_in_flight(db: Queries, chat_id: int, row_id: int, chunk: int) -> int | None:
     """Chunk ``chunk`` is about to be handed to the Bot API: a send attempt starts
     (``attempts`` + 1) with the chunk in flight, committed synchronously before the request.
-    Returns ``attempts``; None if the row is not open (final: nothing is sent)."""
+    Returns ``attempts``; None if the row is not open (final: nothing is sent), or this chunk
+    is not the next one free to send (it went out, or another sender has it in flight): a
+    stale copy of the row is never sent twice."""
     attempts: int | None = await db.fetchval(
         "UPDATE outbox SET status = 'sending', attempts = attempts + 1, chunk_in_flight = $2 "
-        "WHERE chat_id = $4 AND id = $1 AND status = ANY($3::text[]) RETURNING attempts",
+        "WHERE chat_id = $4 AND id = $1 AND status = ANY($3::text[]) "
+        "AND chunks_sent = $2 AND chunk_in_flight IS NULL RETURNING attempts",
         row_id,
         chunk,
         list(OPEN_STATUSES),

@@ -225,14 +225,14 @@ class SenderActor:
                 rows = [] if first is None else [first]
                 while True:
                     for row in rows:  # a row waiting for a receiver ends the worker (unless
-                        # the transport woke the sender meanwhile: _again); so does a lease lost
-                        if self.may_send is not None and not await self.may_send(chat_id):
-                            return
+                        # the transport woke the sender meanwhile: _again)
                         if not await self._send_row(row) and chat_id not in self._again:
                             return
                         if self._stopping:
                             return
-                    self._again.discard(chat_id)
+                    self._again.discard(chat_id)  # the lease first (taking it over recovers
+                    if self.may_send is not None and not await self.may_send(chat_id):
+                        return  # what a dead owner left in flight), then the rows
                     rows = await self._db(
                         "read", partial(self.store.next_pending, chat_id, self.settings.batch_size)
                     )
@@ -344,6 +344,7 @@ class SenderActor:
                     return Undelivered("failed", describe(exc))
                 rlog.warning("sender.parse_fallback", parse_mode=mode, error=str(exc))
                 text, mode = plain_fallback(chunk, mode, self.settings.chunk_limit), None
+                marked = True  # still in flight (refused, not delivered): sent again as plain
                 continue
             except (ServerError, PreConnectError) as exc:
                 error, delay, event = exc, self._backoff(failures), "sender.retrying"
@@ -363,8 +364,7 @@ class SenderActor:
             if not await self._wait(delay):
                 return Undelivered("closed")
 
-    async def _blocked(self, chat_id: int, exc: ApiError) -> None:
-        """A 403, or a 400 "chat not found": the chat cannot be written to (``on_blocked``)."""
+    async def _blocked(self, chat_id: int, exc: ApiError) -> None:  # 403, 400 chat not found
         gone = isinstance(exc, Forbidden) or "chat not found" in exc.description.lower()
         if not gone or self.on_blocked is None:
             return
