@@ -291,13 +291,15 @@ async def check(load: Load, model: RecordingModel, db: Any, ended: Sequence[floa
         c.examples.append(f"update {i} answered twice: replies {sent}")
     twice = [i for i, n in seen.items() if n > 1]
     c.turns_twice = len(twice)
-    for i in sorted(twice)[:5]:
+
+    def cut_off(i: int) -> bool:
+        return any(first_seen[i] < k < first_reply.get(i, float("inf")) for k in ended)
+
+    for i in sorted(twice, key=lambda i: (cut_off(i), i))[:5]:  # the unexplained ones first
         asked = [f"{t - load.started:.2f}s{ids}" for t, ids in model.seen if i in ids]
         sent = [f"{t - load.started:.2f}s{ids}" for t, _, ids in load.bot.replies if i in ids]
         c.examples.append(f"update {i}: model asked {asked}; replies {sent}")
-    c.rerun_cut_off = sum(
-        1 for i in twice if any(first_seen[i] < k < first_reply.get(i, float("inf")) for k in ended)
-    )
+    c.rerun_cut_off = sum(1 for i in twice if cut_off(i))
     c.leases = await lease_rows(db)
     return c
 
