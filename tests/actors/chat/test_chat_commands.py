@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from chat_bot import (
     CHAT,
     NOW,
     OTHER,
+    TZ,
     Bot,
     add_messages,
     add_pattern,
@@ -308,7 +310,7 @@ async def test_summary_and_stats(bot: Bot) -> None:
         "INSERT INTO chat_turn_stats (chat_id, day, turns, retrieval_degraded) "
         "VALUES ($1, $2, 8, 2)",
         CHAT,
-        NOW.date(),
+        NOW.astimezone(ZoneInfo(TZ)).date(),  # the chat's today (not UTC's, near midnight)
     )
     [stats] = await bot.say("/stats")
     lines = stats.splitlines()
