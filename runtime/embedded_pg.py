@@ -222,7 +222,7 @@ def become_subreaper() -> bool:
         return False
 
 
-def last_log_lines(pgdata: Path, count: int = 8) -> list[str]:
+def last_log_lines(pgdata: Path, count: int = 20) -> list[str]:
     """The server log's last ``count`` non-empty lines (why it stopped, if it could say)."""
     try:
         with (pgdata / LOG_FILE).open("rb") as f:

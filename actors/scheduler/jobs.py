@@ -167,8 +167,8 @@ async def claim_due(db: Queries, now: datetime, limit: int = 500) -> list[Job]:
     another scheduler claims the others), one chat's per statement: the chats with due jobs
     are read first, unlocked, in the order of their earliest due job; the jobs come back in
     due order."""
-    jobs: list[Job] = []
-    for chat in await db.fetch(_DUE_CHATS, now, limit):
+    jobs: list[Job] = []  # more chats than the limit: another scheduler may hold the first
+    for chat in await db.fetch(_DUE_CHATS, now, limit * 4):
         if len(jobs) >= limit:
             break
         rows = await db.fetch(_CLAIM_CHAT, now, limit - len(jobs), chat["chat_id"])
