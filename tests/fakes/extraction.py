@@ -22,15 +22,18 @@ from fakes.anthropic_api import Reply
 MESSAGE = re.compile(r"^\[#(\d+) (user|assistant|tool_result), [^\]]*\] (.*)$", re.M)
 
 
-def request_text(body: Mapping[str, Any]) -> str:
-    """The text of a request's last user message."""
+def request_text(body: Mapping[str, Any] | None) -> str:
+    """The text of a request's last user message ("" for a request without a readable body:
+    one cut off mid-way, as by a restart)."""
+    if not body or not body.get("messages"):
+        return ""
     content = body["messages"][-1]["content"]
     if isinstance(content, str):
         return content
     return "".join(b.get("text", "") for b in content if b.get("type") == "text")
 
 
-def is_extraction(body: Mapping[str, Any]) -> bool:
+def is_extraction(body: Mapping[str, Any] | None) -> bool:
     text = request_text(body)
     return "<messages>" in text and "Return the JSON object now." in text
 
