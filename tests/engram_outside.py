@@ -234,6 +234,27 @@ def answered_ids(text: str) -> list[int]:
     return [int(x) for x in m.group(1).split()] if m else []
 
 
+def asked_ids(raw: bytes | str | None) -> list[int]:
+    """The update ids (``msg <id>``) named in a model request's newest user message that names
+    any: the turn it is asked to answer (an unreadable body names none)."""
+    try:
+        messages = json.loads(raw or b"").get("messages") or []
+    except (ValueError, AttributeError):
+        messages = []
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        content = message.get("content")
+        texts = (
+            [content]
+            if isinstance(content, str)
+            else [b.get("text", "") for b in content or [] if isinstance(b, dict)]
+        )
+        if ids := [int(i) for t in texts for i in _ID.findall(t or "")]:
+            return ids
+    return []
+
+
 class EchoAnthropic(FakeAnthropic):
     """The strict fake, answering each request with ``re <ids>``: the update ids in the newest
     user message's text. ``delay`` (seconds) holds each answer back."""
@@ -243,25 +264,9 @@ class EchoAnthropic(FakeAnthropic):
     async def _messages(self, call: RecordedRequest) -> Response:
         if self.delay:
             await trio.sleep(self.delay)
-        try:
-            messages = json.loads(call.raw).get("messages") or []
-        except (ValueError, AttributeError):
-            messages = []
-        ids: list[str] = []
-        for message in reversed(messages):
-            if message.get("role") != "user":
-                continue
-            content = message.get("content")
-            texts = (
-                [content]
-                if isinstance(content, str)
-                else [b.get("text", "") for b in content or [] if isinstance(b, dict)]
-            )
-            ids = [i for t in texts for i in _ID.findall(t or "")]
-            if ids:
-                break
+        ids = asked_ids(call.raw)
         # no await between here and the parent's use of it
-        self.default_text = "re " + " ".join(ids) if ids else "re (nothing)"
+        self.default_text = "re " + " ".join(map(str, ids)) if ids else "re (nothing)"
         return await super()._messages(call)
 
 

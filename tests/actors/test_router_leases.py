@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 import attrs
 import trio
+from engram_outside import update_body
 
 from actors.chat.wakes import RunningTurns, Wake
 from actors.ownership import Ownership
@@ -34,18 +35,6 @@ class Bot:
         return None
 
 
-def message(update_id: int, chat: int, text: str) -> dict[str, object]:
-    return {
-        "update_id": update_id,
-        "message": {
-            "message_id": update_id,
-            "date": 0,
-            "text": text,
-            "chat": {"id": chat, "type": "private"},
-        },
-    }
-
-
 @attrs.define
 class Process:
     own: Ownership
@@ -55,7 +44,7 @@ class Process:
 
     async def receive(self, db: Database, update_id: int, chat: int, text: str) -> None:
         """As the webhook does: store the update, then tell the router."""
-        body = message(update_id, chat, text)
+        body = update_body(update_id, chat=chat, text=text)
         row = await inbox.insert_update(db, f"update:{update_id}", update_id, chat, "message", body)
         assert row is not None
         self.router.accepted(row, parse_update(body))

@@ -920,12 +920,18 @@ class FakeBotApi(KeyboardMethods, DocumentMethods, DraftMethods):
 
 @asynccontextmanager
 async def run_fake_bot_api(
-    token: str = DEFAULT_TOKEN, *, known_chats_only: bool = False
+    token: str = DEFAULT_TOKEN,
+    *,
+    known_chats_only: bool = False,
+    fake: FakeBotApi | None = None,
+    backlog: int | None = None,
 ) -> AsyncIterator[FakeBotApi]:
-    """Serve a fresh FakeBotApi on 127.0.0.1 (free port) for the duration of the block."""
-    fake = FakeBotApi(token, known_chats_only=known_chats_only)
+    """Serve a fresh FakeBotApi (or ``fake``, a subclass's) on 127.0.0.1 (free port) for the
+    duration of the block."""
+    if fake is None:
+        fake = FakeBotApi(token, known_chats_only=known_chats_only)
     async with trio.open_nursery() as nursery:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1", backlog=backlog)
         fake.base_url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
         nursery.start_soon(trio.serve_listeners, fake.serve_connection, listeners)
         try:

@@ -4,19 +4,17 @@ next reply), and an echo model noting every user message it is asked to answer."
 
 from __future__ import annotations
 
-import json
-import re
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import trio
-from engram_outside import EchoAnthropic, answered_ids
+from engram_outside import EchoAnthropic, answered_ids, asked_ids
 from quart import Response
 
 from fakes.anthropic_api import RecordedRequest, run_fake_anthropic
-from fakes.bot_api import FakeBotApi
+from fakes.bot_api import FakeBotApi, run_fake_bot_api
 
 MSG = "msg"
 
@@ -41,15 +39,8 @@ class RecordingBot(FakeBotApi):
 
 @asynccontextmanager
 async def run_recording_bot() -> AsyncIterator[RecordingBot]:
-    bot = RecordingBot()
-    async with trio.open_nursery() as nursery:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1", backlog=1024)
-        bot.base_url = f"http://127.0.0.1:{listeners[0].socket.getsockname()[1]}"
-        nursery.start_soon(trio.serve_listeners, bot.serve_connection, listeners)
-        try:
-            yield bot
-        finally:
-            nursery.cancel_scope.cancel()
+    async with run_fake_bot_api(fake=RecordingBot(), backlog=1024) as bot:
+        yield cast(RecordingBot, bot)
 
 
 class RecordingModel(EchoAnthropic):
@@ -61,22 +52,8 @@ class RecordingModel(EchoAnthropic):
         self.seen: list[tuple[float, list[int]]] = []
 
     async def _messages(self, call: RecordedRequest) -> Response:
-        try:
-            messages = json.loads(call.raw).get("messages") or []
-        except (ValueError, AttributeError):
-            messages = []
-        for message in reversed(messages):
-            if message.get("role") != "user":
-                continue
-            content = message.get("content")
-            texts = (
-                [content]
-                if isinstance(content, str)
-                else [b.get("text", "") for b in content or [] if isinstance(b, dict)]
-            )
-            if ids := [int(m) for t in texts for m in re.findall(rf"\b{MSG} (\d+)\b", t or "")]:
-                self.seen.append((time.monotonic(), ids))
-                break
+        if ids := asked_ids(call.raw):
+            self.seen.append((time.monotonic(), ids))
         return await super()._messages(call)
 
 
