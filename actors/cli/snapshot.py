@@ -28,15 +28,18 @@ if TYPE_CHECKING:  # imported by the handlers: building the parser stays fast
 
 
 def write_output(target: str | None, data: bytes) -> str:
-    """``data`` to the file ``target`` (a temp file renamed over it: never half a file) or to
-    stdout (None or ``-``); where it went."""
+    """``data`` to the file ``target`` (mode 0600; a temp file renamed over it: never half a
+    file) or to stdout (None or ``-``); where it went."""
     if target is None or target == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return "stdout"
     path = Path(target)
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
+    # a person's memory: readable by its owner only, as the vault's files (0600)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # a temp file left by a crash keeps its old mode otherwise
+    with os.fdopen(fd, "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -77,6 +80,8 @@ async def cmd_memory_export(settings: Settings, args: argparse.Namespace) -> int
             )
             data = dump(doc)
             summary = ", ".join(f"{len(doc[s.name])} {s.name}" for s in SECTIONS)
+            if not any(doc[s.name] for s in SECTIONS):
+                summary += " (engram holds nothing of this chat: is the id right?)"
     where = write_output(args.output, data)
     print(f"chat {args.chat}: {summary} -> {where} ({_size(len(data))})", file=sys.stderr)
     return 0

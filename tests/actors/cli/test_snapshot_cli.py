@@ -53,6 +53,7 @@ async def test_export_then_import_into_another_chat(
     assert "3 patterns" in capsys.readouterr().err
     exported = json.loads(out.read_text("utf-8"))
     assert exported["chat_id"] == CHAT and exported["vectors"] is None
+    assert out.stat().st_mode & 0o777 == 0o600  # a person's memory: its owner's alone
 
     code = await run("memory", "import", str(out), "--chat", str(OTHER), "--embeddings", "none")
     assert code == 0
@@ -119,3 +120,15 @@ async def test_dayone_export_reads_back_identically(
     assert len(rows) > 20
     assert rows == [dict(r) for r in await db.fetch(query, OTHER)]
     assert any(r["photo_count"] for r in rows) and any(r["weather"] for r in rows)
+
+
+async def test_an_unknown_chat_exports_empty_and_says_so(
+    db: Database, cli_env: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "empty.json"
+    (tmp_path / ".empty.json.tmp").write_bytes(b"left by a crash")  # its old mode is not kept
+    (tmp_path / ".empty.json.tmp").chmod(0o644)
+    assert await run("memory", "export", "--chat", "424242", "-o", str(out)) == 0
+    assert "holds nothing of this chat" in capsys.readouterr().err
+    assert json.loads(out.read_text("utf-8"))["patterns"] == []
+    assert out.stat().st_mode & 0o777 == 0o600
