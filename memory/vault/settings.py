@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import ClassVar
 
@@ -19,6 +20,9 @@ def _dir(raw: str) -> Path | None:
     path = Path(raw).expanduser()
     if path.exists() and not path.is_dir():
         raise ValueError(f"is not a directory: {str(path)!r}")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"cannot be written: {str(existing)!r} is not a writable directory")
     return path
 
 

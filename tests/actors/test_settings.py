@@ -287,6 +287,18 @@ def test_engram_home_must_be_a_directory_or_makeable(tmp_path: Path) -> None:
     assert not (tmp_path / "new").exists()  # checking creates nothing
 
 
+def test_vault_dir_must_be_a_directory_or_makeable(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for vault in (afile, afile / "below" / "deeper"):
+        with pytest.raises(SettingsError) as info:
+            load_settings({"VAULT_DIR": str(vault)}, dotenv=None)
+        assert info.value.name == "VAULT_DIR"
+    ok = load_settings({"VAULT_DIR": str(tmp_path / "new" / "vault")}, dotenv=None)
+    assert ok.vault_dir == tmp_path / "new" / "vault"
+    assert not (tmp_path / "new").exists()  # checking creates nothing
+
+
 def test_a_secret_parser_that_quotes_its_value_is_cut_out() -> None:
     from runtime.parsers import Secret
     from runtime.settings import Field, SettingsSection
