@@ -77,13 +77,12 @@ async def cmd_chat(settings: Settings, args: argparse.Namespace) -> int:
     if args.standalone:
         return await standalone(settings, terminal, token, stdin_line)
     url = args.url or chat_url(settings.host, settings.port)
-    await converse(url, token, terminal, stdin_line)
-    return 0
+    return await converse(url, token, terminal, stdin_line)
 
 
-async def converse(url: str, token: str, terminal: Terminal, read_line: ReadLine) -> None:
-    """Talk until ``/quit`` or the end of input; what was typed is stored before leaving
-    (a few seconds at most)."""
+async def converse(url: str, token: str, terminal: Terminal, read_line: ReadLine) -> int:
+    """Talk until ``/quit`` or the end of input; what was typed is stored before leaving (a few
+    seconds at most). 0, or 1 when engram could not be reached to store some of it (said)."""
     import trio
 
     from actors.local.client import ChatClient
@@ -119,6 +118,13 @@ async def converse(url: str, token: str, terminal: Terminal, read_line: ReadLine
         with trio.move_on_after(5):
             await client.settled()
         nursery.cancel_scope.cancel()
+    if lost := len(client.pending):
+        terminal.write(
+            f"! {lost} message(s) not delivered: engram at {url} did not answer; "
+            "nothing of them was stored, send them again when it runs\n"
+        )
+        return 1
+    return 0
 
 
 def open_log(path: Path) -> TextIO:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import io
 
+import pytest
+import trio
+import trio.testing
+
 from actors.local.frames import Choice, Delivery, Draft, Notice
 from actors.local.terminal import Pick, Quit, Say, Terminal
 
@@ -51,3 +55,28 @@ def test_a_streamed_reply_is_printed_once() -> None:
     term.show(Delivery("message", "3.0", 9, "Hello, world!", ()))
     term.show(Notice("Forgetting..."))
     assert out.getvalue() == "engram: Hello, world!\n(Forgetting...)\n"
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+async def test_what_could_not_be_stored_is_said_and_fails_the_exit(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """``engram chat`` with no engram listening: the typed line is not lost silently."""
+    from engram_outside import free_port
+
+    from actors.cli.chat import converse
+
+    lines = iter(["hello\n", ""])
+
+    async def read_line() -> str:
+        await trio.sleep(0.1)
+        return next(lines)
+
+    out = io.StringIO()
+    url = f"ws://127.0.0.1:{free_port()}/ws/chat"
+    assert await converse(url, "t" * 32, Terminal(out), read_line) == 1
+    assert "1 message(s) not delivered" in out.getvalue()
