@@ -8,8 +8,8 @@ order, each component ready before the next:
     ├─ SenderActor          (supervised) outbox -> Telegram, for the chats leased here
     ├─ Registry[chat_id] -> ChatActor   (on demand, idle stop, restart on crash)
     ├─ CompactorActor       (when given): chats over their context budget -> patterns
-    ├─ background jobs      the heartbeat (/readyz), the vault writer; and, in the one process
-    │                       holding their lease, the maintenance jobs (actors.wiring.JOBS)
+    ├─ background jobs      the heartbeat (/readyz; alerts from one process), the vault writer;
+    │                       in the one process holding their lease the maintenance jobs (JOBS)
     ├─ Router               inbox notifications -> chat actors (lease held) or their owner
     ├─ Scheduler            (when given, supervised): due jobs -> inbox rows, chats woken
     ├─ ChatAccess           who may talk: the allowlist (setting + stored), pairing, strangers
@@ -20,8 +20,8 @@ It hands back a :class:`~runtime.serve.SystemHandle`: the webhook route (webhook
 drains run at shutdown in order: the scheduler (the tick in hand ends), the poller and router
 (no new work), the chat mailboxes (each actor finishes the message in hand and its buffer), the
 compactor (after the compaction in hand), the sender (after the request in hand), then every
-chat lease is released, so other processes take the chats at once (a rolling restart). Whatever
-is left waits in the inbox/outbox. The inbox writer, like the HTTP server, serves until the end.
+chat lease is released, so other processes take the chats at once (a rolling restart); what is
+left waits in the inbox/outbox. The inbox writer, like the HTTP server, serves until the end.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from actors.queues.dedupe import DedupeCache
 from actors.queues.inbox_writer import InboxWriter
 from actors.queues.outbox import OutboxRow
 from actors.router import Router
+from actors.scheduler.heartbeat import ALERT_LEASE, Heartbeat
 from actors.scheduler.jobs import pause_chat
 from actors.scheduler.routine import Routine
 from actors.scheduler.scheduler import Scheduler
@@ -103,6 +104,7 @@ class BotSystem:
     background: list[Callable[..., Awaitable[None]]] = attrs.field(factory=list)
     #: the same, run in one process per database (named lease): the maintenance jobs
     exclusive: list[tuple[str, Callable[..., Awaitable[None]]]] = attrs.field(factory=list)
+    heartbeats: list[Heartbeat] = attrs.field(factory=list)  # in background; one alerts
     #: what this process serves among several (built from the settings by :meth:`run`)
     ownership: Ownership | None = None
     #: more of ``/readyz``'s body: names and latest reports (the heartbeat's checks)
@@ -171,7 +173,9 @@ class BotSystem:
         # entries imported before each chat owned its journal (migration 012)
         await assign_unowned_entries(self.db, settings.telegram_allowed_chat_ids)
         async with self._open_bot() as bot, trio.open_nursery() as nursery:
-            username = await self._introduce(bot) if self.telegram else None
+            username = None
+            if self.telegram:  # getMe, the command menu, (webhook) setWebhook
+                username = await introduce(bot, settings, self.commands, polling=self.polling)
             self.local.poke = lambda chat_id: self._outbox_ready(chat_id, None)
             own: Ownership = await nursery.start(self._ownership().run)
             self.sender_ledger.recovered = True  # the leases recover what a dead run left
@@ -185,6 +189,8 @@ class BotSystem:
             own.attach(registry, lambda: self._sender_actor, self._poke_sender, settings.send_rate)
             if self.compactor is not None:
                 await nursery.start(self.compactor.run)
+            for beat in self.heartbeats:  # one process per database alerts
+                beat.gate = partial(own.sql.acquire_named, ALERT_LEASE, 3 * beat.interval)
             for job in self.background:
                 await nursery.start(job)
             for name, job in self.exclusive:
@@ -231,10 +237,6 @@ class BotSystem:
             assert self._sender is not None
             self._sender.send_nowait(OutboxReady(chat_id))
 
-    async def _introduce(self, bot: BotApiClient) -> str | None:
-        """getMe, the command menu and (webhook mode) setWebhook; the bot's username."""
-        return await introduce(bot, self.settings, self.commands, polling=self.polling)
-
     async def _start_sender(
         self, bot: BotApiClient, *, task_status: trio.TaskStatus[Address[OutboxReady]]
     ) -> None:
@@ -245,11 +247,9 @@ class BotSystem:
     async def _run_sender(
         self, bot: BotApiClient, *, task_status: trio.TaskStatus[Address[OutboxReady]]
     ) -> None:
-        settings = self.settings
+        s = self.settings
         sending = SenderSettings(
-            retry_cap=settings.send_retry_cap,
-            deadline=settings.send_deadline,
-            global_rate=settings.send_rate,
+            retry_cap=s.send_retry_cap, deadline=s.send_deadline, global_rate=s.send_rate
         )
         actor = SenderActor(
             self.db,

@@ -374,6 +374,7 @@ async def open_bot(
             + ([vault.run] if vault is not None else []),
             exclusive=[(spec.name, j.run) for j, spec in zip(jobs, JOBS, strict=True) if spec.once],
             reports=[("heartbeat", job.report) for job in beats],
+            heartbeats=beats,
             blueprints=web_blueprints(
                 settings,
                 services,

@@ -7,7 +7,9 @@ checks already alerted (:func:`alert_step`, pure): a check that crosses from ``o
 ``warning`` or ``critical`` joins one message to the owner chat; while it stays bad (warning to
 critical included) nothing more is sent; when it is ``ok`` again one "recovered" line is sent
 and the check may alert again. The alerted set is persisted (``bot_state`` key
-:data:`STATE_KEY`), so a restart during an incident does not repeat its alert.
+:data:`STATE_KEY`), so a restart during an incident does not repeat its alert. Every process
+checks itself (its ``/readyz``); with several processes on one database only the one holding
+the named lease ``heartbeat_alerts`` (:attr:`Heartbeat.gate`) alerts, so an incident is told once.
 
 The message goes through the outbox like any reply (the sender's outbox sweep finds it within
 its sweep interval, 30 s). The owner chat is ALERT_CHAT_ID, else the first paired (stored)
@@ -34,6 +36,8 @@ log = get_logger(__name__)
 
 #: the ``bot_state`` row holding the names of the checks alerted and not yet recovered
 STATE_KEY = "heartbeat.alerted"
+#: the named lease of the one process per database that alerts
+ALERT_LEASE = "heartbeat_alerts"
 ALERT_HEAD = "⚠️ engram health"
 RECOVERED_HEAD = "✅ engram health"
 
@@ -128,6 +132,9 @@ class Heartbeat:
     checked_at: datetime | None = attrs.field(default=None, init=False)
     passes: int = attrs.field(default=0, init=False)
     failures: int = attrs.field(default=0, init=False)
+    #: True while this process speaks for the database (several processes: one alerts, see
+    #: :meth:`BotSystem.run`); None: this process alone
+    gate: Callable[[], Awaitable[bool]] | None = attrs.field(default=None, init=False)
     _alerted: frozenset[str] | None = attrs.field(default=None, init=False)
 
     async def run(
@@ -146,15 +153,11 @@ class Heartbeat:
         """One pass: check, keep the result, alert on a change; the checks."""
         checks = await self.checks()
         self.latest, self.checked_at = checks, self.clock()
-        self.passes += 1
-        if self._alerted is None:
-            self._alerted = await self.alerts.load()
-        step = alert_step(self._alerted, checks)
-        if step.message is not None:
-            await self.alerts.send(step.message)
-        if step.alerted != self._alerted:
-            await self.alerts.save(step.alerted)
-        self._alerted = step.alerted
+        if self.gate is None or await self.gate():
+            await self._alert(checks)
+        else:  # another process alerts; taking over later starts from what it saved
+            self._alerted = None
+        self.passes += 1  # a whole pass: its alert is in the outbox
         for check in checks:
             if check.severity != "ok":
                 log.warning(
@@ -164,6 +167,16 @@ class Heartbeat:
                     detail=check.detail,
                 )
         return checks
+
+    async def _alert(self, checks: list[Check]) -> None:
+        if self._alerted is None:
+            self._alerted = await self.alerts.load()
+        step = alert_step(self._alerted, checks)
+        if step.message is not None:
+            await self.alerts.send(step.message)
+        if step.alerted != self._alerted:
+            await self.alerts.save(step.alerted)
+        self._alerted = step.alerted
 
     def report(self) -> dict[str, Any]:
         """The latest result, for ``/readyz``'s body."""

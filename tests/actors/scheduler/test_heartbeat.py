@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import partial
 
 import attrs
 import trio
 import trio.testing
 
+from actors.queues.lease_store import SqlLeases
 from actors.scheduler.health_checks import Check, Severity
 from actors.scheduler.heartbeat import (
     ALERT_HEAD,
+    ALERT_LEASE,
     RECOVERED_HEAD,
     STATE_KEY,
     Heartbeat,
@@ -172,3 +175,37 @@ async def test_the_alerted_set_survives_in_bot_state(db: Database) -> None:
     assert await db.fetchval("SELECT count(*) FROM bot_state WHERE key = $1", STATE_KEY) == 1
     await alerts.save(frozenset())
     assert await alerts.load() == frozenset()
+
+
+async def test_several_processes_alert_an_incident_once(db: Database) -> None:
+    """Two processes on one database, both seeing the check go bad and come back: one alert
+    and one recovery, from the process holding the alert lease; the other only checks. When
+    the alerter is gone, the other takes over from the alerted set it saved."""
+    sink = SqlAlerts(db, alert_chat_id=-100777)
+    procs = [Heartbeat(script_checks([], []), sink, interval=60.0) for _ in range(2)]
+    for i, beat in enumerate(procs):
+        leases = SqlLeases(db, f"host-{i}", f"host-{i}/run")
+        beat.gate = partial(leases.acquire_named, ALERT_LEASE, 3 * beat.interval)
+
+    async def both(severity: Severity) -> None:
+        for beat in procs:
+            beat.checks = lambda: fixed(severity)
+            await beat.beat()
+
+    async def fixed(severity: Severity) -> list[Check]:
+        return [inbox(severity)]
+
+    async def heads() -> list[str]:
+        rows = await db.fetch("SELECT text FROM outbox WHERE chat_id = -100777 ORDER BY id")
+        return [str(r["text"]).splitlines()[0] for r in rows]
+
+    await both("warning")
+    await both("critical")
+    assert await heads() == [ALERT_HEAD]
+    assert all(beat.latest[0].severity == "critical" for beat in procs)  # both check
+    await db.execute("UPDATE process_leases SET expires_at = now() WHERE name = $1", ALERT_LEASE)
+    await procs[1].beat()  # the alerter is gone: the other takes over, knowing it was told
+    assert await heads() == [ALERT_HEAD]
+    procs[1].checks = lambda: fixed("ok")
+    await procs[1].beat()
+    assert await heads() == [ALERT_HEAD, RECOVERED_HEAD]
