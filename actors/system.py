@@ -67,6 +67,7 @@ from actors.sender.policy import SenderLedger, SenderSettings
 from actors.settings import Settings
 from actors.telegram.client import BotApiClient
 from actors.telegram.pairing import ChatAccess
+from actors.telegram.pairing_codes import SqlPairingCodes
 from actors.telegram.startup import introduce
 from actors.telegram.webhook import WEBHOOK_PATH, webhook_handler
 from memory.conversation.routine_summary import RoutineSummarizer
@@ -352,6 +353,7 @@ class BotSystem:
             announce=self.announce,
             username=username,
             offer=self.pair_offer,
+            shared=SqlPairingCodes(self.db, self.settings.instance_name()),
             **self.access_options,
         )
 

@@ -35,6 +35,7 @@ REFERENCE_TABLES: frozenset[str] = frozenset(
         "dashboard_sessions",  # dashboard logins; chat_id NULL = every chat
         "dashboard_links",  # one-time dashboard login links
         "process_leases",  # which process runs the poller and each maintenance job
+        "pairing_codes",  # the open pairing codes' hashes, before any chat may talk
     }
 )
 

@@ -8,7 +8,8 @@ take effect within seconds. A chat seen newly allowed gets its kept updates move
 and its actor woken.
 
 **Pairing.** When no chat is allowed at start (the setting empty and none stored), a one-time
-code is made (:func:`new_code`: 10 characters from ``secrets``, no look-alikes) and announced
+code is made (:func:`~actors.telegram.pairing_codes.new_code`: 10 characters from ``secrets``,
+no look-alikes; shared with the other processes on the database) and announced
 (printed by ``engram serve`` and logged). The first chat that sends ``/start <code>`` within
 ``ttl`` seconds (10 minutes) becomes allowed, stored with who sent it; its kept updates are
 released and it is told it is paired. The code is compared in constant time
@@ -28,8 +29,6 @@ whether pairing is open or not and whatever code it sent, at most once an hour
 
 from __future__ import annotations
 
-import hmac
-import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
@@ -41,6 +40,7 @@ import trio
 from actors.queues import outbox
 from actors.queues.outbox import OutboxRow
 from actors.telegram import access
+from actors.telegram.pairing_codes import MAX_TRIES, PairingCode, SharedCodes, TokenBucket, new_code
 from actors.telegram.types import Update, dedupe_keys
 from runtime.db import Database, Queries
 from runtime.errors import DatabaseError
@@ -48,10 +48,7 @@ from runtime.logs import get_logger
 
 log = get_logger(__name__)
 
-CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read off a terminal
-CODE_LENGTH = 10
 PAIRING_TTL = 600.0
-MAX_TRIES = 5
 ATTEMPT_BURST = 20
 ATTEMPT_INTERVAL = 3.0
 MAX_WAITING = 10_000
@@ -61,11 +58,6 @@ PURGE_INTERVAL = 3600.0
 #: every stranger's answer: it says nothing of whether pairing is open or a code was close
 PRIVATE = "Sorry, this bot is private."
 PAIRED = "Paired: this chat can now talk to engram."
-
-
-def new_code(length: int = CODE_LENGTH) -> str:
-    """A random pairing code (``secrets``), safe in a ``t.me/<bot>?start=`` link."""
-    return "".join(secrets.choice(CODE_ALPHABET) for _ in range(length))
 
 
 def start_argument(update: Update) -> str | None:
@@ -89,75 +81,6 @@ def pairing_text(code: str, username: str | None, ttl: float) -> str:
         f"to {to} in Telegram within {ttl / 60:g} minutes{link}. The code works once.\n"
         "To allow a chat by its id instead: engram chats allow ID"
     )
-
-
-@attrs.define
-class PairingCode:
-    """The one-time code and its state: open, then used or expired; per chat, locked after
-    ``max_tries`` wrong codes (other chats are not affected)."""
-
-    code: str
-    expires_at: float
-    max_tries: int = MAX_TRIES
-    used: bool = False
-    #: wrong codes so far, by chat
-    wrong: dict[int, int] = attrs.field(factory=dict)
-
-    def tries_left(self, chat_id: int) -> int:
-        return max(0, self.max_tries - self.wrong.get(chat_id, 0))
-
-    def state(self, now: float, chat_id: int | None = None) -> str:
-        """``used``, ``expired``, ``locked`` (for ``chat_id``) or ``open``."""
-        if self.used:
-            return "used"
-        if now >= self.expires_at:
-            return "expired"
-        if chat_id is not None and self.tries_left(chat_id) <= 0:
-            return "locked"
-        return "open"
-
-    def attempt(self, chat_id: int, given: str, now: float) -> str:
-        """``paired`` (the code is now used), ``wrong`` (one of the chat's tries spent) or the
-        closed state; ``now`` is when the attempt arrived."""
-        state = self.state(now, chat_id)
-        if state != "open":
-            return state
-        if hmac.compare_digest(given.encode(), self.code.encode()):
-            self.used = True
-            return "paired"
-        self.wrong[chat_id] = self.wrong.get(chat_id, 0) + 1
-        return "wrong"
-
-
-@attrs.define
-class TokenBucket:
-    """``burst`` tokens, one more every ``interval`` seconds: how fast codes are tried."""
-
-    burst: int
-    interval: float
-    tokens: float = attrs.field(init=False)
-    stamp: float | None = attrs.field(init=False, default=None)
-
-    def __attrs_post_init__(self) -> None:
-        self.tokens = float(self.burst)
-
-    def _fill(self, now: float) -> None:
-        if self.stamp is not None:
-            self.tokens = min(float(self.burst), self.tokens + (now - self.stamp) / self.interval)
-        self.stamp = now
-
-    def take(self, now: float) -> bool:
-        """Spend a token if there is one."""
-        self._fill(now)
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
-
-    def wait(self, now: float) -> float:
-        """Seconds until a token is there (0 when one is)."""
-        self._fill(now)
-        return max(0.0, (1.0 - self.tokens) * self.interval)
 
 
 @attrs.frozen
@@ -206,6 +129,8 @@ class ChatAccess:
     refresh_interval: float = REFRESH_INTERVAL
     notice_interval: float = access.NOTICE_INTERVAL
     offer: Callable[[Queries, int], Awaitable[object]] | None = None  # after "Paired" (+ button)
+    #: every process's open codes (several processes on one database); None: this one's alone
+    shared: SharedCodes | None = None
     allowlist: Allowlist = attrs.field(init=False)
     code: PairingCode | None = attrs.field(init=False, default=None)
     bucket: TokenBucket = attrs.field(init=False)
@@ -228,7 +153,9 @@ class ChatAccess:
         """Load the stored chats, open pairing if nobody is allowed, then keep the list fresh."""
         await self.refresh()
         if not self.allowlist:
-            self.open_pairing()
+            code = self.open_pairing()
+            if self.shared is not None:
+                await self.shared.publish(code.code, self.ttl)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self.judge_waiting)
             task_status.started(self)
@@ -263,6 +190,8 @@ class ChatAccess:
         stored = {c.chat_id for c in await access.stored_chats(self.db)}
         new = stored - self.allowlist.stored - self.setting
         self.allowlist = Allowlist(self.setting, stored)
+        if new and self.code is not None and self.shared is not None:
+            self.code.used = True  # paired through another process: every code is closed
         for chat_id in sorted(new):
             log.info("access.allowed", chat_id=chat_id)
             await self._release(chat_id, wake=True)
@@ -311,7 +240,13 @@ class ChatAccess:
             return False
         outcome = code.attempt(attempt.chat_id, attempt.given, attempt.arrived)
         if outcome == "paired":
-            await self._pair(attempt.chat_id, attempt.user_id)
+            if await self._pair(attempt):
+                return True
+            outcome = "used"  # consumed by another process's pairing meanwhile
+        elif outcome == "wrong" and self.shared is not None and await self._pair(attempt):
+            if left := code.wrong.pop(attempt.chat_id) - 1:  # another process's code: not
+                code.wrong[attempt.chat_id] = left  # a wrong one
+            code.used = True
             return True
         tries_left = code.tries_left(attempt.chat_id)
         log.warning(
@@ -358,9 +293,16 @@ class ChatAccess:
                         "pairing.store_failed", chat_id=attempt.chat_id, error=str(exc)[:300]
                     )
 
-    async def _pair(self, chat_id: int, user_id: int | None) -> None:
+    async def _pair(self, attempt: Attempt) -> bool:
+        """Allow the chat (False: the shared code was not open, nothing written)."""
+        chat_id, user_id = attempt.chat_id, attempt.user_id
         try:
             async with self.db.transaction() as conn:
+                if self.shared is not None:
+                    waited = self.clock() - attempt.arrived
+                    if not await self.shared.consume(conn, attempt.given, waited):
+                        return False
+                    await self.shared.close_all(conn)
                 await access.allow_chat(conn, chat_id, "pairing", user_id)
                 released = await access.release_held(conn, chat_id)
                 await outbox.enqueue_reply(conn, chat_id, PAIRED)
@@ -377,6 +319,7 @@ class ChatAccess:
         self.outbox_ready(chat_id, None)
         if released:
             self.wake(chat_id)
+        return True
 
     async def _hold(self, chat_id: int, update: Update, payload: Mapping[str, Any]) -> None:
         key = dedupe_keys(update)[0]

@@ -30,16 +30,8 @@ from actors.chat.actor import HELP
 from actors.settings import load_settings
 from actors.system import BotSystem
 from actors.telegram.client import BotApiClient
-from actors.telegram.pairing import (
-    CODE_ALPHABET,
-    PAIRED,
-    PRIVATE,
-    Attempt,
-    ChatAccess,
-    PairingCode,
-    TokenBucket,
-    new_code,
-)
+from actors.telegram.pairing import PAIRED, PRIVATE, Attempt, ChatAccess
+from actors.telegram.pairing_codes import CODE_ALPHABET, PairingCode, TokenBucket, new_code
 from actors.telegram.poller import Poller
 from actors.telegram.types import parse_update
 from runtime import db as dbmod
