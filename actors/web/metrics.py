@@ -1,14 +1,17 @@
 """``GET /metrics``: :data:`runtime.metrics.REGISTRY` in the Prometheus text format.
 
 Counters and histograms are observed where things happen; the gauges that describe the
-database (inbox/outbox depth, patterns by status) are read by :func:`refresh` on each scrape,
-within ``limit`` seconds (an unreachable database leaves their last values and sets
-``engram_database_up`` to 0). With ``METRICS_TOKEN`` a scrape needs
-``Authorization: Bearer <token>`` (401 otherwise); ``METRICS=off`` registers nothing (404).
+database (inbox/outbox depth, patterns by status) are read by :func:`refresh` within ``limit``
+seconds (an unreachable database leaves their last values and sets ``engram_database_up`` to
+0), at most once per ``every`` seconds (:class:`Refresher`: scrapes meanwhile, however many,
+share the last reading, so a flood of scrapes is no flood of counts over every chat's rows).
+With ``METRICS_TOKEN`` a scrape needs ``Authorization: Bearer <token>`` (401 otherwise);
+``METRICS=off`` registers nothing (404).
 """
 
 from __future__ import annotations
 
+import attrs
 import trio
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from quart import Blueprint, Response, request
@@ -55,9 +58,31 @@ async def refresh(db: Queries, limit: float = 2.0) -> bool:
     return False
 
 
-def metrics_blueprint(db: Queries, token: str = "") -> Blueprint:
-    """``GET /metrics`` (``token``: the bearer token it requires, empty for none)."""
+@attrs.define
+class Refresher:
+    """:func:`refresh` at most once per ``every`` seconds; concurrent callers wait for one."""
+
+    db: Queries
+    every: float = 1.0
+    readings: int = 0
+    _at: float | None = attrs.field(default=None, init=False)
+    _lock: trio.Lock = attrs.field(factory=trio.Lock, init=False)
+
+    async def __call__(self) -> None:
+        async with self._lock:
+            now = trio.current_time()
+            if self._at is not None and now - self._at < self.every:
+                return
+            self.readings += 1
+            await refresh(self.db)
+            self._at = trio.current_time()
+
+
+def metrics_blueprint(db: Queries, token: str = "", *, every: float = 1.0) -> Blueprint:
+    """``GET /metrics`` (``token``: the bearer token it requires, empty for none; ``every``:
+    the least seconds between two readings of the database's gauges)."""
     bp = Blueprint("metrics", __name__)
+    refresher = Refresher(db, every)
 
     @bp.get("/metrics")
     async def scrape() -> Response:
@@ -70,7 +95,7 @@ def metrics_blueprint(db: Queries, token: str = "") -> Blueprint:
                     {"WWW-Authenticate": 'Bearer realm="metrics"'},
                     content_type="text/plain",
                 )
-        await refresh(db)
+        await refresher()
         return Response(generate_latest(metrics.REGISTRY), 200, content_type=CONTENT_TYPE_LATEST)
 
     return bp
