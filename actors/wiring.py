@@ -58,7 +58,7 @@ from memory.embeddings.factory import open_embedder
 from memory.embeddings.providers import Embedder
 from memory.embeddings.store import EmbeddingBackfill
 from memory.embeddings.thresholds import Thresholds, thresholds_for
-from memory.llm.factory import open_llm, preload
+from memory.llm.factory import max_image_bytes, open_llm, preload
 from memory.llm.protocol import LLM
 from memory.llm.usage_writer import open_usage_writer
 from memory.patterns.dedup import LLMAdjudicator
@@ -352,6 +352,7 @@ async def open_bot(
             agent,
         )
         jobs = build_jobs(parts)
+        image_cap = max_image_bytes(settings, settings.photo_max_bytes)  # the model's limit too
         taps = CallbackTable()  # the buttons' handlers, registered by the commands
         services = MemoryServices(db, embedder, settings.timezone, thresholds, lexicons)
         controls.register_taps(taps)
@@ -364,7 +365,7 @@ async def open_bot(
             announce=announce,
             turns=agent,
             transcribe=transcribe,
-            photos=partial(download_photos, bot, max_bytes=settings.photo_max_bytes),
+            photos=partial(download_photos, bot, max_bytes=image_cap),
             bot=bot,
             callbacks=taps,
             commands=command_table(

@@ -71,6 +71,15 @@ PROVIDER_MODULES = {
     "anthropic": "memory.llm.anthropic_provider",
     "openai": "memory.llm.openai_provider",
 }
+#: the largest image (decoded bytes) each provider takes in a request. Anthropic refuses an
+#: image whose base64 text is over 5 MB (5,242,880 characters: "image exceeds 5 MB maximum"),
+#: so 3/4 of that; OpenAI takes up to 20 MB an image.
+MAX_IMAGE_BYTES = {"anthropic": 5 * 1024 * 1024 * 3 // 4, "openai": 20 * 1024 * 1024}
+
+
+def max_image_bytes(settings: LLMSettings, cap: int) -> int:
+    """The largest photo worth giving the chat model: ``cap`` (PHOTO_MAX_BYTES) or less."""
+    return min(cap, MAX_IMAGE_BYTES[settings.llm_provider])
 
 
 def _build(settings: LLMSettings, db: Queries, role: LLMRole) -> AnthropicLLM | OpenAICompatibleLLM:

@@ -141,3 +141,64 @@ async def test_a_photo_and_an_album_reach_the_model(
         assert [bytes(r["data"]) for r in kept] == [RED, RED, BLUE]
         await db.execute("DELETE FROM chat_messages WHERE chat_id = $1", CHAT)
         assert await db.fetchval("SELECT count(*) FROM chat_photos") == 0  # go with their row
+
+
+@pytest.mark.slow
+async def test_a_photo_over_the_models_limit_is_sent_smaller_or_refused_by_size(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Anthropic refuses an image whose base64 is over 5 MB (3.75 MB of bytes), below
+    PHOTO_MAX_BYTES' 10 MB: a smaller size of the photo is sent instead, and a photo with no
+    size under the limit is answered with its size, not with "can't look at images"."""
+    big = b"\x89PNG\r\n\x1a\n" + b"\x00" * (4_500_000 - 8)  # 6 MB as base64
+    medium = b"\x89PNG\r\n\x1a\n" + b"medium-size" * 1000
+    async with run_fake_bot_api() as bot_api, run_echo_anthropic() as model:
+        env = serve_env(
+            tmp_path,
+            bot_api=bot_api.base_url,
+            model=model.base_url,
+            port=free_port(),
+            chats=[CHAT],
+            DATABASE_URL=database_url,
+        )
+        files = {
+            name: bot_api.add_file(d, file_path=f"photos/{name}.png")
+            for name, d in (("big", big), ("medium", medium), ("only", big))
+        }
+
+        def size(name: str, width: int, data: bytes) -> dict[str, Any]:
+            f = files[name]
+            return {
+                "file_id": f.file_id,
+                "file_unique_id": f.file_unique_id,
+                "width": width,
+                "height": width,
+                "file_size": len(data),
+            }
+
+        engram = Engram(env, tmp_path / "engram.log")
+        await engram.start()
+        try:
+            await engram.wait_ready(limit=120)
+            async with httpx.AsyncClient(timeout=10) as client:
+                two_sizes = [size("medium", 800, medium), size("big", 2560, big)]
+                one = photo_update(1, two_sizes, caption="msg 1 the view")
+                assert await post_update(client, engram.port, one) == 200
+                with trio.fail_after(60):
+                    while len(bot_api.sent_texts(CHAT)) < 1:
+                        assert engram.running, engram.tail()
+                        await trio.sleep(0.1)
+                only = photo_update(2, [size("only", 2560, big)], caption="msg 2 again")
+                assert await post_update(client, engram.port, only) == 200
+                with trio.fail_after(60):
+                    while len(bot_api.sent_texts(CHAT)) < 2:
+                        assert engram.running, engram.tail()
+                        await trio.sleep(0.1)
+        finally:
+            await engram.stop()
+    texts = bot_api.sent_texts(CHAT)
+    assert texts[0].startswith("re 1"), texts  # answered, looking at the smaller size
+    turns = [r for r in model.requests if images_in(r) and r.body.get("tools")]
+    assert [images_in(r) for r in turns] == [[medium]]
+    assert "too large for me to look at" in texts[1] and "images" not in texts[1], texts
+    assert bot_api.downloads.count("photos/big.png") == 0  # never fetched: over the limit

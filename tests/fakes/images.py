@@ -1,9 +1,10 @@
 """Image content as the model APIs check it, for both fakes.
 
 Anthropic: an ``image`` block only in a user turn, ``source`` base64 (``media_type`` one of
-jpeg/png/gif/webp, ``data`` valid base64, at most 5 MB decoded, bytes that are that format) or
-``url``. OpenAI: an ``image_url`` part (user turns only; the fake's content check) whose ``url``
-is a ``data:image/...;base64,`` URL of valid bytes or an http(s) URL, ``detail`` auto/low/high.
+jpeg/png/gif/webp, ``data`` valid base64 of at most 5 MB as text (3.75 MB decoded), bytes that
+are that format) or ``url``. OpenAI: an ``image_url`` part (user turns only; the fake's content
+check) whose ``url`` is a ``data:image/...;base64,`` URL of valid bytes or an http(s) URL,
+``detail`` auto/low/high.
 ``supported = False`` plays a text-only model: any image is a 400 like the real ones.
 ``check_bytes = False`` skips the format sniffing (the real APIs do sniff).
 """
@@ -87,9 +88,9 @@ class ImageRules:
         raw = _decode(source.get("data"))
         if raw is None:
             raise ImageRejected(f"{where}.image.source.base64.data: Invalid base64 data")
-        if len(raw) > ANTHROPIC_MAX_IMAGE_BYTES:
+        if (size := len(source["data"])) > ANTHROPIC_MAX_IMAGE_BYTES:  # the base64 text's
             raise ImageRejected(
-                f"{where}.image.source.base64: image exceeds 5 MB maximum: {len(raw)} bytes > "
+                f"{where}.image.source.base64: image exceeds 5 MB maximum: {size} bytes > "
                 f"{ANTHROPIC_MAX_IMAGE_BYTES} bytes"
             )
         if self.check_bytes and not _MAGIC[media](raw):

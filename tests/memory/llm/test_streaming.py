@@ -29,6 +29,7 @@ from memory.errors import (
 )
 from memory.llm.anthropic_provider import AnthropicLLM
 from memory.llm.cost import DEFAULT_RATES, Rate
+from memory.llm.factory import MAX_IMAGE_BYTES
 from memory.llm.openai_provider import OpenAICompatibleLLM
 from memory.llm.openai_stream import IMAGE_TOKENS, prompt_estimate
 from memory.llm.protocol import (
@@ -588,3 +589,16 @@ async def test_fake_openai_wire_chunks_with_and_without_usage(fake_openai: FakeO
     usage_chunk = counted[-2][1]
     assert usage_chunk["choices"] == [] and usage_chunk["usage"]["prompt_tokens"] == 7
     assert all(d["usage"] is None and "obfuscation" not in d for _, d in counted[:-2])
+
+
+async def test_fake_claude_measures_an_image_as_its_base64_text(
+    claude: AnthropicLLM, fake_claude: FakeAnthropic
+) -> None:
+    """The 5 MB limit is on the base64 text: 3.9 MB of bytes (5.2 MB as base64) is too much."""
+    limit = MAX_IMAGE_BYTES["anthropic"]
+    over = b"\x89PNG\r\n\x1a\n" + b"\x00" * (limit + 3 - 8)
+    with pytest.raises(LLMRequestError) as info:
+        await ask(claude, None, ImageBlock("image/png", over), "look")
+    assert "image exceeds 5 MB maximum: 5242884 bytes > 5242880 bytes" in str(info.value)
+    fits = b"\x89PNG\r\n\x1a\n" + b"\x00" * (limit - 8)
+    assert (await ask(claude, None, ImageBlock("image/png", fits), "look")).text
