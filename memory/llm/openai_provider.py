@@ -25,7 +25,14 @@ from openai.types.chat import ChatCompletion
 
 from memory.errors import LLMError
 from memory.llm.cost import DEFAULT_RATES, RateTable
-from memory.llm.openai_stream import Answer, answer_of, prompt_estimate, stream_answer, usage_of
+from memory.llm.openai_stream import (
+    Answer,
+    answer_of,
+    prompt_estimate,
+    refuses_stream_options,
+    stream_answer,
+    usage_of,
+)
 from memory.llm.protocol import (
     Block,
     Completion,
@@ -52,6 +59,9 @@ from memory.llm.provider_calls import (
 from memory.llm.streaming import StreamTally
 from runtime.concurrency import AsyncClosing
 from runtime.db import Queries
+from runtime.logs import get_logger
+
+log = get_logger(__name__)
 
 PROVIDER = "openai"
 ERROR_PREFIX = "Error: "
@@ -151,6 +161,7 @@ class OpenAICompatibleLLM(AsyncClosing):
         self._db = db
         self._rates = rates
         self._max_tokens_param = max_tokens_param
+        self._options = True  # False once the server refused stream_options
         self._ctx = CallContext(provider, model, (api_key,))
         self._client = openai.AsyncOpenAI(
             api_key=api_key, base_url=base_url, timeout=timeout, max_retries=0
@@ -181,7 +192,14 @@ class OpenAICompatibleLLM(AsyncClosing):
             tally = StreamTally(on_event, prompt_estimate=prompt_estimate(params))
 
             async def stream() -> Answer:
-                return await stream_answer(self._client, params, tally)
+                try:
+                    return await stream_answer(self._client, params, tally, options=self._options)
+                except openai.BadRequestError as exc:
+                    if not (self._options and refuses_stream_options(exc)):
+                        raise
+                self._options = False  # for this client's lifetime: tokens estimated
+                log.warning("llm.stream_options_refused", model=self.model)
+                return await stream_answer(self._client, params, tally, options=False)
 
             return await call_and_record(
                 self._db,

@@ -7,7 +7,8 @@ Chunks are accumulated as the API documents them: ``delta.content`` pieces appen
 pieces), the ``finish_reason``, and the usage chunk (empty ``choices``) before ``data: [DONE]``.
 Text pieces become :class:`TextDelta` events, a call's first piece a :class:`ToolStarted`. A
 stream without a finish reason is :class:`StreamIncomplete`; without a usage chunk (a server
-that ignores ``include_usage``) the tokens are the tally's estimate.
+that ignores ``include_usage``, or refuses ``stream_options``: :func:`refuses_stream_options`)
+the tokens are the tally's estimate.
 """
 
 from __future__ import annotations
@@ -98,14 +99,22 @@ def prompt_estimate(params: dict[str, Any]) -> int:
     return estimate_tokens(len(text)) + images * IMAGE_TOKENS
 
 
+def refuses_stream_options(exc: Exception) -> bool:
+    """A 400 about the ``stream_options`` field itself (a server that does not know it)."""
+    return isinstance(exc, openai.BadRequestError) and "stream_options" in str(exc.message)
+
+
 async def stream_answer(
-    client: openai.AsyncOpenAI, params: dict[str, Any], tally: StreamTally
+    client: openai.AsyncOpenAI, params: dict[str, Any], tally: StreamTally, *, options: bool = True
 ) -> Answer:
-    """Stream one chat completion, feeding ``tally``; the accumulated answer."""
+    """Stream one chat completion, feeding ``tally``; the accumulated answer. ``options``:
+    ask for the usage chunk (``stream_options.include_usage``), which some servers refuse."""
     answer = Answer(model=str(params["model"]))
     got_usage = False
     stream = await client.chat.completions.create(
-        **params, stream=True, stream_options={"include_usage": True}
+        **params,
+        stream=True,
+        stream_options={"include_usage": True} if options else openai.omit,
     )
     async with stream:
         async for chunk in stream:

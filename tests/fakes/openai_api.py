@@ -680,6 +680,9 @@ class FakeOpenAI:
         self.images = ImageRules()
         #: play a server that ignores ``stream_options.include_usage`` (no usage chunk)
         self.ignore_include_usage = False
+        #: play a server that knows no ``stream_options`` (older vLLM and llama.cpp builds):
+        #: a request carrying it is a 400 naming the field
+        self.rejects_stream_options = False
         self.app = self._build_app()
 
     # --- scripting and inspection --------------------------------------------------------------
@@ -1084,6 +1087,13 @@ class FakeOpenAI:
         call.data = await request.get_data(True, False, False)
         body = self.json_body(call)
         self._record_json(call, body)
+        if self.rejects_stream_options and isinstance(body, dict) and "stream_options" in body:
+            raise OpenAIHttpError(
+                400,
+                "[{'type': 'extra_forbidden', 'loc': ('body', 'stream_options'), 'msg': "
+                "'Extra inputs are not permitted', 'input': " + repr(body["stream_options"]) + "}]",
+                type="BadRequestError",
+            )
         names = check_chat_body(body, self.chat_models)
         try:
             self.images.check_openai(body["messages"])

@@ -485,6 +485,26 @@ async def test_gpt_stream_without_usage_chunk_is_estimated(
     assert row["output_tokens"] >= 3 and row["ok"] is True
 
 
+async def test_gpt_server_refusing_stream_options_is_streamed_without_them(
+    gpt: OpenAICompatibleLLM, fake_openai: FakeOpenAI, db: Database
+) -> None:
+    """An older OpenAI-compatible server answers 400 to ``stream_options``: the call streams
+    again without it (and every later call of the client starts without it), charged on
+    estimates; one usage row per answered call, none for the refused request."""
+    fake_openai.rejects_stream_options = True
+    fake_openai.queue_chat_text("First answer.")
+    fake_openai.queue_chat_text("Second answer.")
+    events: list[StreamEvent] = []
+    assert (await ask(gpt, events)).text == "First answer."
+    assert any(isinstance(e, TextDelta) for e in events)  # streamed
+    assert (await ask(gpt, [])).text == "Second answer."
+    calls = fake_openai.calls_to(CHAT_COMPLETIONS)
+    assert ["stream_options" in c.params for c in calls] == [True, False, False]
+    rows = await usage_rows(db)
+    assert [r["ok"] for r in rows] == [True, True]
+    assert all(r["input_tokens"] > 0 and r["output_tokens"] > 0 for r in rows)
+
+
 async def test_gpt_images_accepted_and_refused_by_a_text_only_model(
     gpt: OpenAICompatibleLLM, fake_openai: FakeOpenAI
 ) -> None:
