@@ -14,7 +14,8 @@ One turn:
    guardrails"): at most 15 tool calls, 120 s wall clock, stop when the same tool is called
    with identical arguments twice in a row, tool_use/tool_result pairs repaired before every
    request; the model's calls stream to the turn's progress (the draft), inside its stoppable
-   scope: stopped, what was written is the reply, marked "(stopped)";
+   scope: stopped, what was written is the reply, marked "(stopped)" (a Stop while step 2
+   reads memory: the reply is "(stopped)");
 4. return the reply; its ``persist`` hook stores the assistant and tool_result rows (results
    truncated for storage) in the chat actor's outbox transaction, with the messages asking the
    person to confirm what the model's ``forget_memory``/supersede asked for (``confirmations``,
@@ -34,8 +35,7 @@ next turn's window could not show every uncompacted row, or its estimated contex
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -54,6 +54,7 @@ from actors.agent.routine_turn import (
     routine_reply,
 )
 from actors.agent.tool_loop import (
+    STOPPED,
     Guardrails,
     LoopState,
     ToolLoop,
@@ -62,7 +63,7 @@ from actors.agent.tool_loop import (
     transcript_rows,
 )
 from actors.agent.turn import AskFactory, TurnInput, TurnReply
-from actors.agent.turn_budget import compaction_reason, log_turn
+from actors.agent.turn_budget import OverBudget, compaction_reason, log_turn, request_compaction
 from actors.agent.turn_links import link_cited_entries
 from actors.agent.window_text import BLOCK_ROWS, RECENT_ROWS
 from actors.errors import ModelUnavailable
@@ -98,7 +99,6 @@ Clock = Callable[[], datetime]
 #: the breakpoint on the tool loop's last message: read back by the next call of the same
 #: turn, seconds later (never worth the 1-hour price)
 TOOL_LOOP_CACHE: CacheTTL = "5m"
-OverBudget = Callable[[int], Awaitable[None] | None]
 
 
 def wall_clock() -> datetime:
@@ -158,10 +158,14 @@ class Agent:
         deadline = trio.current_time() + self.guardrails.turn_seconds
         now = self.clock()
         external_id = turn.external_ids[0] if turn.external_ids else None
-        (user_id, window, memory, episodes), profile = await both(
-            lambda: self._store_and_recall(turn, external_id, now),
-            lambda: self._profile(chat_id, now),
-        )
+        progress = turn.progress
+        with progress.stoppable() as early:  # a Stop while memory is read is a Stop too
+            (user_id, window, memory, episodes), profile = await both(
+                lambda: self._store_and_recall(turn, external_id, now),
+                lambda: self._profile(chat_id, now),
+            )
+        if early.cancelled_caught:
+            return await self._stopped_early(turn, external_id, now)
         specs = tool_specs(self.tools)
         context = self._context(now, memory, window, episodes, profile, specs, self.persona)
         asks = None if self.confirmations is None else self.confirmations(chat_id)
@@ -172,7 +176,6 @@ class Agent:
             reminders=None if self.reminders is None else self.reminders(chat_id),
         )
         loop_cache = TOOL_LOOP_CACHE if self.prompt_cache else None
-        progress = turn.progress
         loop = ToolLoop(
             self.llm,
             self.tools,
@@ -189,12 +192,12 @@ class Agent:
             await loop.run(state, deadline)
         state.halt() if stop.cancelled_caught else state.flush()
         if state.error is not None and is_outage(state.error):
-            self._log(turn, state, memory)
+            log_turn(turn, state, memory)
             raise ModelUnavailable(state.error)
         if scope.cancelled_caught:
             state.tripped = "time_limit"
         rows = transcript_rows(state.messages, self.clock())
-        self._log(turn, state, memory)
+        log_turn(turn, state, memory)
         text = turn_reply_text(state, bool(turn.images))
         await link_cited_entries(self.tool_db, chat_id, memory.pattern_ids, state.messages, text)
         user_row = ChatMessage(role="user", content=turn.text, created_at=now, id=user_id)
@@ -210,13 +213,25 @@ class Agent:
             if asks is not None:
                 await asks.send(conn, turn.inbox_ids)
 
-        compact = partial(self._request_compaction, chat_id) if over else None
+        compact = partial(request_compaction, self.on_over_budget, chat_id) if over else None
         after = with_description(
             compact, self.llm, self.tool_db, chat_id, external_id, turn.images, self.keep_photos
         )
         keep = bool(rows) or stats is not None or asks is not None
         persisted = persist if keep else None
         return TurnReply(text, persist=persisted, after_commit=after, model_calls=state.llm_calls)
+
+    async def _stopped_early(
+        self, turn: TurnInput, external_id: str | None, now: datetime
+    ) -> TurnReply:
+        """Stopped before the model wrote anything: the person's message is stored (again, if
+        the stop cut its insert: found by its id) and the reply says it stopped."""
+        if external_id is not None:  # else its insert was the turn's first statement
+            await self.conversation.add_user_and_recent(
+                turn.chat_id, turn.text, external_id, now, 1
+            )
+        log.info("agent.stopped_before_generation", chat_id=turn.chat_id)
+        return TurnReply(STOPPED)
 
     async def _routine_turn(self, turn: TurnInput) -> TurnReply:
         """A routine turn (:mod:`actors.agent.routine_turn`): the brief is not stored as the
@@ -335,9 +350,6 @@ class Agent:
         log.warning("agent.retrieval_timeout", chat_id=chat_id, seconds=self.retrieval_timeout)
         return RetrievedMemory(degraded=True)
 
-    def _log(self, turn: TurnInput, state: LoopState, memory: RetrievedMemory) -> None:
-        log_turn(turn, state, memory)
-
     def _over_budget(
         self, chat_id: int, context: TurnContext, shown: int, new_rows: Sequence[ChatMessage]
     ) -> bool:
@@ -354,18 +366,6 @@ class Agent:
             )
             is not None
         )
-
-    async def _request_compaction(self, chat_id: int) -> None:
-        """Call ``on_over_budget`` (run by the chat actor once the turn's rows are committed,
-        so the compactor's own budget check sees them); its failure is logged, not raised."""
-        if self.on_over_budget is None:
-            return
-        try:
-            result = self.on_over_budget(chat_id)
-            if inspect.isawaitable(result):
-                await result
-        except Exception as exc:  # the compaction trigger must not fail the turn
-            log.error("agent.over_budget_callback_failed", chat_id=chat_id, error=repr(exc))
 
 
 def agent_tools(extra_tools: Sequence[Tool[Any]] = ()) -> ToolRegistry:

@@ -4,7 +4,8 @@ those rows against ``CONTEXT_TOKEN_BUDGET``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +24,9 @@ from runtime.logs import get_logger
 ESTIMATE_MARGIN_TOKENS = 32
 
 log = get_logger("actors.agent.handler")
+
+#: what the agent calls when the chat must be compacted (the compactor's ``request``)
+OverBudget = Callable[[int], Awaitable[None] | None]
 
 
 def compaction_reason(
@@ -95,3 +99,16 @@ def log_turn(turn: TurnInput, state: LoopState, memory: RetrievedMemory) -> None
         )
     else:
         log.info("agent.turn", **fields)
+
+
+async def request_compaction(on_over_budget: OverBudget | None, chat_id: int) -> None:
+    """Call ``on_over_budget`` (run by the chat actor once the turn's rows are committed, so
+    the compactor's own budget check sees them); its failure is logged, not raised."""
+    if on_over_budget is None:
+        return
+    try:
+        result = on_over_budget(chat_id)
+        if inspect.isawaitable(result):
+            await result
+    except Exception as exc:  # the compaction trigger must not fail the turn
+        log.error("agent.over_budget_callback_failed", chat_id=chat_id, error=repr(exc))

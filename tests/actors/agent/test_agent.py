@@ -700,6 +700,26 @@ async def test_stop_during_a_tool_call_keeps_the_text_before_it(autojump_clock: 
     assert store.roles()[0] == "user" and "assistant" in store.roles()
 
 
+async def test_stop_while_memory_is_read_answers_stopped(autojump_clock: Any) -> None:
+    """A Stop before the model wrote anything (the retrieval is slow): within the second, the
+    reply is "(stopped)", the person's message is stored, the model was never asked, and the
+    next turn is normal."""
+    llm = StreamingLLM([text("A short answer.")], delay=0)
+    agent, store, _ = make_agent(llm, retriever=Retriever(RetrievedMemory("x"), 5.0))
+    running = RunningTurns()
+    progress = _Streaming(ChatProgress(CHAT, running))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_stop_after, running, 1.0)
+        started = trio.current_time()
+        reply = await agent.run_turn(attrs.evolve(turn("hello?"), progress=progress))
+    assert trio.current_time() - started == pytest.approx(1.0)
+    assert reply.text == "(stopped)" and llm.requests == []
+    assert store.roles() == ["user"] and store.chats[CHAT][0].content == "hello?"
+    agent.retriever = Retriever(RetrievedMemory("x"))
+    again = await agent.run_turn(attrs.evolve(turn("and now?", 2), progress=progress))
+    assert again.text == "A short answer." and store.roles()[-1] == "user"
+
+
 @attrs.frozen
 class _Streaming:
     """A chat progress that streams without a draft (the events are only counted)."""
