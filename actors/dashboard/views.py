@@ -26,6 +26,8 @@ from memory.vault.settings import chat_folder
 from runtime.clock import zone
 
 MAX_QUERY = 500
+#: the furthest page offset asked for (a larger one is clamped, not a database error)
+MAX_OFFSET = 10_000_000
 EPISODES_SHOWN = 100
 MAX_DAYS = 365
 
@@ -55,7 +57,7 @@ async def memory_view(deps: DashboardDeps, chat_id: int, args: Mapping[str, str]
     kind = _choice(args.get("kind"), KINDS)
     status = _choice(args.get("status"), STATUSES)
     try:
-        offset = max(0, int(args.get("offset", "0")))
+        offset = min(max(0, int(args.get("offset", "0"))), MAX_OFFSET)
     except ValueError:
         offset = 0
     s = deps.services

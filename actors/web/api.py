@@ -226,7 +226,10 @@ def api_blueprint(deps: ApiDeps) -> Blueprint:
         _operator()
         return await usage_of(None)
 
-    @bp.route("/<path:rest>", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    every = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+    @bp.route("/", methods=every, defaults={"rest": ""})
+    @bp.route("/<path:rest>", methods=every)
     async def unknown(rest: str) -> Response:
         if request.method != "GET":
             raise ApiError("method_not_allowed", "the API is read-only: GET only")

@@ -86,6 +86,9 @@ async def test_the_dashboard_refuses_what_it_must_and_does_what_it_shows(
                 f"/usage?chat={huge}",
             ):
                 assert (await web.get(f"{base}{path}")).status_code == 404, path
+            for offset in (str(huge), "-3", "x"):  # a page past any chat's end: a page
+                r = await web.get(f"{base}/chats/{A}/memory", params={"offset": offset})
+                assert r.status_code == 200, offset
             csrf = csrf_of(page.text)
             r = await web.post(f"{base}/chats/{A}/patterns/{theirs}/forget", data={"csrf": csrf})
             assert r.status_code == 404

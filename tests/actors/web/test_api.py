@@ -156,6 +156,13 @@ async def test_bad_input_gets_a_json_error(app: QuartTrio) -> None:
     assert (status, body["error"]["code"]) == (404, "not_found")
     r = await app.test_client().post("/api/v1/health", headers={"Authorization": f"Bearer {TOKEN}"})
     assert (r.status_code, (await r.get_json())["error"]["code"]) == (405, "method_not_allowed")
+    status, body = await get(app, "/api/v1/")  # the prefix itself is an endpoint of none
+    assert (status, body["error"]["code"]) == (404, "not_found")
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    for path in ("/api/v1/chats", "/api/v1/health"):  # no HTML from the framework, ever
+        r = await app.test_client().options(path, headers=auth)
+        code = (await r.get_json())["error"]["code"]
+        assert (r.status_code, code) == (405, "method_not_allowed")
 
 
 async def test_api_off_without_token_and_metrics_off(db: Database, local: LocalEmbedder) -> None:
