@@ -22,7 +22,14 @@ IMAGES_REFUSED = (
     "The model I'm running on can't look at images, so I couldn't see your photo; your "
     "message is kept. Tell me in words what it shows?"
 )
+#: the model refused the photo for its size (the provider's own limit, e.g. a self-hosted
+#: OpenAI-compatible server's, under what photos.py chose by): not "can't look at images"
+IMAGE_TOO_LARGE = (
+    "That photo is too large for the model I'm running on to look at; your message is kept. "
+    "Tell me in words what it shows, or send it smaller?"
+)
 _ABOUT_IMAGES = re.compile(r"image|vision|multi-?modal", re.IGNORECASE)
+_TOO_LARGE = re.compile(r"exceed|too (?:large|big)|maximum|max allowed", re.IGNORECASE)
 
 
 def refuses_images(exc: LLMError) -> bool:
@@ -37,9 +44,11 @@ def refuses_images(exc: LLMError) -> bool:
 
 def turn_reply_text(state: LoopState, sent_images: bool) -> str:
     """What the person gets (:func:`~actors.agent.tool_loop.reply_text`), or
-    :data:`IMAGES_REFUSED` when the turn sent images and the model refused them."""
-    if sent_images and state.error is not None and refuses_images(state.error):
-        return IMAGES_REFUSED
+    :data:`IMAGES_REFUSED` when the turn sent images and the model refused them
+    (:data:`IMAGE_TOO_LARGE` when it refused them for their size)."""
+    error = state.error
+    if sent_images and error is not None and refuses_images(error):
+        return IMAGE_TOO_LARGE if _TOO_LARGE.search(error.message) else IMAGES_REFUSED
     return reply_text(state)
 
 

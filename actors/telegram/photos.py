@@ -1,7 +1,8 @@
 """Photos -> image content for the model (issue 23 item 4).
 
-:func:`choose_size` picks the largest size of a photo under the cap (``PHOTO_MAX_BYTES``); a
-size without ``file_size`` counts as fitting (the download is capped anyway).
+:func:`choose_size` picks the largest size of a photo under the cap (``PHOTO_MAX_BYTES`` and the
+chat model's own image limit); a size without ``file_size`` counts as fitting (the download is
+capped anyway), and one found over the cap when fetched gives way to the next smaller size.
 :func:`download_photos` fetches each photo of a message or an album through
 :func:`actors.telegram.files.fetch_file` (the voice download's path) and returns
 ``ImageBlock``s, the type read from the bytes (:func:`image_type`: JPEG, PNG, GIF, WebP — what
@@ -24,10 +25,15 @@ NOT_AN_IMAGE = "I couldn't read that photo (not an image format I know)."
 TOO_LARGE = "That photo is too large for me to look at (over {limit})."
 
 
+def fitting_sizes(sizes: Sequence[PhotoSize], max_bytes: int) -> list[PhotoSize]:
+    """The sizes whose known ``file_size`` is within ``max_bytes``, largest (by pixels) first."""
+    fitting = [s for s in sizes if s.file_size is None or s.file_size <= max_bytes]
+    return sorted(fitting, key=lambda s: (s.width * s.height, s.file_size or 0), reverse=True)
+
+
 def choose_size(sizes: Sequence[PhotoSize], max_bytes: int) -> PhotoSize | None:
     """The largest size (by pixels) whose known ``file_size`` is within ``max_bytes``."""
-    fitting = [s for s in sizes if s.file_size is None or s.file_size <= max_bytes]
-    return max(fitting, key=lambda s: (s.width * s.height, s.file_size or 0), default=None)
+    return next(iter(fitting_sizes(sizes, max_bytes)), None)
 
 
 def image_type(data: bytes) -> str | None:
@@ -46,17 +52,18 @@ def image_type(data: bytes) -> str | None:
 async def download_photo(
     bot: TelegramFiles, sizes: Sequence[PhotoSize], max_bytes: int = DEFAULT_MAX_BYTES
 ) -> ImageBlock:
-    """One photo's best size under the cap, as an image block."""
-    too_large = PhotoError(TOO_LARGE.format(limit=human_size(max_bytes)))
-    size = choose_size(sizes, max_bytes)
-    if size is None:
-        raise too_large
-    try:
-        _, data = await fetch_file(bot, size.file_id, max_bytes, size.file_size)
-    except FileTooLarge as exc:
-        raise too_large from exc
-    except DownloadFailed as exc:
-        raise PhotoError(DOWNLOAD_FAILED, detail=exc.detail) from exc
+    """One photo's best size under the cap, as an image block: a size whose ``file_size`` the
+    update left out and that turns out over the cap gives way to the next smaller one."""
+    for size in fitting_sizes(sizes, max_bytes):
+        try:
+            _, data = await fetch_file(bot, size.file_id, max_bytes, size.file_size)
+        except FileTooLarge:
+            continue
+        except DownloadFailed as exc:
+            raise PhotoError(DOWNLOAD_FAILED, detail=exc.detail) from exc
+        break
+    else:
+        raise PhotoError(TOO_LARGE.format(limit=human_size(max_bytes)))
     media_type = image_type(data)
     if media_type is None:
         raise PhotoError(NOT_AN_IMAGE, detail=f"unknown image bytes {data[:8]!r}")

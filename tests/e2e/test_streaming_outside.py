@@ -6,6 +6,8 @@ streaming at a fixed pace.
   than DRAFT_INTERVAL) and the reply is sent once, whole;
 * Stop (Telegram's button) ends the generation within a second: what was written is sent,
   marked "(stopped)", the tokens are charged, and the next message is answered normally;
+* Stop (the button or ``/stop``) while the turn still reads memory (a slow embedding, before
+  the model is asked): "(stopped)" within a second, the message kept, the next one answered;
 * SIGKILL mid-stream: after the restart the message is answered exactly once.
 """
 
@@ -23,6 +25,7 @@ import trio
 from engram_outside import Engram, free_port, post_update, serve_env
 from fakes.anthropic_api import FakeAnthropic, run_fake_anthropic
 from fakes.bot_api import FakeBotApi, run_fake_bot_api
+from fakes.openai_api import EMBEDDINGS, Failure, run_fake_openai
 from fakes.sse import StreamTiming
 
 from runtime.db import Database
@@ -126,6 +129,48 @@ async def test_stop_sends_what_was_written_within_a_second(
         await o.post(o.bot.push_message(CHAT, "and now?"))
         await wait_for(lambda: len(o.bot.sent_texts(CHAT)) == 2)
         assert o.bot.sent_texts(CHAT)[-1] == "A short answer."
+
+
+@pytest.mark.parametrize("how", ["button", "/stop"])
+async def test_stop_while_memory_is_read_answers_stopped_within_a_second(
+    tmp_path: Path, db: Database, database_url: str, how: str
+) -> None:
+    async with (
+        run_fake_openai() as embedder,
+        outside(
+            tmp_path,
+            database_url,
+            EMBEDDING_PROVIDER="openai",
+            OPENAI_API_KEY=embedder.api_key,
+            OPENAI_BASE_URL=embedder.base_url,
+        ) as o,
+    ):
+        o.model.timing = StreamTiming()
+        o.model.default_text = "A short answer."
+        embedder.fail_next(EMBEDDINGS, Failure.slow(8.0))  # the turn's query: memory is slow
+        asked = len(embedder.calls_to(EMBEDDINGS))
+        await o.post(o.bot.push_message(CHAT, "tell me a story"))
+        await wait_for(
+            lambda: (
+                [c for c in embedder.calls_to(EMBEDDINGS)[asked:] if c.status is None]
+                and any(d.can_stop for d in o.bot.drafts_of(CHAT))
+            )
+        )
+        pressed = trio.current_time()
+        stop = o.bot.press_stop(CHAT) if how == "button" else o.bot.push_message(CHAT, "/stop")
+        await o.post(stop)
+        await wait_for(lambda: o.bot.sent_texts(CHAT), limit=5)
+        took = trio.current_time() - pressed
+        assert took < 1.0, took
+        assert o.bot.sent_texts(CHAT)[0] == "(stopped)"
+        assert o.model.requests == []  # stopped before the model was asked
+        rows = await db.fetch(
+            "SELECT role, content FROM chat_messages WHERE chat_id = $1 ORDER BY id", CHAT
+        )
+        assert [(r["role"], r["content"]) for r in rows] == [("user", "tell me a story")]
+        await o.post(o.bot.push_message(CHAT, "and now?"))
+        await wait_for(lambda: "A short answer." in o.bot.sent_texts(CHAT))
+        assert o.bot.sent_texts(CHAT).count("(stopped)") == 1
 
 
 async def test_a_crash_mid_stream_answers_once_after_the_restart(

@@ -683,6 +683,8 @@ class FakeOpenAI:
         #: play a server that knows no ``stream_options`` (older vLLM and llama.cpp builds):
         #: a request carrying it is a 400 naming the field
         self.rejects_stream_options = False
+        #: play a server that puts the usage on its last choice chunk, asked or not (llama.cpp)
+        self.usage_on_finish = False
         self.app = self._build_app()
 
     # --- scripting and inspection --------------------------------------------------------------
@@ -1164,7 +1166,7 @@ class FakeOpenAI:
         options = dict(body.get("stream_options") or {})
         if self.ignore_include_usage:
             options.pop("include_usage", None)
-        items = stream_body(payload, options, fault)
+        items = stream_body(payload, options, fault, usage_on_finish=self.usage_on_finish)
         if streamed:
             return Response(
                 send_stream(call, items, self.timing),

@@ -4,7 +4,8 @@ the role, ``content`` pieces, each tool call's ``index``, ``id``, ``type`` and n
 its ``arguments`` in pieces, a last choice chunk with the ``finish_reason``, the usage chunk
 with empty ``choices`` only when ``stream_options.include_usage`` (every other chunk then has
 ``"usage": null``), an ``obfuscation`` field unless ``include_obfuscation`` is false, then
-``data: [DONE]``); an ``{"error": ...}`` chunk where a scripted fault says."""
+``data: [DONE]``); an ``{"error": ...}`` chunk where a scripted fault says. ``usage_on_finish``:
+the last choice chunk carries the usage unasked, as llama.cpp's server does."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ from fakes.sse import JSON_PIECE, Items, StreamFault, cut, event, text_pieces
 
 
 def stream_body(
-    payload: Mapping[str, Any], options: Mapping[str, Any], fault: StreamFault | None = None
+    payload: Mapping[str, Any],
+    options: Mapping[str, Any],
+    fault: StreamFault | None = None,
+    *,
+    usage_on_finish: bool = False,
 ) -> Items:
     """The chunks of ``payload`` (a full answer) under ``options`` (``stream_options``)."""
     include_usage = options.get("include_usage") is True
@@ -25,6 +30,7 @@ def stream_body(
     choice, message = payload["choices"][0], payload["choices"][0]["message"]
 
     def chunk(delta: Mapping[str, Any], finish: str | None = None) -> bytes:
+        last = usage_on_finish and finish is not None
         body: dict[str, Any] = {
             **base,
             "object": "chat.completion.chunk",
@@ -32,8 +38,8 @@ def stream_body(
                 {"index": 0, "delta": dict(delta), "logprobs": None, "finish_reason": finish}
             ],
         }
-        if include_usage:
-            body["usage"] = None
+        if include_usage or last:
+            body["usage"] = payload["usage"] if last else None
         if obfuscate:
             body["obfuscation"] = secrets.token_urlsafe(6)
         return event(None, body)

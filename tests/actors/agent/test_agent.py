@@ -17,7 +17,7 @@ from fakes.anthropic_api import check_messages
 
 from actors.agent.context import DEGRADED_NOTE
 from actors.agent.handler import Agent
-from actors.agent.images import IMAGES_REFUSED
+from actors.agent.images import IMAGE_TOO_LARGE, IMAGES_REFUSED
 from actors.agent.tool_loop import (
     CAP_NOTE,
     NOTHING_DONE,
@@ -774,3 +774,24 @@ async def test_a_model_that_refuses_images_gets_one_clear_line(autojump_clock: A
     assert [r.content for r in store.chats[CHAT] if r.role == "user"] == ["[photo] look"]
     plain = await make_agent(ScriptedLLM([refused]))[0].run_turn(turn("no photo"))
     assert plain.text == SORRY_FAILED
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "messages.0.content.0.image.source.base64: image exceeds 5 MB maximum: "
+        "5592408 bytes > 5242880 bytes",
+        "Image is too large: 12582912 bytes, the server takes at most 8388608",
+    ],
+)
+async def test_a_photo_refused_for_its_size_is_answered_so(
+    autojump_clock: Any, message: str
+) -> None:
+    """A provider refusing the photo for its size (a limit under the one photos.py chose by,
+    e.g. a self-hosted server's) is not "can't look at images"."""
+    refused = LLMRequestError(message, provider="anthropic", model="m", status=400)
+    agent, store, _ = make_agent(ScriptedLLM([refused]))
+    photo = attrs.evolve(turn("[photo] look"), images=(ImageBlock("image/jpeg", JPEG),))
+    reply = await agent.run_turn(photo)
+    assert reply.text == IMAGE_TOO_LARGE
+    assert [r.content for r in store.chats[CHAT] if r.role == "user"] == ["[photo] look"]

@@ -81,6 +81,19 @@ async def test_a_size_that_lies_is_stopped_by_the_capped_download(
         await download_photo(bot, [stored(fake, JPEG, 1280, size=None)], 100)
 
 
+async def test_a_size_found_over_the_cap_gives_way_to_the_next_smaller(
+    fake: FakeBotApi, bot: BotApiClient
+) -> None:
+    """The largest size's ``file_size`` was left out of the update and it is over the cap
+    (the model's limit): the next smaller size is sent, not "too large"."""
+    small = stored(fake, PNG, 90)
+    big = stored(fake, JPEG, 1280, size=None)
+    image = await download_photo(bot, [small, big], len(JPEG) - 1)
+    assert (image.media_type, image.data) == ("image/png", PNG)
+    assert fake.downloads == ["photos/file_90.jpg"]  # the big one never came down whole
+    assert len(fake.calls_to("getFile")) == 2
+
+
 async def test_not_an_image_and_failed_downloads_are_explained(
     fake: FakeBotApi, bot: BotApiClient
 ) -> None:

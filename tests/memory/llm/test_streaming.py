@@ -505,6 +505,19 @@ async def test_gpt_server_refusing_stream_options_is_streamed_without_them(
     assert all(r["input_tokens"] > 0 and r["output_tokens"] > 0 for r in rows)
 
 
+async def test_gpt_server_refusing_stream_options_but_sending_usage_is_charged_its_usage(
+    gpt: OpenAICompatibleLLM, fake_openai: FakeOpenAI, db: Database
+) -> None:
+    """A server that refuses ``stream_options`` but puts the usage on its last chunk anyway
+    (llama.cpp's server): the call is charged the server's figures, not an estimate."""
+    fake_openai.rejects_stream_options = True
+    fake_openai.usage_on_finish = True
+    fake_openai.queue_chat_text("An answer.", prompt_tokens=1234, completion_tokens=56)
+    assert (await ask(gpt, [])).text == "An answer."
+    (row,) = await usage_rows(db)
+    assert (row["input_tokens"], row["output_tokens"], row["ok"]) == (1234, 56, True)
+
+
 async def test_gpt_images_accepted_and_refused_by_a_text_only_model(
     gpt: OpenAICompatibleLLM, fake_openai: FakeOpenAI
 ) -> None:
