@@ -147,7 +147,9 @@ def _calls(raw: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return names, inputs
 
 
-def _message(r: Any) -> Message:
+def message_from_row(r: Any) -> Message:
+    """A :class:`Message` from a ``chat_messages`` row (id, role, content, created_at,
+    tool_calls, routine_name)."""
     names, inputs = _calls(r["tool_calls"])
     return Message(
         id=r["id"],
@@ -175,7 +177,7 @@ async def load_chat(db: Queries, chat_id: int, timezone: str) -> ChatData:
     return ChatData(
         chat_id=chat_id,
         timezone=timezone,
-        messages=tuple(_message(r) for r in messages),
+        messages=tuple(message_from_row(r) for r in messages),
         episodes=_records(episodes, Episode),
         patterns=_records(patterns, Pattern),
         observations=_records(observations, Observation),

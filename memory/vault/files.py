@@ -157,3 +157,27 @@ def sync_folder(
     for d in sorted(touched):
         _fsync_dir(d)
     return stats
+
+
+def write_files(folder: Path, files: Mapping[str, str], known: dict[str, bytes]) -> SyncStats:
+    """Write only ``files`` (relative path -> text) into ``folder``, each atomically, skipping
+    those whose digest in ``known`` (updated in place) is unchanged; nothing else in the folder
+    is read or removed (an incremental write: :mod:`memory.vault.incremental`)."""
+    stats = SyncStats()
+    touched: set[Path] = set()
+    for rel, text in sorted(files.items()):
+        data = text.encode("utf-8")
+        stats.bytes += len(data)
+        digest = _digest(data)
+        path = folder / rel
+        if known.get(rel) == digest and path.is_file():
+            stats.unchanged += 1
+            continue
+        path.parent.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
+        atomic_write(path, data, sync_dir=False)
+        known[rel] = digest
+        touched.add(path.parent)
+        stats.written += 1
+    for d in sorted(touched):
+        _fsync_dir(d)
+    return stats

@@ -21,7 +21,7 @@ import json
 import re
 import unicodedata
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime
 
 from memory.vault.data import Audit, ChatData, Message, Observation, Pattern
@@ -156,24 +156,18 @@ def _changes_by_day(clock: _Clock, data: ChatData) -> dict[date, dict[int, list[
     return out
 
 
-def render_daily(data: ChatData) -> dict[str, str]:
-    """``daily/YYYY-MM-DD.md`` for each local day with messages, episodes or pattern changes."""
+def day_tails(data: ChatData) -> dict[date, list[str]]:
+    """Per local day, what its page shows after the conversation: the day's episode summaries
+    and the patterns created or changed that day (the lines; empty for a day of messages only)."""
     clock = _Clock(data.timezone)
     by_id = {p.id: p for p in data.patterns}
-    messages: dict[date, list[Message]] = defaultdict(list)
-    for m in data.messages:
-        messages[clock.day(m.created_at)].append(m)
     episodes = defaultdict(list)
     for e in data.episodes:
         episodes[clock.day(e.started_at)].append(e)
     changes = _changes_by_day(clock, data)
-    files: dict[str, str] = {}
-    for day in sorted({*messages, *episodes, *changes}):
-        lines = [f"# {day.isoformat()}", ""]
-        if messages.get(day):
-            lines += ["## Conversation", ""]
-            for m in messages[day]:
-                lines += _message_lines(clock, m)
+    out: dict[date, list[str]] = {}
+    for day in sorted({*episodes, *changes}):
+        lines: list[str] = []
         if episodes.get(day):
             lines += ["## Episodes", ""]
             for e in episodes[day]:
@@ -187,8 +181,47 @@ def render_daily(data: ChatData) -> dict[str, str]:
                 name = link(p) if p is not None else f"#{pid} (forgotten)"
                 lines.append(f"- {name}: {', '.join(what)}")
             lines.append("")
-        files[f"daily/{day.isoformat()}.md"] = "\n".join(lines).rstrip("\n") + "\n"
-    return files
+        out[day] = lines
+    return out
+
+
+def local_day(timezone: str, at: datetime) -> date:
+    """The local day (in the chat's zone) of ``at``: the daily page it is shown on."""
+    return _Clock(timezone).day(at)
+
+
+def day_path(day: date) -> str:
+    return f"daily/{day.isoformat()}.md"
+
+
+def render_day(timezone: str, day: date, messages: Sequence[Message], tail: list[str]) -> str:
+    """``daily/<day>.md`` from the day's ``messages`` (in order) and its :func:`day_tails`."""
+    clock = _Clock(timezone)
+    lines = [f"# {day.isoformat()}", ""]
+    if messages:
+        lines += ["## Conversation", ""]
+        for m in messages:
+            lines += _message_lines(clock, m)
+    lines += tail
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def messages_by_day(data: ChatData) -> dict[date, list[Message]]:
+    clock = _Clock(data.timezone)
+    messages: dict[date, list[Message]] = defaultdict(list)
+    for m in data.messages:
+        messages[clock.day(m.created_at)].append(m)
+    return messages
+
+
+def render_daily(data: ChatData) -> dict[str, str]:
+    """``daily/YYYY-MM-DD.md`` for each local day with messages, episodes or pattern changes."""
+    messages = messages_by_day(data)
+    tails = day_tails(data)
+    return {
+        day_path(day): render_day(data.timezone, day, messages.get(day, ()), tails.get(day, []))
+        for day in sorted({*messages, *tails})
+    }
 
 
 # --- MEMORY.md ------------------------------------------------------------------------------
