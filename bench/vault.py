@@ -17,7 +17,8 @@ for some), plus episodes. It reports
 * ``lag_p95_ms``: a turn committed, the writer marked (as the chat actor's commit does), the
   vault written — on a chat of a few hundred patterns (``--small-patterns``), with no
   debounce (the lag with VAULT_DEBOUNCE is that many seconds more); ``lag_big_p95_s`` the same
-  on the big chat (each write reads and renders the whole chat; unchanged files are skipped).
+  on the big chat (the writer's incremental write: only the days that got messages; its first
+  write, the sweep's, reads and renders the whole chat).
 
 The last line: ``vault patterns=... messages=... bytes_per_message=... rebuild_s=... files=...
 size_mb=... lag_p95_ms=... lag_big_p95_s=...``.
@@ -46,9 +47,10 @@ from retrieval import pct, with_database
 
 from actors.vault.writer import VaultWriter
 from memory.vault.files import sync_folder
+from memory.vault.incremental import ChatState, write_chat_incremental
 from memory.vault.render import render_vault
 from memory.vault.settings import chat_folder
-from memory.vault.write import read_chat, write_chat
+from memory.vault.write import read_chat
 from runtime import db as dbmod
 from runtime.logs import configure_logging
 from runtime.migrate import apply_migrations
@@ -188,10 +190,10 @@ async def turn_lags(
     """Each turn: its rows committed, the writer marked, the wait until the vault is written."""
     lags: list[float] = []
     done = trio.Event()
-    known: dict[str, bytes] = {}
+    state = ChatState()  # the production writer's per-chat state
 
     async def write(chat_id: int) -> object:
-        return await write_chat(db, root, chat_id, TZ, known=known)
+        return await write_chat_incremental(db, root, chat_id, TZ, state)
 
     def written(chat_id: int, lag: float) -> None:
         lags.append(lag)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -159,12 +159,22 @@ def sync_folder(
     return stats
 
 
-def write_files(folder: Path, files: Mapping[str, str], known: dict[str, bytes]) -> SyncStats:
+def write_files(
+    folder: Path, files: Mapping[str, str], known: dict[str, bytes], remove: Iterable[str] = ()
+) -> SyncStats:
     """Write only ``files`` (relative path -> text) into ``folder``, each atomically, skipping
-    those whose digest in ``known`` (updated in place) is unchanged; nothing else in the folder
-    is read or removed (an incremental write: :mod:`memory.vault.incremental`)."""
+    those whose digest in ``known`` (updated in place) is unchanged, and delete the vault files
+    ``remove`` names; nothing else in the folder is read or removed (an incremental write:
+    :mod:`memory.vault.incremental`)."""
     stats = SyncStats()
     touched: set[Path] = set()
+    for rel in sorted(set(remove) - set(files)):
+        path = folder / rel
+        if path.exists():
+            path.unlink()
+            touched.add(path.parent)
+            stats.deleted += 1
+        known.pop(rel, None)
     for rel, text in sorted(files.items()):
         data = text.encode("utf-8")
         stats.bytes += len(data)

@@ -1,24 +1,29 @@
-"""The vault writer's incremental write: after a turn, only the daily pages of the days that
-got new messages, so the write lag after a turn does not grow with the size of the chat.
+"""The vault writer's incremental write: only the files that what changed since its last write
+for the chat affects, so the write lag after a turn does not grow with the size of the chat.
 
 The writer keeps a :class:`ChatState` per chat: a *signature* of the chat's rows read with its
 last write (count and largest id of its messages, observations, relations, audit rows and
-episodes; count, largest id and latest ``updated_at`` of its patterns: index lookups and
-index-only counts), the message ids shown on each local day, and each day's lines after the
-conversation (episodes, pattern changes), which only change with those rows. A write reads the
+episodes; count, largest id and latest ``updated_at`` of its patterns), the message ids shown
+on each local day, each day's lines after the conversation (episodes, pattern changes), and the
+pattern side without evidence text (:class:`memory.vault.delta.PatternState`). A write reads the
 signature again in one read-only snapshot:
 
 * unchanged: nothing is written;
-* only messages added above the last largest id (the count says none was deleted or committed
-  late below it): those days' pages are rendered again from their messages (read by id) and
-  their kept lines, with the same functions as a rebuild (:func:`memory.vault.render.render_day`);
-* anything else (a compaction, a /forget, a pattern or episode changed, a message deleted), the
-  first write after start, a failed write before, or a write the periodic sweep asked for
-  (``full_due``; it also catches a row changed in place without a signature change,
-  e.g. a photo's description added to its message after the turn): the whole chat
+* messages added above the last largest id: those days' pages, rendered again from their
+  messages (read by id) and their kept lines; messages deleted (a /forget, the retention
+  purge): the days that showed them;
+* the pattern side changed (a compaction, a control, a forget): what
+  :func:`memory.vault.delta.apply_delta` finds: the pages of the patterns changed or whose
+  evidence, relations or audit changed, removed pages deleted, ``MEMORY.md`` when a pattern
+  changed (rendered from the kept patterns), and the days whose kept lines changed;
+* a count that does not add up (a row committed late below a largest id), the first write
+  after start, a failed write before, or a write the periodic sweep asked for (``full_due``;
+  it also catches a row changed in place without a signature change, e.g. a photo's
+  description added to its message after the turn): the whole chat
   (:func:`memory.vault.write.render_and_sync`), which rebuilds the state.
 
-So what an incremental write leaves is what ``engram vault rebuild`` writes, byte for byte.
+Every file is rendered by the functions a rebuild uses, from the same rows, so what an
+incremental write leaves is what ``engram vault rebuild`` writes, byte for byte.
 """
 
 from __future__ import annotations
@@ -31,9 +36,18 @@ from typing import Any
 import attrs
 import trio
 
-from memory.vault.data import ChatData, Message, load_chat, message_from_row
+from memory.vault.data import ChatData, Message, Observation, load_chat, message_from_row
+from memory.vault.delta import EVIDENCE, Changes, PatternState, apply_delta, changed_days
 from memory.vault.files import SyncStats, write_files
-from memory.vault.render import day_path, day_tails, local_day, messages_by_day, render_day
+from memory.vault.render import (
+    day_path,
+    day_tails,
+    local_day,
+    messages_by_day,
+    render_day,
+    render_memory,
+    render_patterns,
+)
 from memory.vault.settings import chat_folder
 from memory.vault.write import render_and_sync
 from runtime.db import Database, Queries
@@ -63,6 +77,8 @@ FROM chat_messages WHERE chat_id = $1 AND id = ANY($2::bigint[])
   AND role IN ('user', 'assistant')
 ORDER BY created_at, id
 """
+_IDS_UP_TO = "SELECT id FROM chat_messages WHERE chat_id = $1 AND id <= $2"
+_HIDDEN = "SELECT id FROM chat_messages WHERE chat_id = $1 AND role NOT IN ('user', 'assistant')"
 _SHOWN = ("user", "assistant")
 
 
@@ -73,6 +89,11 @@ class ChatState:
     signature: tuple[Any, ...] | None = None
     day_ids: dict[date, list[int]] = attrs.field(factory=dict)
     tails: dict[date, list[str]] = attrs.field(factory=dict)
+    #: the ids of the chat's messages not shown (tool results)
+    hidden: set[int] = attrs.field(factory=set)
+    patterns: PatternState = attrs.field(factory=PatternState)
+    #: how many whole writes this state had (the first, fallbacks, the sweep's)
+    whole_writes: int = 0
     #: a digest of each file last written (unchanged files are not read back)
     known: dict[str, bytes] = attrs.field(factory=dict)
     #: the next write is a whole one (the periodic sweep sets it)
@@ -83,15 +104,20 @@ class ChatState:
         self.signature = None
         self.day_ids.clear()
         self.tails.clear()
+        self.hidden.clear()
+        self.patterns = PatternState()
         self.known.clear()
 
 
 @attrs.frozen
-class _Days:
-    """An incremental write's plan: the signature read and each affected day's messages."""
+class _Plan:
+    """An incremental write: the signature read, each affected day's messages, and what the
+    pattern side changed (None: nothing) with the evidence of the pages to render."""
 
     signature: tuple[Any, ...]
     days: dict[date, list[Message]]
+    changes: Changes | None = None
+    evidence: tuple[Observation, ...] = ()
 
 
 async def _signature(conn: Queries, chat_id: int) -> tuple[Any, ...]:
@@ -100,50 +126,103 @@ async def _signature(conn: Queries, chat_id: int) -> tuple[Any, ...]:
     return tuple(row.values())
 
 
+def _view(state: ChatState, timezone: str, evidence: tuple[Observation, ...] = ()) -> ChatData:
+    """The state as the data a rebuild renders from (messages aside; evidence: ``evidence``
+    with text, else stubs)."""
+    patterns, stubs, audit = state.patterns.view()
+    return ChatData(
+        chat_id=0,
+        timezone=timezone,
+        episodes=state.patterns.episodes,
+        patterns=patterns,
+        observations=evidence or stubs,
+        relations=tuple(state.patterns.relations),
+        audit=audit,
+    )
+
+
 async def _plan(
     conn: Queries, chat_id: int, timezone: str, state: ChatState, now: tuple[Any, ...]
-) -> _Days | None:
-    """The days to render again when only messages were added since ``state``; None when
-    anything else changed (a whole write)."""
+) -> _Plan | None:
+    """What to render again (see the module doc); None: write the whole chat."""
     before = state.signature
     assert before is not None
-    if now[2:] != before[2:] or now[1] < before[1]:
-        return None
     new = await conn.fetch(_NEW_MESSAGES, chat_id, before[1])
-    if now[0] != before[0] + len(new):  # a message deleted, or one committed late below
-        return None
     ids: dict[date, list[int]] = {}
+    if now[0] != before[0] + len(new):  # a message deleted (or one committed late below)
+        kept = {r["id"] for r in await conn.fetch(_IDS_UP_TO, chat_id, before[1])}
+        if kept - state.hidden - {i for shown in state.day_ids.values() for i in shown}:
+            return None  # one committed late below the last largest id
+        state.hidden &= kept
+        for day, shown in state.day_ids.items():
+            if any(i not in kept for i in shown):
+                ids[day] = [i for i in shown if i in kept]
     for r in new:
         if r["role"] in _SHOWN:
             day = local_day(timezone, r["created_at"])
             ids.setdefault(day, list(state.day_ids.get(day, []))).append(r["id"])
+        else:
+            state.hidden.add(r["id"])
+    changes: Changes | None = None
+    evidence: tuple[Observation, ...] = ()
+    if now[2:] != before[2:]:
+        changes = await apply_delta(conn, chat_id, state.patterns, before, now)
+        if changes is None:
+            return None
+        tails = await trio.to_thread.run_sync(day_tails, _view(state, timezone))
+        for day in changed_days(state.tails, tails):
+            ids.setdefault(day, list(state.day_ids.get(day, [])))
+        state.tails = tails
+        if changes.pages:
+            rows = await conn.fetch(EVIDENCE, chat_id, sorted(changes.pages))
+            evidence = tuple(Observation(*r.values()) for r in rows)
     days: dict[date, list[Message]] = {}
     for day, wanted in ids.items():
-        rows = await conn.fetch(_DAY_MESSAGES, chat_id, wanted)
+        rows = await conn.fetch(_DAY_MESSAGES, chat_id, wanted) if wanted else []
         days[day] = [message_from_row(r) for r in rows]
-    return _Days(now, days)
+    return _Plan(now, days, changes, evidence)
 
 
-def _full(data: ChatData, folder: Path, state: ChatState, signature: tuple[Any, ...]) -> SyncStats:
+def _full(
+    data: ChatData, folder: Path, state: ChatState, signature: tuple[Any, ...], hidden: set[int]
+) -> SyncStats:
     """The whole chat rendered and synced, the state rebuilt from it (blocking)."""
     state.reset()
+    state.whole_writes += 1
     stats = render_and_sync(data, folder, known=state.known)
     if stats.written + stats.unchanged:  # a chat with something to show
         state.day_ids = {d: [m.id for m in ms] for d, ms in messages_by_day(data).items()}
         state.tails = day_tails(data)
+        state.hidden = hidden
+        state.patterns = PatternState(
+            patterns={p.id: p for p in data.patterns},
+            observations={o.id: (o.pattern_id, o.observed_at) for o in data.observations},
+            relations=list(data.relations),
+            audit={a.id: a for a in data.audit},
+            episodes=data.episodes,
+        )
         state.signature = signature
     return stats
 
 
-def _days(plan: _Days, timezone: str, folder: Path, state: ChatState) -> SyncStats:
-    """The affected days' pages written, the state advanced (blocking)."""
-    files = {
-        day_path(day): render_day(timezone, day, messages, state.tails.get(day, []))
-        for day, messages in plan.days.items()
-    }
-    stats = write_files(folder, files, state.known)
+def _apply(plan: _Plan, timezone: str, folder: Path, state: ChatState) -> SyncStats:
+    """The plan's files rendered and written, the state advanced (blocking)."""
+    files: dict[str, str] = {}
+    remove: set[str] = set()
     for day, messages in plan.days.items():
         state.day_ids[day] = [m.id for m in messages]
+        if messages or day in state.tails:
+            files[day_path(day)] = render_day(timezone, day, messages, state.tails.get(day, []))
+        else:  # nothing left on that day
+            remove.add(day_path(day))
+            state.day_ids.pop(day, None)
+    if plan.changes is not None:
+        data = _view(state, timezone, plan.evidence)
+        files.update(render_patterns(data, only=plan.changes.pages))
+        if plan.changes.memory:
+            files["MEMORY.md"] = render_memory(data)
+        remove |= plan.changes.remove
+    stats = write_files(folder, files, state.known, remove)
     state.signature = plan.signature
     return stats
 
@@ -161,7 +240,9 @@ async def write_chat_incremental(
     folder = chat_folder(root, chat_id)
     due, state.full_due = state.full_due, False
     try:
-        plan: _Days | None = None
+        plan: _Plan | None = None
+        data: ChatData | None = None
+        hidden: set[int] = set()
         async with db.transaction() as conn:
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             signature = await _signature(conn, chat_id)
@@ -169,12 +250,15 @@ async def write_chat_incremental(
                 if signature == state.signature:
                     return SyncStats()
                 plan = await _plan(conn, chat_id, timezone, state, signature)
-            data = None if plan is not None else await load_chat(conn, chat_id, timezone)
+            if plan is None:
+                data = await load_chat(conn, chat_id, timezone)
+                hidden = {r["id"] for r in await conn.fetch(_HIDDEN, chat_id)}
         if plan is not None:
-            job = partial(_days, plan, timezone, folder, state)
+            job = partial(_apply, plan, timezone, folder, state)
             return await trio.to_thread.run_sync(job)
         assert data is not None
-        return await trio.to_thread.run_sync(partial(_full, data, folder, state, signature))
+        job = partial(_full, data, folder, state, signature, hidden)
+        return await trio.to_thread.run_sync(job)
     except BaseException:
         state.reset()
         raise

@@ -21,7 +21,7 @@ import json
 import re
 import unicodedata
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import date, datetime
 
 from memory.vault.data import Audit, ChatData, Message, Observation, Pattern
@@ -336,8 +336,9 @@ def _audit_line(clock: _Clock, a: Audit, by_id: Mapping[int, Pattern]) -> str:
     )
 
 
-def render_patterns(data: ChatData) -> dict[str, str]:
-    """``patterns/<id>-<slug>.md`` for every pattern of the chat."""
+def render_patterns(data: ChatData, only: Collection[int] | None = None) -> dict[str, str]:
+    """``patterns/<id>-<slug>.md`` for every pattern of the chat (or only those ``only``
+    names: ``data`` then needs the evidence of those only)."""
     clock = _Clock(data.timezone)
     by_id = {p.id: p for p in data.patterns}
     relations = _relations(data)
@@ -348,7 +349,7 @@ def render_patterns(data: ChatData) -> dict[str, str]:
     for a in data.audit:
         audit[a.pattern_id].append(a)
     files: dict[str, str] = {}
-    for p in data.patterns:
+    for p in data.patterns if only is None else (by_id[i] for i in sorted(only) if i in by_id):
         lines = _front_matter(clock, p, relations.get(p.id, {}))
         lines += [f"# {_one_line(p.content, 2000)}", ""]
         lines += ["## Evidence", ""]

@@ -1,6 +1,6 @@
 """The vault writer's incremental writes on a real PostgreSQL: after every step of a randomized
 script interleaving changes (messages on several days, tool rows, new, reinforced, pinned,
-superseded, disputed, forgotten patterns, evidence, relations, episodes, a /forget of a
+superseded, disputed, merged, forgotten patterns, evidence, relations, episodes, a /forget of a
 message), the folder equals a fresh ``engram vault rebuild`` byte for byte; a turn's write
 touches only the days that got messages; a failed write is caught up by the next one; the
 sweep's whole write catches a change made in place."""
@@ -16,7 +16,7 @@ import pytest
 from vault_chat import CHAT, SECRET, TZ, add_message, at, scripted_chat
 
 from memory.patterns.audit import change_status, set_pin
-from memory.patterns.controls import forget_patterns
+from memory.patterns.controls import forget_patterns, merge_two
 from memory.patterns.forgetting import delete_messages_mentioning
 from memory.patterns.relations import add_relation, supersede_pattern
 from memory.vault.incremental import ChatState, write_chat_incremental
@@ -140,13 +140,15 @@ async def status(db: Database, rng: random.Random) -> str:
         return "none"
     a, b = rng.sample(ids, 2)
     async with db.transaction() as conn:
-        match rng.choice(["supersede", "dispute", "pin", "relate"]):
+        match rng.choice(["supersede", "dispute", "merge", "pin", "relate"]):
             case "supersede":
                 await supersede_pattern(conn, a, b, CHAT, "changed", actor="compaction")
             case "dispute":
                 await change_status(
                     conn, CHAT, a, "disputed", action="dispute", actor="person", reason="no"
                 )
+            case "merge":  # the survivor takes the other's evidence and relations
+                await merge_two(conn, CHAT, a, b, actor="person")
             case "pin":
                 await set_pin(conn, CHAT, a, True, actor="person", reason="pinned")
             case _:
@@ -221,6 +223,7 @@ async def test_interleaved_changes_written_incrementally_equal_a_rebuild(
         rebuilt = tmp_path / f"rebuilt-{n}"
         await write_chat(db, rebuilt, CHAT, TZ, force=True)
         assert tree(folder) == tree(chat_folder(rebuilt, CHAT)), (n, kind)
+        assert state.whole_writes == 1, (n, kind)  # every step after the first: incremental
         if kind == "messages":  # a turn: only its days' pages were written
             rows = await db.fetch(
                 "SELECT created_at FROM chat_messages WHERE chat_id = $1 AND id > $2", CHAT, last
@@ -230,6 +233,12 @@ async def test_interleaved_changes_written_incrementally_equal_a_rebuild(
             changed = {rel for rel in after if before.get(rel) != after[rel]}
             assert changed and changed <= days, n
             assert (folder / "MEMORY.md").stat().st_ino == memory_inode
+        if kind == "reinforce":  # MEMORY.md, the pattern's page, the days that show it
+            after = tree(folder)
+            changed = {rel for rel in after if before.get(rel) != after[rel]}
+            pages = {rel for rel in changed if rel.startswith("patterns/")}
+            assert "MEMORY.md" in changed and len(pages) == 1, n
+            assert changed <= {"MEMORY.md", *pages} | {r for r in after if "daily/" in r}
     assert {"messages", "pattern", "reinforce", "forget", "forget_message", "status"} <= set(kinds)
 
 
