@@ -2,8 +2,9 @@
 for the chat affects, so the write lag after a turn does not grow with the size of the chat.
 
 The writer keeps a :class:`ChatState` per chat: a *signature* of the chat's rows read with its
-last write (count and largest id of its messages, observations, relations, audit rows and
-episodes; count, largest id and latest ``updated_at`` of its patterns), the message ids shown
+last write (count, largest id and sum of ids of its messages, patterns, observations,
+relations, audit rows and episodes: index-only scans; its patterns' latest ``updated_at``: an
+index lookup, :func:`memory.vault.delta.read_signature`), the message ids shown
 on each local day, each day's lines after the conversation (episodes, pattern changes), and the
 pattern side without evidence text (:class:`memory.vault.delta.PatternState`). A write reads the
 signature again in one read-only snapshot:
@@ -37,7 +38,17 @@ import attrs
 import trio
 
 from memory.vault.data import ChatData, Message, Observation, load_chat, message_from_row
-from memory.vault.delta import EVIDENCE, Changes, PatternState, apply_delta, changed_days
+from memory.vault.delta import (
+    EVIDENCE,
+    MSG,
+    Changes,
+    PatternState,
+    adds_up,
+    apply_delta,
+    changed_days,
+    read_signature,
+    read_since,
+)
 from memory.vault.files import SyncStats, write_files
 from memory.vault.render import (
     day_path,
@@ -52,21 +63,6 @@ from memory.vault.settings import chat_folder
 from memory.vault.write import render_and_sync
 from runtime.db import Database, Queries
 
-_SIGNATURE = """
-SELECT (SELECT count(*) FROM chat_messages WHERE chat_id = $1) AS messages,
-       (SELECT coalesce(max(id), 0) FROM chat_messages WHERE chat_id = $1) AS message_max,
-       (SELECT count(*) FROM patterns WHERE chat_id = $1) AS patterns,
-       (SELECT coalesce(max(id), 0) FROM patterns WHERE chat_id = $1) AS pattern_max,
-       (SELECT max(updated_at) FROM patterns WHERE chat_id = $1) AS pattern_updated,
-       (SELECT count(*) FROM pattern_observations WHERE chat_id = $1) AS observations,
-       (SELECT coalesce(max(id), 0) FROM pattern_observations WHERE chat_id = $1) AS obs_max,
-       (SELECT count(*) FROM pattern_relations WHERE chat_id = $1) AS relations,
-       (SELECT coalesce(max(id), 0) FROM pattern_relations WHERE chat_id = $1) AS rel_max,
-       (SELECT count(*) FROM pattern_audit WHERE chat_id = $1) AS audit,
-       (SELECT coalesce(max(id), 0) FROM pattern_audit WHERE chat_id = $1) AS audit_max,
-       (SELECT count(*) FROM episodes WHERE chat_id = $1) AS episodes,
-       (SELECT coalesce(max(id), 0) FROM episodes WHERE chat_id = $1) AS episode_max
-"""
 _NEW_MESSAGES = """
 SELECT id, role, content, created_at, tool_calls, routine_name
 FROM chat_messages WHERE chat_id = $1 AND id > $2 ORDER BY created_at, id
@@ -120,12 +116,6 @@ class _Plan:
     evidence: tuple[Observation, ...] = ()
 
 
-async def _signature(conn: Queries, chat_id: int) -> tuple[Any, ...]:
-    row = await conn.fetchrow(_SIGNATURE, chat_id)
-    assert row is not None
-    return tuple(row.values())
-
-
 def _view(state: ChatState, timezone: str, evidence: tuple[Observation, ...] = ()) -> ChatData:
     """The state as the data a rebuild renders from (messages aside; evidence: ``evidence``
     with text, else stubs)."""
@@ -147,10 +137,10 @@ async def _plan(
     """What to render again (see the module doc); None: write the whole chat."""
     before = state.signature
     assert before is not None
-    new = await conn.fetch(_NEW_MESSAGES, chat_id, before[1])
+    new = await conn.fetch(_NEW_MESSAGES, chat_id, before[MSG][1])
     ids: dict[date, list[int]] = {}
-    if now[0] != before[0] + len(new):  # a message deleted (or one committed late below)
-        kept = {r["id"] for r in await conn.fetch(_IDS_UP_TO, chat_id, before[1])}
+    if not adds_up(before[MSG], now[MSG], [r["id"] for r in new]):  # a message deleted
+        kept = {r["id"] for r in await conn.fetch(_IDS_UP_TO, chat_id, before[MSG][1])}
         if kept - state.hidden - {i for shown in state.day_ids.values() for i in shown}:
             return None  # one committed late below the last largest id
         state.hidden &= kept
@@ -165,11 +155,12 @@ async def _plan(
             state.hidden.add(r["id"])
     changes: Changes | None = None
     evidence: tuple[Observation, ...] = ()
-    if now[2:] != before[2:]:
+    if now[MSG + 1 :] != before[MSG + 1 :]:
         changes = await apply_delta(conn, chat_id, state.patterns, before, now)
         if changes is None:
             return None
-        tails = await trio.to_thread.run_sync(day_tails, _view(state, timezone))
+        view = _view(state, timezone)
+        tails = await trio.to_thread.run_sync(day_tails, view, state.patterns.memo)
         for day in changed_days(state.tails, tails):
             ids.setdefault(day, list(state.day_ids.get(day, [])))
         state.tails = tails
@@ -189,10 +180,11 @@ def _full(
     """The whole chat rendered and synced, the state rebuilt from it (blocking)."""
     state.reset()
     state.whole_writes += 1
-    stats = render_and_sync(data, folder, known=state.known)
+    memo = state.patterns.memo
+    stats = render_and_sync(data, folder, known=state.known, memo=memo)
     if stats.written + stats.unchanged:  # a chat with something to show
         state.day_ids = {d: [m.id for m in ms] for d, ms in messages_by_day(data).items()}
-        state.tails = day_tails(data)
+        state.tails = day_tails(data, memo)
         state.hidden = hidden
         state.patterns = PatternState(
             patterns={p.id: p for p in data.patterns},
@@ -200,6 +192,7 @@ def _full(
             relations=list(data.relations),
             audit={a.id: a for a in data.audit},
             episodes=data.episodes,
+            memo=memo,
         )
         state.signature = signature
     return stats
@@ -220,7 +213,7 @@ def _apply(plan: _Plan, timezone: str, folder: Path, state: ChatState) -> SyncSt
         data = _view(state, timezone, plan.evidence)
         files.update(render_patterns(data, only=plan.changes.pages))
         if plan.changes.memory:
-            files["MEMORY.md"] = render_memory(data)
+            files["MEMORY.md"] = render_memory(data, state.patterns.memo)
         remove |= plan.changes.remove
     stats = write_files(folder, files, state.known, remove)
     state.signature = plan.signature
@@ -245,7 +238,8 @@ async def write_chat_incremental(
         hidden: set[int] = set()
         async with db.transaction() as conn:
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            signature = await _signature(conn, chat_id)
+            since = await read_since(conn)  # first: at the snapshot's start
+            signature = await read_signature(conn, chat_id)
             if state.signature is not None and not due:
                 if signature == state.signature:
                     return SyncStats()
@@ -255,10 +249,13 @@ async def write_chat_incremental(
                 hidden = {r["id"] for r in await conn.fetch(_HIDDEN, chat_id)}
         if plan is not None:
             job = partial(_apply, plan, timezone, folder, state)
-            return await trio.to_thread.run_sync(job)
-        assert data is not None
-        job = partial(_full, data, folder, state, signature, hidden)
-        return await trio.to_thread.run_sync(job)
+            stats = await trio.to_thread.run_sync(job)
+        else:
+            assert data is not None
+            job = partial(_full, data, folder, state, signature, hidden)
+            stats = await trio.to_thread.run_sync(job)
+        state.patterns.since = since
+        return stats
     except BaseException:
         state.reset()
         raise

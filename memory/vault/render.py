@@ -156,7 +156,7 @@ def _changes_by_day(clock: _Clock, data: ChatData) -> dict[date, dict[int, list[
     return out
 
 
-def day_tails(data: ChatData) -> dict[date, list[str]]:
+def day_tails(data: ChatData, memo: LineMemo | None = None) -> dict[date, list[str]]:
     """Per local day, what its page shows after the conversation: the day's episode summaries
     and the patterns created or changed that day (the lines; empty for a day of messages only)."""
     clock = _Clock(data.timezone)
@@ -178,7 +178,10 @@ def day_tails(data: ChatData) -> dict[date, list[str]]:
             lines += ["## Patterns", ""]
             for pid, what in sorted(changes[day].items()):
                 p = by_id.get(pid)
-                name = link(p) if p is not None else f"#{pid} (forgotten)"
+                if p is None:
+                    name = f"#{pid} (forgotten)"
+                else:
+                    name = memo.get(clock, p)[1] if memo is not None else link(p)
                 lines.append(f"- {name}: {', '.join(what)}")
             lines.append("")
         out[day] = lines
@@ -239,16 +242,37 @@ def _memory_line(clock: _Clock, p: Pattern) -> str:
     )
 
 
-def _section(clock: _Clock, title: str, patterns: Iterable[Pattern]) -> list[str]:
+class LineMemo:
+    """Each pattern's ``MEMORY.md`` line and link, kept while the pattern is the same (the vault
+    writer keeps one per chat, so a write after a change formats only the changed ones)."""
+
+    def __init__(self) -> None:
+        self._memo: dict[int, tuple[Pattern, str, str]] = {}
+
+    def get(self, clock: _Clock, p: Pattern) -> tuple[str, str]:
+        """(its line, its link)."""
+        hit = self._memo.get(p.id)
+        if hit is not None and (hit[0] is p or hit[0] == p):
+            return hit[1], hit[2]
+        out = (_memory_line(clock, p), link(p))
+        self._memo[p.id] = (p, *out)
+        return out
+
+    def drop(self, pattern_id: int) -> None:
+        self._memo.pop(pattern_id, None)
+
+
+def _section(clock: _Clock, title: str, patterns: Iterable[Pattern], memo: LineMemo) -> list[str]:
     ranked = sorted(patterns, key=_rank)
     if not ranked:
         return []
-    return [title, "", *(_memory_line(clock, p) for p in ranked), ""]
+    return [title, "", *(memo.get(clock, p)[0] for p in ranked), ""]
 
 
-def render_memory(data: ChatData) -> str:
+def render_memory(data: ChatData, memo: LineMemo | None = None) -> str:
     """``MEMORY.md``: the profile, the active patterns by kind, superseded, disputed."""
     clock = _Clock(data.timezone)
+    memo = memo if memo is not None else LineMemo()
     active = [p for p in data.patterns if p.status == "active"]
     lines = ["# Memory", ""]
     count = {s: sum(p.status == s for p in data.patterns) for s in ("superseded", "disputed")}
@@ -263,15 +287,18 @@ def render_memory(data: ChatData) -> str:
     ]
     lines += ["## Profile", ""]
     ordered = sorted(profile, key=lambda p: (not p.is_core_tenet, *_rank(p)))
-    lines += [f"- {link(p)}" for p in ordered] or ["(nothing yet)"]
+    lines += [f"- {memo.get(clock, p)[1]}" for p in ordered] or ["(nothing yet)"]
     lines.append("")
     lines += ["## Active patterns", ""]
+    by_kind: dict[str, list[Pattern]] = defaultdict(list)
+    for p in active:
+        by_kind[p.kind].append(p)
     for kind in KINDS:
-        lines += _section(clock, f"### {kind.capitalize()}", (p for p in active if p.kind == kind))
-    lines += _section(
-        clock, "## Superseded", (p for p in data.patterns if p.status == "superseded")
-    )
-    lines += _section(clock, "## Disputed", (p for p in data.patterns if p.status == "disputed"))
+        lines += _section(clock, f"### {kind.capitalize()}", by_kind.get(kind, ()), memo)
+    superseded = (p for p in data.patterns if p.status == "superseded")
+    lines += _section(clock, "## Superseded", superseded, memo)
+    disputed = (p for p in data.patterns if p.status == "disputed")
+    lines += _section(clock, "## Disputed", disputed, memo)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -363,9 +390,9 @@ def render_patterns(data: ChatData, only: Collection[int] | None = None) -> dict
     return files
 
 
-def render_vault(data: ChatData) -> dict[str, str]:
+def render_vault(data: ChatData, memo: LineMemo | None = None) -> dict[str, str]:
     """Every file of the chat's vault folder, by path relative to it; none for a chat with
     nothing in the database (an erased one)."""
     if not (data.messages or data.episodes or data.patterns or data.audit):
         return {}
-    return {"MEMORY.md": render_memory(data), **render_daily(data), **render_patterns(data)}
+    return {"MEMORY.md": render_memory(data, memo), **render_daily(data), **render_patterns(data)}
