@@ -39,8 +39,11 @@ import trio
 
 from memory.vault.data import ChatData, Message, Observation, load_chat, message_from_row
 from memory.vault.delta import (
+    AUD,
+    EPI,
     EVIDENCE,
     MSG,
+    PAT,
     Changes,
     PatternState,
     adds_up,
@@ -137,6 +140,8 @@ async def _plan(
     """What to render again (see the module doc); None: write the whole chat."""
     before = state.signature
     assert before is not None
+    if not (now[PAT][0] or now[AUD][0] or now[EPI][0]):
+        return None  # maybe nothing left to show (an erased chat): its folder is not made again
     new = await conn.fetch(_NEW_MESSAGES, chat_id, before[MSG][1])
     ids: dict[date, list[int]] = {}
     if not adds_up(before[MSG], now[MSG], [r["id"] for r in new]):  # a message deleted
@@ -231,7 +236,8 @@ async def write_chat_incremental(
     since ``state`` (see the module doc); a failure leaves ``state`` empty (the next write is
     a whole one)."""
     folder = chat_folder(root, chat_id)
-    due, state.full_due = state.full_due, False
+    # the folder gone (erased, removed by hand): only a whole write may make it again
+    due, state.full_due = state.full_due or not folder.is_dir(), False
     try:
         plan: _Plan | None = None
         data: ChatData | None = None

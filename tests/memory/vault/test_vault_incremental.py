@@ -8,6 +8,7 @@ sweep's whole write catches a change made in place."""
 from __future__ import annotations
 
 import random
+import shutil
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -303,3 +304,20 @@ async def test_the_sweeps_whole_write_catches_a_change_made_in_place(
     assert stats.written == 1 and not state.full_due
     day = (chat_folder(tmp_path, CHAT) / "daily/2026-03-15.md").read_text()
     assert "a cup of green tea" in day
+
+
+async def test_an_erased_chat_gets_no_folder_again(db: Database, tmp_path: Path) -> None:
+    """The chat erased (every row, then its folder): the writer's next write makes nothing."""
+    await scripted_chat(db)
+    state = ChatState()
+    await write_chat_incremental(db, tmp_path, CHAT, TZ, state)
+    folder = chat_folder(tmp_path, CHAT)
+    assert (folder / "MEMORY.md").exists()
+    for table in ("chat_messages", "episodes", "pattern_audit", "patterns"):
+        await db.execute(f"DELETE FROM {table} WHERE chat_id = $1", CHAT)
+    (folder / "mine.md").write_text("mine")
+    await write_chat_incremental(db, tmp_path, CHAT, TZ, state)
+    assert tree(folder) == {"mine.md": b"mine"}  # engram's files gone, the person's kept
+    shutil.rmtree(folder)
+    await write_chat_incremental(db, tmp_path, CHAT, TZ, state)
+    assert not folder.exists()
