@@ -3,8 +3,8 @@
     commit (turn, command, button, compaction) -> writer.mark(chat_id)   (non-blocking)
     VaultWriter (singleton): a marked chat is written VAULT_DEBOUNCE seconds after its first
         mark (marks in between are written together), one chat at a time
-        (:func:`memory.vault.incremental.write_chat_incremental`: after a turn only the
-        days with new messages; the whole chat after other changes, at start and once per
+        (:func:`memory.vault.incremental.write_chat_incremental`: only the files what
+        changed since the chat's last write affects; the whole chat at start and once per
         sweep; each file atomically)
 
 A failed write (database away, disk full, a permission) is logged and the chat retried with
