@@ -17,10 +17,13 @@ for some), plus episodes. It reports
 * ``lag_p95_ms``: a turn committed, the writer marked (as the chat actor's commit does), the
   vault written — on a chat of a few hundred patterns (``--small-patterns``), with no
   debounce (the lag with VAULT_DEBOUNCE is that many seconds more); ``lag_big_p95_s`` the same
-  on the big chat (each write reads and renders the whole chat; unchanged files are skipped).
+  on the big chat (the writer's incremental write: only the days that got messages; its first
+  write, the sweep's, reads and renders the whole chat); ``lag_big_change_p95_s`` after a
+  compaction's kind of change on it (a pattern added, one reinforced, one pinned, an episode:
+  their pages, MEMORY.md, the day).
 
 The last line: ``vault patterns=... messages=... bytes_per_message=... rebuild_s=... files=...
-size_mb=... lag_p95_ms=... lag_big_p95_s=...``.
+size_mb=... lag_p95_ms=... lag_big_p95_s=... lag_big_change_p95_s=...``.
 """
 
 from __future__ import annotations
@@ -46,9 +49,10 @@ from retrieval import pct, with_database
 
 from actors.vault.writer import VaultWriter
 from memory.vault.files import sync_folder
+from memory.vault.incremental import ChatState, write_chat_incremental
 from memory.vault.render import render_vault
 from memory.vault.settings import chat_folder
-from memory.vault.write import read_chat, write_chat
+from memory.vault.write import read_chat
 from runtime import db as dbmod
 from runtime.logs import configure_logging
 from runtime.migrate import apply_migrations
@@ -182,16 +186,76 @@ async def bytes_per_message(db: dbmod.Database, chat: int) -> tuple[float, float
     return total / row["n"], float(row["chars"])
 
 
+async def compaction_rows(db: dbmod.Database, chat: int, rng: random.Random) -> None:
+    """A compaction's kind of change: a new pattern with its evidence, another reinforced, a
+    third pinned (its audit row), an episode."""
+    now = datetime.now(UTC)
+    ids = [
+        r["id"]
+        for r in await db.fetch(
+            "SELECT id FROM patterns WHERE chat_id = $1 AND status = 'active' "
+            "AND NOT is_core_tenet ORDER BY random() LIMIT 2",
+            chat,
+        )
+    ]
+    new = await db.fetchval(
+        "INSERT INTO patterns (id, chat_id, content, kind, canonical_hash, first_seen, last_seen) "
+        "SELECT max(id) + 1, $1, $2, 'fact', $3, $4, $4 FROM patterns RETURNING id",
+        chat,
+        sentence(rng, 7),
+        secrets.token_hex(8),
+        now,
+    )
+    await db.execute(
+        "INSERT INTO pattern_observations (pattern_id, chat_id, evidence) VALUES ($1, $2, $3)",
+        new,
+        chat,
+        text(rng, 60, 200),
+    )
+    await db.execute(
+        "UPDATE patterns SET strength = strength + 0.1, times_seen = times_seen + 1, "
+        "last_seen = now(), updated_at = now() WHERE chat_id = $1 AND id = $2",
+        chat,
+        ids[0],
+    )
+    await db.execute(
+        "UPDATE patterns SET is_core_tenet = true, updated_at = now() "
+        "WHERE chat_id = $1 AND id = $2",
+        chat,
+        ids[1],
+    )
+    await db.execute(
+        "INSERT INTO pattern_audit (chat_id, pattern_id, action, old_status, new_status, reason, "
+        "actor) VALUES ($1, $2, 'pin', 'active', 'active', 'pinned', 'person')",
+        chat,
+        ids[1],
+    )
+    await db.execute(
+        "INSERT INTO episodes (chat_id, summary, started_at, ended_at, message_count) "
+        "VALUES ($1, $2, $3, $3, 2)",
+        chat,
+        text(rng, 100, 300),
+        now,
+    )
+
+
 async def turn_lags(
-    db: dbmod.Database, root: Path, chat: int, turns: int, rng: random.Random
-) -> list[float]:
-    """Each turn: its rows committed, the writer marked, the wait until the vault is written."""
+    db: dbmod.Database,
+    root: Path,
+    chat: int,
+    turns: int,
+    rng: random.Random,
+    *,
+    compactions: int = 0,
+) -> tuple[list[float], list[float]]:
+    """Each turn: its rows committed, the writer marked, the wait until the vault is written;
+    then ``compactions`` times the same after a compaction's kind of change."""
     lags: list[float] = []
     done = trio.Event()
-    known: dict[str, bytes] = {}
+    state = ChatState()  # the production writer's per-chat state
 
     async def write(chat_id: int) -> object:
-        return await write_chat(db, root, chat_id, TZ, known=known)
+        return await write_chat_incremental(db, root, chat_id, TZ, state)
 
     def written(chat_id: int, lag: float) -> None:
         lags.append(lag)
@@ -214,8 +278,14 @@ async def turn_lags(
             )
             writer.mark(chat)
             await done.wait()
+        for _ in range(compactions):
+            done = trio.Event()
+            await compaction_rows(db, chat, rng)
+            writer.mark(chat)
+            await done.wait()
         nursery.cancel_scope.cancel()
-    return lags
+    assert state.whole_writes == 1, "every write after the first one was incremental"
+    return lags[:turns], lags[turns:]
 
 
 async def run(url: str, args: argparse.Namespace) -> None:
@@ -262,20 +332,24 @@ async def measure(db: dbmod.Database, args: argparse.Namespace, rng: random.Rand
             f"{rebuild - t_read - t_render:.1f}); {stats.written} files, {size / 2**20:.1f} MiB",
             flush=True,
         )
-        small = await turn_lags(db, root, SMALL, args.turns, rng)
-        big = await turn_lags(db, root, BIG, args.big_turns, rng)
+        small, _ = await turn_lags(db, root, SMALL, args.turns, rng)
+        big, changes = await turn_lags(
+            db, root, BIG, args.big_turns, rng, compactions=args.big_turns
+        )
     lag = pct(small, 0.95) * 1000
     lag_big = pct(big, 0.95)
+    lag_change = pct(changes, 0.95)
     print(
         f"  write lag after a turn (no debounce): p95 {lag:.0f} ms on a chat of "
         f"{args.small_patterns} patterns / {args.small_messages} messages; p95 {lag_big:.1f} s "
-        f"on the big chat",
+        f"on the big chat; after a compaction's kind of change p95 {lag_change:.2f} s on it",
         flush=True,
     )
     print(
         f"vault patterns={args.patterns} messages={args.messages} "
         f"bytes_per_message={per_message:.0f} rebuild_s={rebuild:.1f} files={stats.written} "
-        f"size_mb={size / 2**20:.1f} lag_p95_ms={lag:.0f} lag_big_p95_s={lag_big:.2f}"
+        f"size_mb={size / 2**20:.1f} lag_p95_ms={lag:.0f} lag_big_p95_s={lag_big:.3f} "
+        f"lag_big_change_p95_s={lag_change:.2f}"
     )
 
 

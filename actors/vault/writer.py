@@ -3,7 +3,9 @@
     commit (turn, command, button, compaction) -> writer.mark(chat_id)   (non-blocking)
     VaultWriter (singleton): a marked chat is written VAULT_DEBOUNCE seconds after its first
         mark (marks in between are written together), one chat at a time
-        (:func:`memory.vault.write.write_chat`: only changed files, each atomically)
+        (:func:`memory.vault.incremental.write_chat_incremental`: only the files what
+        changed since the chat's last write affects; the whole chat at start and once per
+        sweep; each file atomically)
 
 A failed write (database away, disk full, a permission) is logged and the chat retried with
 capped backoff; nothing of it reaches a turn (``mark`` only records the chat). At start, and
@@ -16,7 +18,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable, Sequence
-from functools import partial
 from typing import Any
 
 import attrs
@@ -24,8 +25,8 @@ import trio
 
 from actors.settings import Settings
 from memory.vault.data import vault_chats
+from memory.vault.incremental import ChatState, write_chat_incremental
 from memory.vault.settings import vault_root
-from memory.vault.write import write_chat
 from runtime.backoff import backoff_delay
 from runtime.db import Database
 from runtime.logs import get_logger
@@ -133,16 +134,27 @@ def sql_vault_writer(settings: Settings, db: Database) -> VaultWriter | None:
     if settings.vault != "on":
         return None
     root = vault_root(settings.vault_dir, settings.home)
-    known: dict[int, dict[str, bytes]] = {}  # per chat: a digest of each file last written
+    states: dict[int, ChatState] = {}  # per chat: what its last write saw and wrote
 
     async def write(chat_id: int) -> object:
-        return await write_chat(
-            db, root, chat_id, settings.timezone, known=known.setdefault(chat_id, {})
+        return await write_chat_incremental(
+            db,
+            root,
+            chat_id,
+            settings.timezone,
+            states.setdefault(chat_id, ChatState()),
         )
+
+    async def chats() -> list[int]:
+        """Every chat with a vault, each due a whole write (the sweep's backstop)."""
+        listed = await vault_chats(db)
+        for chat_id in listed:
+            states.setdefault(chat_id, ChatState()).full_due = True
+        return listed
 
     return VaultWriter(
         write,
         debounce=settings.vault_debounce,
-        chats=partial(vault_chats, db),
+        chats=chats,
         sweep_interval=settings.maintenance_interval,
     )

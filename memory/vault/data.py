@@ -65,6 +65,7 @@ class Observation:
     evidence: str
     signal: str
     confidence: float
+    id: int = 0
 
 
 @attrs.frozen
@@ -106,7 +107,7 @@ SELECT id, role, content, created_at, tool_calls, routine_name
 FROM chat_messages WHERE chat_id = $1 AND role IN ('user', 'assistant')
 ORDER BY created_at, id
 """
-_EPISODES = """
+EPISODES_SQL = """
 SELECT id, summary, started_at, ended_at, message_count
 FROM episodes WHERE chat_id = $1 ORDER BY started_at, id
 """
@@ -116,14 +117,14 @@ SELECT id, kind, status, content, strength, confidence, times_seen, first_seen, 
 FROM patterns WHERE chat_id = $1 ORDER BY id
 """
 _OBSERVATIONS = """
-SELECT pattern_id, observed_at, evidence, signal, confidence
+SELECT pattern_id, observed_at, evidence, signal, confidence, id
 FROM pattern_observations WHERE chat_id = $1 ORDER BY pattern_id, observed_at, id
 """
-_RELATIONS = """
+RELATIONS_SQL = """
 SELECT from_pattern_id, to_pattern_id, relation
 FROM pattern_relations WHERE chat_id = $1 ORDER BY from_pattern_id, to_pattern_id, relation
 """
-_AUDIT = """
+AUDIT_SQL = """
 SELECT id, pattern_id, action, old_status, new_status, reason, actor, other_pattern_id, at
 FROM pattern_audit WHERE chat_id = $1 ORDER BY at, id
 """
@@ -147,7 +148,9 @@ def _calls(raw: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return names, inputs
 
 
-def _message(r: Any) -> Message:
+def message_from_row(r: Any) -> Message:
+    """A :class:`Message` from a ``chat_messages`` row (id, role, content, created_at,
+    tool_calls, routine_name)."""
     names, inputs = _calls(r["tool_calls"])
     return Message(
         id=r["id"],
@@ -167,15 +170,15 @@ def _records(rows: Sequence[Any], cls: type[Any]) -> tuple[Any, ...]:
 async def load_chat(db: Queries, chat_id: int, timezone: str) -> ChatData:
     """The chat's vault data (call it inside a transaction for one consistent snapshot)."""
     messages = await db.fetch(_MESSAGES, chat_id)
-    episodes = await db.fetch(_EPISODES, chat_id)
+    episodes = await db.fetch(EPISODES_SQL, chat_id)
     patterns = await db.fetch(_PATTERNS, chat_id)
     observations = await db.fetch(_OBSERVATIONS, chat_id)
-    relations = await db.fetch(_RELATIONS, chat_id)
-    audit = await db.fetch(_AUDIT, chat_id)
+    relations = await db.fetch(RELATIONS_SQL, chat_id)
+    audit = await db.fetch(AUDIT_SQL, chat_id)
     return ChatData(
         chat_id=chat_id,
         timezone=timezone,
-        messages=tuple(_message(r) for r in messages),
+        messages=tuple(message_from_row(r) for r in messages),
         episodes=_records(episodes, Episode),
         patterns=_records(patterns, Pattern),
         observations=_records(observations, Observation),

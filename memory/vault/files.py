@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -154,6 +154,40 @@ def sync_folder(
             stats.deleted += 1
             if known is not None:
                 known.pop(rel, None)
+    for d in sorted(touched):
+        _fsync_dir(d)
+    return stats
+
+
+def write_files(
+    folder: Path, files: Mapping[str, str], known: dict[str, bytes], remove: Iterable[str] = ()
+) -> SyncStats:
+    """Write only ``files`` (relative path -> text) into ``folder``, each atomically, skipping
+    those whose digest in ``known`` (updated in place) is unchanged, and delete the vault files
+    ``remove`` names; nothing else in the folder is read or removed (an incremental write:
+    :mod:`memory.vault.incremental`)."""
+    stats = SyncStats()
+    touched: set[Path] = set()
+    for rel in sorted(set(remove) - set(files)):
+        path = folder / rel
+        if path.exists():
+            path.unlink()
+            touched.add(path.parent)
+            stats.deleted += 1
+        known.pop(rel, None)
+    for rel, text in sorted(files.items()):
+        data = text.encode("utf-8")
+        stats.bytes += len(data)
+        digest = _digest(data)
+        path = folder / rel
+        if known.get(rel) == digest and path.is_file():
+            stats.unchanged += 1
+            continue
+        path.parent.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
+        atomic_write(path, data, sync_dir=False)
+        known[rel] = digest
+        touched.add(path.parent)
+        stats.written += 1
     for d in sorted(touched):
         _fsync_dir(d)
     return stats

@@ -21,7 +21,7 @@ import json
 import re
 import unicodedata
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import date, datetime
 
 from memory.vault.data import Audit, ChatData, Message, Observation, Pattern
@@ -156,24 +156,18 @@ def _changes_by_day(clock: _Clock, data: ChatData) -> dict[date, dict[int, list[
     return out
 
 
-def render_daily(data: ChatData) -> dict[str, str]:
-    """``daily/YYYY-MM-DD.md`` for each local day with messages, episodes or pattern changes."""
+def day_tails(data: ChatData, memo: LineMemo | None = None) -> dict[date, list[str]]:
+    """Per local day, what its page shows after the conversation: the day's episode summaries
+    and the patterns created or changed that day (the lines; empty for a day of messages only)."""
     clock = _Clock(data.timezone)
     by_id = {p.id: p for p in data.patterns}
-    messages: dict[date, list[Message]] = defaultdict(list)
-    for m in data.messages:
-        messages[clock.day(m.created_at)].append(m)
     episodes = defaultdict(list)
     for e in data.episodes:
         episodes[clock.day(e.started_at)].append(e)
     changes = _changes_by_day(clock, data)
-    files: dict[str, str] = {}
-    for day in sorted({*messages, *episodes, *changes}):
-        lines = [f"# {day.isoformat()}", ""]
-        if messages.get(day):
-            lines += ["## Conversation", ""]
-            for m in messages[day]:
-                lines += _message_lines(clock, m)
+    out: dict[date, list[str]] = {}
+    for day in sorted({*episodes, *changes}):
+        lines: list[str] = []
         if episodes.get(day):
             lines += ["## Episodes", ""]
             for e in episodes[day]:
@@ -184,11 +178,53 @@ def render_daily(data: ChatData) -> dict[str, str]:
             lines += ["## Patterns", ""]
             for pid, what in sorted(changes[day].items()):
                 p = by_id.get(pid)
-                name = link(p) if p is not None else f"#{pid} (forgotten)"
+                if p is None:
+                    name = f"#{pid} (forgotten)"
+                else:
+                    name = memo.get(clock, p)[1] if memo is not None else link(p)
                 lines.append(f"- {name}: {', '.join(what)}")
             lines.append("")
-        files[f"daily/{day.isoformat()}.md"] = "\n".join(lines).rstrip("\n") + "\n"
-    return files
+        out[day] = lines
+    return out
+
+
+def local_day(timezone: str, at: datetime) -> date:
+    """The local day (in the chat's zone) of ``at``: the daily page it is shown on."""
+    return _Clock(timezone).day(at)
+
+
+def day_path(day: date) -> str:
+    return f"daily/{day.isoformat()}.md"
+
+
+def render_day(timezone: str, day: date, messages: Sequence[Message], tail: list[str]) -> str:
+    """``daily/<day>.md`` from the day's ``messages`` (in order) and its :func:`day_tails`."""
+    clock = _Clock(timezone)
+    lines = [f"# {day.isoformat()}", ""]
+    if messages:
+        lines += ["## Conversation", ""]
+        for m in messages:
+            lines += _message_lines(clock, m)
+    lines += tail
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def messages_by_day(data: ChatData) -> dict[date, list[Message]]:
+    clock = _Clock(data.timezone)
+    messages: dict[date, list[Message]] = defaultdict(list)
+    for m in data.messages:
+        messages[clock.day(m.created_at)].append(m)
+    return messages
+
+
+def render_daily(data: ChatData) -> dict[str, str]:
+    """``daily/YYYY-MM-DD.md`` for each local day with messages, episodes or pattern changes."""
+    messages = messages_by_day(data)
+    tails = day_tails(data)
+    return {
+        day_path(day): render_day(data.timezone, day, messages.get(day, ()), tails.get(day, []))
+        for day in sorted({*messages, *tails})
+    }
 
 
 # --- MEMORY.md ------------------------------------------------------------------------------
@@ -206,16 +242,37 @@ def _memory_line(clock: _Clock, p: Pattern) -> str:
     )
 
 
-def _section(clock: _Clock, title: str, patterns: Iterable[Pattern]) -> list[str]:
+class LineMemo:
+    """Each pattern's ``MEMORY.md`` line and link, kept while the pattern is the same (the vault
+    writer keeps one per chat, so a write after a change formats only the changed ones)."""
+
+    def __init__(self) -> None:
+        self._memo: dict[int, tuple[Pattern, str, str]] = {}
+
+    def get(self, clock: _Clock, p: Pattern) -> tuple[str, str]:
+        """(its line, its link)."""
+        hit = self._memo.get(p.id)
+        if hit is not None and (hit[0] is p or hit[0] == p):
+            return hit[1], hit[2]
+        out = (_memory_line(clock, p), link(p))
+        self._memo[p.id] = (p, *out)
+        return out
+
+    def drop(self, pattern_id: int) -> None:
+        self._memo.pop(pattern_id, None)
+
+
+def _section(clock: _Clock, title: str, patterns: Iterable[Pattern], memo: LineMemo) -> list[str]:
     ranked = sorted(patterns, key=_rank)
     if not ranked:
         return []
-    return [title, "", *(_memory_line(clock, p) for p in ranked), ""]
+    return [title, "", *(memo.get(clock, p)[0] for p in ranked), ""]
 
 
-def render_memory(data: ChatData) -> str:
+def render_memory(data: ChatData, memo: LineMemo | None = None) -> str:
     """``MEMORY.md``: the profile, the active patterns by kind, superseded, disputed."""
     clock = _Clock(data.timezone)
+    memo = memo if memo is not None else LineMemo()
     active = [p for p in data.patterns if p.status == "active"]
     lines = ["# Memory", ""]
     count = {s: sum(p.status == s for p in data.patterns) for s in ("superseded", "disputed")}
@@ -230,15 +287,18 @@ def render_memory(data: ChatData) -> str:
     ]
     lines += ["## Profile", ""]
     ordered = sorted(profile, key=lambda p: (not p.is_core_tenet, *_rank(p)))
-    lines += [f"- {link(p)}" for p in ordered] or ["(nothing yet)"]
+    lines += [f"- {memo.get(clock, p)[1]}" for p in ordered] or ["(nothing yet)"]
     lines.append("")
     lines += ["## Active patterns", ""]
+    by_kind: dict[str, list[Pattern]] = defaultdict(list)
+    for p in active:
+        by_kind[p.kind].append(p)
     for kind in KINDS:
-        lines += _section(clock, f"### {kind.capitalize()}", (p for p in active if p.kind == kind))
-    lines += _section(
-        clock, "## Superseded", (p for p in data.patterns if p.status == "superseded")
-    )
-    lines += _section(clock, "## Disputed", (p for p in data.patterns if p.status == "disputed"))
+        lines += _section(clock, f"### {kind.capitalize()}", by_kind.get(kind, ()), memo)
+    superseded = (p for p in data.patterns if p.status == "superseded")
+    lines += _section(clock, "## Superseded", superseded, memo)
+    disputed = (p for p in data.patterns if p.status == "disputed")
+    lines += _section(clock, "## Disputed", disputed, memo)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -303,8 +363,9 @@ def _audit_line(clock: _Clock, a: Audit, by_id: Mapping[int, Pattern]) -> str:
     )
 
 
-def render_patterns(data: ChatData) -> dict[str, str]:
-    """``patterns/<id>-<slug>.md`` for every pattern of the chat."""
+def render_patterns(data: ChatData, only: Collection[int] | None = None) -> dict[str, str]:
+    """``patterns/<id>-<slug>.md`` for every pattern of the chat (or only those ``only``
+    names: ``data`` then needs the evidence of those only)."""
     clock = _Clock(data.timezone)
     by_id = {p.id: p for p in data.patterns}
     relations = _relations(data)
@@ -315,7 +376,7 @@ def render_patterns(data: ChatData) -> dict[str, str]:
     for a in data.audit:
         audit[a.pattern_id].append(a)
     files: dict[str, str] = {}
-    for p in data.patterns:
+    for p in data.patterns if only is None else (by_id[i] for i in sorted(only) if i in by_id):
         lines = _front_matter(clock, p, relations.get(p.id, {}))
         lines += [f"# {_one_line(p.content, 2000)}", ""]
         lines += ["## Evidence", ""]
@@ -329,9 +390,9 @@ def render_patterns(data: ChatData) -> dict[str, str]:
     return files
 
 
-def render_vault(data: ChatData) -> dict[str, str]:
+def render_vault(data: ChatData, memo: LineMemo | None = None) -> dict[str, str]:
     """Every file of the chat's vault folder, by path relative to it; none for a chat with
     nothing in the database (an erased one)."""
     if not (data.messages or data.episodes or data.patterns or data.audit):
         return {}
-    return {"MEMORY.md": render_memory(data), **render_daily(data), **render_patterns(data)}
+    return {"MEMORY.md": render_memory(data, memo), **render_daily(data), **render_patterns(data)}

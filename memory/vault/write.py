@@ -14,7 +14,7 @@ import trio
 
 from memory.vault.data import ChatData, load_chat
 from memory.vault.files import SyncStats, sync_folder
-from memory.vault.render import render_vault
+from memory.vault.render import LineMemo, render_vault
 from memory.vault.settings import chat_folder
 from runtime.db import Database
 
@@ -27,11 +27,16 @@ async def read_chat(db: Database, chat_id: int, timezone: str) -> ChatData:
 
 
 def render_and_sync(
-    data: ChatData, folder: Path, *, force: bool = False, known: dict[str, bytes] | None = None
+    data: ChatData,
+    folder: Path,
+    *,
+    force: bool = False,
+    known: dict[str, bytes] | None = None,
+    memo: LineMemo | None = None,
 ) -> SyncStats:
     """Render ``data`` and bring ``folder`` to it (blocking: call in a thread). A chat with
     nothing to show gets no folder (an erased chat's is not made again)."""
-    files = render_vault(data)
+    files = render_vault(data, memo)
     if not files and not folder.exists():
         return SyncStats()
     return sync_folder(folder, files, force=force, known=known)
