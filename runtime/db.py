@@ -17,6 +17,7 @@ co.) before it goes back to the pool; a one-shot query goes back without that ro
 from __future__ import annotations
 
 import abc
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, ParamSpec, Protocol, TypeVar
@@ -87,14 +88,8 @@ def map_error(exc: BaseException) -> errors.DatabaseError:
     return errors.DatabaseError(f"{type(exc).__name__}: {exc}")
 
 
-_MAPPED = (
-    asyncpg.PostgresError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.InternalClientError,
-    OSError,
-    TimeoutError,
-    EOFError,
-)
+_DRIVER = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.exceptions.InternalClientError)
+_MAPPED = (*_DRIVER, OSError, TimeoutError, EOFError)
 
 
 async def _bridge(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
@@ -103,6 +98,11 @@ async def _bridge(fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwar
         return await trio_asyncio.aio_as_trio(fn)(*args, **kwargs)  # type: ignore[no-any-return]
     except _MAPPED as exc:
         raise map_error(exc) from exc
+    except AttributeError as exc:  # asyncpg meeting a connection terminated under it (None)
+        where = traceback.extract_tb(exc.__traceback__)[-1].filename
+        if "NoneType" not in str(exc) or "asyncpg" not in where:
+            raise
+        raise errors.DatabaseUnavailable(f"connection closed under the statement: {exc}") from exc
 
 
 class Queries(Protocol):

@@ -110,3 +110,35 @@ async def test_server_without_pgvector_says_how_to_install(pg_server: object) ->
     message = str(info.value)
     assert "pgvector" in message
     assert "install" in message
+
+
+
+async def test_a_connection_terminated_under_a_statement_is_unavailable(
+    db: dbmod.Database,
+) -> None:
+    """A pool closing at shutdown terminates the connections still in use; a statement that
+    was past asyncpg's "is it open" check then meets its protocol gone (an AttributeError
+    inside asyncpg), which is the database being unavailable, not a crash of its caller. An
+    AttributeError of anyone else's is not hidden."""
+    import asyncpg
+
+    class Terminated:  # what asyncpg's terminate() leaves: not aborted yet, no protocol
+        _aborted = False
+        _protocol = None
+
+    async def past_the_check() -> object:
+        return asyncpg.connection.Connection.is_closed(Terminated())  # type: ignore[arg-type]
+
+    with pytest.raises(errors.DatabaseUnavailable, match="closed under the statement"):
+        await dbmod._bridge(past_the_check)
+
+    async def ours() -> object:
+        return None.missing  # type: ignore[attr-defined]
+
+    with pytest.raises(AttributeError):
+        await dbmod._bridge(ours)
+    async with db.connection() as conn:  # and a connection really terminated: unavailable
+        conn._raw.terminate()
+        with pytest.raises(errors.DatabaseUnavailable):
+            await conn.fetchval("SELECT 1")
+    assert await db.fetchval("SELECT 2") == 2  # the pool goes on with a fresh connection
