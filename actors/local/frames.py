@@ -186,20 +186,7 @@ def _str(obj: Mapping[str, Any], key: str) -> str:
     value = obj.get(key)
     if not isinstance(value, str):
         raise BadFrame("bad_field", f"{key} must be a string")
-    if not _storable(value):
-        raise BadFrame("bad_field", f"{key} must be text without NUL or unpaired surrogates")
     return value
-
-
-def _storable(value: str) -> bool:
-    """Neither NUL (PostgreSQL's text and jsonb refuse it) nor half a surrogate pair (no UTF-8)."""
-    if "\x00" in value:
-        return False
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _int(obj: Mapping[str, Any], key: str) -> int:

@@ -292,16 +292,12 @@ async def probe_local_chat(t: Target) -> None:
             ("[" * 30_000, "not_json"),
             ('{"a":' * 10_000, "not_json"),
             ("[1]", "not_json"),
-            ('{"type": "send", "id": "n1", "text": "nul \\u0000 inside"}', "bad_field"),
-            ('{"type": "send", "id": "s1", "text": "half \\ud800 a pair"}', "bad_field"),
             ('{"type": "send", "id": "s2", "text": 5}', "bad_field"),
             ('{"type": "choose", "id": "c1", "message_id": 1e400, "data": "x"}', "bad_field"),
             (
                 '{"type": "choose", "id": "c2", "message_id": ' + HUGE + ', "data": "x"}',
                 "bad_field",
             ),
-            ('{"type": "choose", "id": "c3", "message_id": 1, "data": "\\ud800"}', "bad_field"),
-            ('{"type": "ack", "delivery": "\\u0000"}', "bad_field"),
             ('{"type": "nope"}', "unknown_type"),
         ):
             await ws.send_message(frame)
@@ -310,10 +306,17 @@ async def probe_local_chat(t: Target) -> None:
             with trio.fail_after(10):
                 answer = json.loads(await ws.get_message())
             assert answer["type"] == "error" and answer["code"] == code, (str(frame)[:40], answer)
-        await ws.send_message('{"type": "send", "id": "ok1", "text": "msg 1"}')
-        with trio.fail_after(10):
-            while "stored" not in await ws.get_message():
-                pass
+        await ws.send_message('{"type": "ack", "delivery": "\\u0000"}')  # nothing to end
+        # NUL and half a surrogate pair are stored (the inbox makes them U+FFFD), as from Telegram
+        for frame in (
+            '{"type": "send", "id": "n1", "text": "nul \\u0000 inside"}',
+            '{"type": "send", "id": "s1", "text": "half \\ud800 a pair"}',
+            '{"type": "send", "id": "ok1", "text": "msg 1"}',
+        ):
+            await ws.send_message(frame)
+            with trio.fail_after(10):
+                while "stored" not in await ws.get_message():
+                    pass
     # many clients at once: each replaces the one before; none breaks the server
     async with trio.open_nursery() as nursery:
         for _ in range(20):
