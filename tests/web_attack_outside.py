@@ -19,6 +19,7 @@ from runtime.db import Database
 CHAT, OTHER = 5527001, 5527002
 TOKEN = "attack-dashboard-token-0123456789"
 METRICS = "attack-metrics-token-0123456789"
+SLOTS = 24  # HTTP connections the server holds at once
 HUGE = "9" * 30  # past BIGINT
 BAD_INTS = ("abc", "-1", "0", HUGE, "1.5", "1e3", "%00", "%D9%A3", "+1", " ", "0x10")
 
@@ -59,6 +60,7 @@ async def target(tmp_path: Path, db: Database, database_url: str) -> AsyncIterat
             chats=[CHAT, OTHER],
             DATABASE_URL=database_url,
             DASHBOARD_TOKEN=TOKEN,
+            HTTP_MAX_CONNECTIONS=str(SLOTS),
             METRICS_TOKEN=METRICS,
         )
         engram = Engram(env, tmp_path / "engram.log")

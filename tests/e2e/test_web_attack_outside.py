@@ -23,6 +23,7 @@ from web_attack_outside import (
     HUGE,
     METRICS,
     OTHER,
+    SLOTS,
     TOKEN,
     Target,
     api_error,
@@ -262,10 +263,18 @@ async def probe_dashboard_pages(t: Target) -> None:
                 async with open_websocket_url(ws + query, extra_headers=headers):
                     pass
             assert rejected.value.status_code == status, (query, status)
-        async with open_websocket_url(f"{ws}?chat=abc", extra_headers=[cookie]) as feed:
-            for _ in range(50):
-                await feed.send_message(b"\x00" * 1000)
-                await feed.send_message("{" * 1000)
+        # frames the feed never needed, then a close: more such feeds than the server has
+        # connection slots, one after another, and each ends (its slot comes back)
+        for _ in range(SLOTS + 8):
+            async with open_websocket_url(f"{ws}?chat=abc", extra_headers=[cookie]) as feed:
+                for _ in range(15):
+                    await feed.send_message(b"\x00" * 1000)
+                    await feed.send_message("{" * 1000)
+        async with open_websocket_url(f"{ws}?chat={CHAT}", extra_headers=[cookie]) as feed:
+            await feed.send_message("x" * 100_000)  # past the largest message: closed (1009)
+            with pytest.raises(ConnectionClosed) as closed, trio.fail_after(10):
+                await feed.get_message()
+            assert closed.value.reason.code == 1009
         await web.post(f"{dash}/logout", data={"csrf": csrf})
     finally:
         await web.aclose()
