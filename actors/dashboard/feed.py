@@ -3,12 +3,14 @@ messages, new patterns and new model costs of one chat (or, for the operator wit
 costs of every chat) as JSON lines, polling the database every ``feed_interval`` seconds.
 
 The socket needs the session cookie like every page, and a same-origin ``Origin``: a page on
-another site cannot open it with the person's cookie.
+another site cannot open it with the person's cookie. What the client sends is read and
+dropped: unread, ten frames filled quart's queue, the client's close was never seen, and the
+feed polled the database for a gone client until the process stopped.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import trio
@@ -110,16 +112,26 @@ def add_feed(bp: Blueprint, deps: DashboardDeps) -> None:
         chat = websocket.args.get("chat", type=int)
         if chat is None:
             chat = login.chat_id
-        elif not login.may_see(chat):
+        elif not (login.may_see(chat) and -(2**63) <= chat < 2**63):  # past BIGINT: no chat
             return "Not Found", 404
         # where the feed starts is read before the handshake completes: whatever is written
         # once the socket is open is new
         row = await deps.db.fetchrow(_START, chat)
         marks = [int(row[k]) for k in ("m", "p", "u")] if row else [0, 0, 0]
         await websocket.accept()
-        while await auth.find_session(deps.db, sid or "", deps.clock()) is not None:
-            for event in await new_events(deps.db, chat, marks):
-                await websocket.send_json(event)
-            await trio.sleep(deps.feed_interval)
-        await websocket.close(1008, "logged out")
+        ws = cast(Any, websocket)._get_current_object()  # read by the drain's task too
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_drain, ws)
+            while await auth.find_session(deps.db, sid or "", deps.clock()) is not None:
+                for event in await new_events(deps.db, chat, marks):
+                    await ws.send_json(event)
+                await trio.sleep(deps.feed_interval)
+            nursery.cancel_scope.cancel()
+        await ws.close(1008, "logged out")
         return None
+
+
+async def _drain(ws: Any) -> None:
+    """Read and drop the client's frames (the feed only sends): quart sees its close."""
+    while True:
+        await ws.receive()

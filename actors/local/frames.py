@@ -175,7 +175,7 @@ def _load(raw: str | bytes) -> Mapping[str, Any]:
         raise BadFrame("not_text", "frames are JSON text, not binary")
     try:
         obj = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
         raise BadFrame("not_json", "a frame must be one JSON object") from None
     if not isinstance(obj, dict):
         raise BadFrame("not_json", "a frame must be one JSON object")
@@ -191,8 +191,8 @@ def _str(obj: Mapping[str, Any], key: str) -> str:
 
 def _int(obj: Mapping[str, Any], key: str) -> int:
     value = obj.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise BadFrame("bad_field", f"{key} must be a positive integer")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**63:
+        raise BadFrame("bad_field", f"{key} must be a positive integer (a BIGINT)")
     return value
 
 
