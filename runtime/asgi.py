@@ -63,3 +63,34 @@ async def send_response(
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def close_when_body_unread(app: AsgiApp) -> AsgiApp:
+    """An HTTP response started before its request's body was all received says
+    ``connection: close``: the server will not read the rest, so the connection ends with the
+    response, and a keep-alive client must not send its next request on it (it would meet a
+    closed socket: "server disconnected without sending a response")."""
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") != "http":
+            await app(scope, receive, send)
+            return
+        headers = dict(scope.get("headers", ()))
+        length = headers.get(b"content-length", b"0").strip()
+        done = [b"transfer-encoding" not in headers and length in (b"", b"0")]
+
+        async def receiving() -> Message:
+            message = await receive()
+            if message.get("type") != "http.request" or not message.get("more_body", False):
+                done[0] = True
+            return message
+
+        async def sending(message: Message) -> None:
+            if message.get("type") == "http.response.start" and not done[0]:
+                headers = [h for h in message.get("headers", ()) if h[0].lower() != b"connection"]
+                message = {**message, "headers": [*headers, (b"connection", b"close")]}
+            await send(message)
+
+        await app(scope, receiving, sending)
+
+    return wrapped

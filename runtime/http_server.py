@@ -46,6 +46,7 @@ from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import AppWrapper, ConnectionState
 from hypercorn.utils import repr_socket_addr, wrap_app
 
+from runtime.asgi import close_when_body_unread
 from runtime.errors import leaf_exceptions
 from runtime.logs import get_logger, log_this_one
 
@@ -214,7 +215,8 @@ async def serve_http(
 ) -> None:
     """Serve ``app`` on ``config.bind`` until ``shutdown_trigger`` returns, then close
     gracefully (``config.graceful_timeout``); ``task_status.started(binds)`` once listening."""
-    wrapped: AppWrapper = wrap_app(app, config.wsgi_max_body_size, "asgi")
+    asgi: Any = close_when_body_unread(app)  # hypercorn's own ASGI types: ours are plainer
+    wrapped: AppWrapper = wrap_app(asgi, config.wsgi_max_body_size, "asgi")
     lifespan_state: dict[str, Any] = {}
     lifespan = Lifespan(wrapped, config, lifespan_state)
     context = WorkerContext(None)
