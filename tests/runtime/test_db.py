@@ -112,7 +112,6 @@ async def test_server_without_pgvector_says_how_to_install(pg_server: object) ->
     assert "install" in message
 
 
-
 async def test_a_connection_terminated_under_a_statement_is_unavailable(
     db: dbmod.Database,
 ) -> None:
