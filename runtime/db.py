@@ -289,8 +289,8 @@ async def _reset(raw: Any) -> bool:
     """Reset a connection's session (asyncpg's reset: it first waits for a cancelled statement
     to end, then rolls back an open transaction, ``RESET ALL``, advisory locks, LISTEN);
     False when that fails or takes over 5 s (the pool then drops the connection)."""
-    if raw.is_closed():
-        return False
+    if raw.is_closed() or raw.is_in_transaction() or raw._top_xact is not None:
+        return False  # a transaction left open (its start or end cut off): dropped, not reused
     with trio.move_on_after(5, shield=True):
         try:
             await _bridge(raw.reset)

@@ -141,3 +141,17 @@ async def test_a_connection_terminated_under_a_statement_is_unavailable(
         with pytest.raises(errors.DatabaseUnavailable):
             await conn.fetchval("SELECT 1")
     assert await db.fetchval("SELECT 2") == 2  # the pool goes on with a fresh connection
+
+
+async def test_a_connection_given_back_inside_a_transaction_is_dropped(db: dbmod.Database) -> None:
+    """A transaction left open (its start or end cut off by a cancellation) is not handed to
+    asyncpg's reset, which would report it as an error of the event loop (and fail this test
+    at the loop's close): the connection is dropped, the server rolls the transaction back."""
+    async with db.connection() as conn:
+        await conn.execute("BEGIN")
+        await conn.execute("CREATE TEMP TABLE left_open (x int)")
+        pid = await conn.fetchval("SELECT pg_backend_pid()")
+    with trio.fail_after(10):
+        while await db.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid):  # noqa: ASYNC110 - the server's doing
+            await trio.sleep(0.05)  # the server ends the dropped session
+    assert await db.fetchval("SELECT 1") == 1
